@@ -1,0 +1,76 @@
+"""Loading a Hugging Face Qwen3 checkpoint folder (config.json + *.safetensors) into `Transformer`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from .config import CheckpointError, Qwen3Config
+from .model import Transformer
+from .settings import model_path, pick_device
+
+
+def _checkpoint_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"checkpoint folder {folder} does not exist. Set MINI_LLM_MODEL to a folder holding config.json and "
+            "model.safetensors, or unset it to use the embedded model."
+        )
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"no *.safetensors file in {folder}: download the weights into this folder")
+    return files
+
+
+def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for f in _checkpoint_files(folder):
+        state.update(load_file(str(f)))
+    return state
+
+
+def load_transformer(path: str | os.PathLike | None = None, dtype: torch.dtype | None = None, device=None) -> Transformer:
+    """Build a `Transformer` from a checkpoint folder (default: the embedded model) on `device`.
+
+    `dtype` defaults to the checkpoint's own (bf16 for Qwen3); pass torch.float32 for exact comparisons.
+    """
+    folder = model_path(path)
+    files = _checkpoint_files(folder)
+    cfg = Qwen3Config.from_json(folder / "config.json")
+    state = load_state_dict(folder)
+    dtype = dtype or next(iter(state.values())).dtype
+    device = pick_device(str(device) if device is not None else None)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # tied: the head is the embedding matrix
+    expected = {k: v for k, v in model.state_dict().items() if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{[f.name for f in files]} do not match config.json: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    for name, p in expected.items():
+        if tuple(state[name].shape) != tuple(p.shape):
+            raise CheckpointError(
+                f"weight {name} has shape {tuple(state[name].shape)} but config.json implies {tuple(p.shape)}"
+            )
+    model = model.to_empty(device=device).to(dtype)
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False, assign=False)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval()
+
+
+def load_tokenizer(path: str | os.PathLike | None = None):
+    """The checkpoint's tokenizer, read offline from the same folder with transformers' AutoTokenizer."""
+    from transformers import AutoTokenizer
+
+    folder = model_path(path)
+    if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
+        raise CheckpointError(f"no tokenizer.json in {folder}: the tokenizer files belong beside the weights")
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
