@@ -1,5 +1,5 @@
-"""Your workspace: each module here is a stub of the reference module of the same name in solutions/.
+"""Your workspace: each module here mirrors the reference module of the same name in solutions/.
 
-Fill in the functions marked `NotImplementedError`, then grade them with `python practice/judge.py <exercise>`.
-Modules you have not reached yet fall back to the reference, so the engine runs at every stage.
+Fill in what raises `NotImplementedError`, then grade it with `python practice/judge.py <exercise>`
+(`python practice/judge.py list` shows them all). Set COURSE_IMPL=practice to run the chapters on your code.
 """
