@@ -22,7 +22,13 @@ def use(module: str) -> ModuleType:
     """The engine module `module` (e.g. "batch") from the implementation chosen by `IMPL`."""
     if IMPL not in IMPLEMENTATIONS:
         raise ValueError(f"COURSE_IMPL={IMPL!r}: choose one of {IMPLEMENTATIONS}")
-    return importlib.import_module(f"{IMPL}.{module}")
+    try:
+        return importlib.import_module(f"{IMPL}.{module}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{IMPL}.{module}":
+            raise
+        # practice/ holds only the modules with exercises; the rest (sampling, request) is shared.
+        return importlib.import_module(f"solutions.{module}")
 
 
 def show_source(obj) -> None:

@@ -16,11 +16,13 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
 
 
 class KVCacheManager:
+    block_pool_cls = BlockPool
     prefix_cache_cls = PrefixCache
+    block_hashes = staticmethod(block_hashes)
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
         self.block_size = block_size
-        self.block_pool = BlockPool(num_blocks)
+        self.block_pool = self.block_pool_cls(num_blocks)
         self.prefix_cache = self.prefix_cache_cls() if enable_prefix_caching else None
 
     @property
@@ -32,7 +34,7 @@ class KVCacheManager:
         that the step that finishes the prompt produces logits."""
         if self.prefix_cache is None:
             return []
-        hashes = block_hashes(request.all_token_ids[: request.num_tokens - 1], self.block_size)
+        hashes = self.block_hashes(request.all_token_ids[: request.num_tokens - 1], self.block_size)
         return self.prefix_cache.lookup(hashes)
 
     def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: list[int] = ()) -> bool:
@@ -66,6 +68,6 @@ class KVCacheManager:
         """Name every full block among the first `num_tokens` tokens, so later requests can find it."""
         if self.prefix_cache is None:
             return
-        hashes = block_hashes(request.all_token_ids[:num_tokens], self.block_size)
+        hashes = self.block_hashes(request.all_token_ids[:num_tokens], self.block_size)
         for block_hash, block_id in zip(hashes, request.block_table):
             self.prefix_cache.insert(block_hash, block_id)
