@@ -1,0 +1,59 @@
+"""The last grading result of each exercise's practice file, for `python practice/judge.py list`.
+
+Stored outside the repository: $JUDGE_CACHE_DIR, else $XDG_CACHE_HOME/mini-llm-judge, else ~/.cache/mini-llm-judge.
+A result counts only while the graded file's content (sha256) is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .registry import Exercise
+from .report import Report
+
+
+def cache_file() -> Path:
+    base = os.environ.get("JUDGE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mini-llm-judge")
+    return Path(base) / "results.json"
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _load() -> dict:
+    try:
+        return json.loads(cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def save(ex: Exercise, path: Path, report: Report) -> None:
+    digest = _digest(path)
+    if digest is None:
+        return
+    data = _load()
+    data[f"{ex.id}:{path.resolve()}"] = {"sha256": digest, "passed": report.passed, "failed": report.failed}
+    try:
+        f = cache_file()
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(f)
+    except OSError:
+        pass
+
+
+def lookup(ex: Exercise, path: Path) -> dict | None:
+    """{"passed": n, "failed": n} of the last grading of this exact file content, or None."""
+    entry = _load().get(f"{ex.id}:{path.resolve()}")
+    if entry and entry.get("sha256") == _digest(path):
+        return entry
+    return None

@@ -1,0 +1,224 @@
+"""What hidden test modules are written with: the case list, the failure type, and helpers.
+
+A hidden test module defines `CASES = Cases()` and registers named cases with the decorator:
+
+    @CASES("decode only")
+    def _(impl):                 # impl: the learner's module (or the reference, or a namespace)
+        ...                      # raise CaseFailure(...) to fail; return to pass
+
+Anything else a case raises is reported as an error with the learner's traceback trimmed to their file.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import reprlib
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+# Set by the runner before cases run: the learner's file (for trimming tracebacks) and free-form options
+# (e.g. {"model": "/path/to/checkpoint"}), read by cases with `option(name, default)`.
+_STATE: dict[str, Any] = {"learner_file": None, "options": {}}
+
+
+def option(name: str, default: Any = None) -> Any:
+    return _STATE["options"].get(name, default)
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Callable[[Any], None]
+    timeout: float | None = None  # seconds; None: the exercise's case_timeout
+
+
+class Cases:
+    """An ordered list of named cases; use an instance as a decorator factory."""
+
+    def __init__(self) -> None:
+        self._cases: list[Case] = []
+
+    def __call__(self, name: str, *, timeout: float | None = None) -> Callable:
+        if any(c.name == name for c in self._cases):
+            raise ValueError(f"duplicate case name {name!r}")
+
+        def register(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+            self._cases.append(Case(name, fn, timeout))
+            return fn
+
+        return register
+
+    def __iter__(self) -> Iterator[Case]:
+        return iter(self._cases)
+
+    def __len__(self) -> int:
+        return len(self._cases)
+
+    def names(self) -> list[str]:
+        return [c.name for c in self._cases]
+
+
+def selected(name: str, wanted: list[str], all_names: list[str]) -> bool:
+    """Whether case `name` is chosen by `wanted`: exact case names, or else case-insensitive substrings."""
+    for w in wanted:
+        if w in all_names:
+            if w == name:
+                return True
+        elif w.lower() in name.lower():
+            return True
+    return False
+
+
+class CaseFailure(AssertionError):
+    """A failed case. `input` is shown as the (smallest) failing input; `field`/`expected`/`got` the first
+    difference; `hint` a suggestion; `traceback` the learner's trimmed traceback when their code raised."""
+
+    def __init__(self, message: str, *, input: str | None = None, field: str | None = None,
+                 expected: Any = None, got: Any = None, hint: str | None = None, traceback: str | None = None,
+                 kind: str = "fail") -> None:
+        super().__init__(message)
+        self.message, self.input, self.field, self.hint, self.traceback = message, input, field, hint, traceback
+        self.expected, self.got, self.kind = expected, got, kind
+
+    def details(self) -> dict[str, Any]:
+        d = {"input": self.input, "field": self.field, "hint": self.hint, "traceback": self.traceback}
+        if self.field is not None:
+            d["expected"], d["got"] = short(self.expected), short(self.got)
+        return {k: v for k, v in d.items() if v is not None}
+
+
+_repr = reprlib.Repr()
+_repr.maxlist = _repr.maxtuple = 40
+_repr.maxstring = _repr.maxother = 200
+_repr.maxlevel = 4
+
+
+def short(value: Any) -> str:
+    """A readable, bounded repr (long lists are cut with '...')."""
+    if isinstance(value, str):
+        return value if len(value) <= 2000 else value[:2000] + " ..."
+    return _repr.repr(value)
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "DefaultCPUAllocator" in text
+                                           or "out of memory" in text.lower()))
+
+
+def trimmed_traceback(exc: BaseException, learner_file: str | None = None) -> str:
+    """The traceback of `exc`, keeping only frames in the learner's file (all frames if none is theirs)."""
+    learner_file = learner_file or _STATE["learner_file"]
+    frames = traceback.extract_tb(exc.__traceback__)
+    theirs = [f for f in frames if learner_file and os.path.realpath(f.filename) == os.path.realpath(learner_file)]
+    shown = theirs or frames[-3:]
+    lines = ["Traceback (your code):" if theirs else "Traceback (most recent call last, last frames):"]
+    for f in shown:
+        lines.append(f'  File "{f.filename}", line {f.lineno}, in {f.name}')
+        if f.line:
+            lines.append(f"    {f.line}")
+    lines.extend(s.rstrip("\n") for s in traceback.format_exception_only(type(exc), exc))
+    return "\n".join(lines)
+
+
+def _display_path(path: str) -> str:
+    from .registry import ROOT
+
+    try:
+        return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
+    except ValueError:
+        return path
+
+
+class LearnerRaised(Exception):
+    """Learner code raised `exc` (wrapped so that cases and shrinking can treat it as a failure)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.exc = exc
+
+
+def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Call learner code on deep copies of the arguments; its exceptions (SystemExit too) become LearnerRaised.
+
+    KeyboardInterrupt is let through. MemoryError is re-raised as is, so that the verdict is 'memory limit'."""
+    args, kwargs = copy.deepcopy(args), copy.deepcopy(kwargs)
+    try:
+        return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from sys.exit() is a failure, not an exit
+        if is_memory_error(exc):
+            raise
+        raise LearnerRaised(exc) from exc
+
+
+def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -> CaseFailure:
+    exc = err.exc
+    if isinstance(exc, NotImplementedError):
+        where = _display_path(_STATE["learner_file"]) if _STATE["learner_file"] else "your practice file"
+        return CaseFailure(f"not implemented yet: {fn_name} raises NotImplementedError",
+                           hint=f"write {fn_name} in {where}", kind="not implemented")
+    if isinstance(exc, SystemExit):
+        return CaseFailure(f"{fn_name} called sys.exit({exc.code!r}); it must return its result",
+                           input=input, kind="exit")
+    return CaseFailure(f"{fn_name} raised {type(exc).__name__}: {short(str(exc))}", input=input,
+                       traceback=trimmed_traceback(exc), kind="error")
+
+
+def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any], Iterable[Any]],
+           max_calls: int = 400) -> Any:
+    """Greedy shrinking: repeatedly replace `value` by its first smaller candidate that still `fails`."""
+    calls = 0
+    improved = True
+    while improved and calls < max_calls:
+        improved = False
+        for cand in candidates(value):
+            calls += 1
+            if fails(cand):
+                value, improved = cand, True
+                break
+            if calls >= max_calls:
+                break
+    return value
+
+
+@dataclass
+class Outcome:
+    """What running one case produced (used by the worker and by in-process checks)."""
+
+    name: str
+    passed: bool
+    seconds: float
+    verdict: str = "pass"  # pass | fail | error | not implemented | exit | memory | timeout | crash | output | not run
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def run_case(c: Case, impl: Any) -> Outcome:
+    """Run one case in this process and classify what happened."""
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        c.fn(impl)
+    except CaseFailure as f:
+        return Outcome(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
+    except LearnerRaised as err:  # a case called learner code with `call` without handling its exception
+        f = raised_failure(err, "your code")
+        return Outcome(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        dt = time.perf_counter() - t0
+        if is_memory_error(exc):
+            return Outcome(c.name, False, dt, "memory", f"memory limit exceeded ({type(exc).__name__}: "
+                           f"{short(str(exc))})", {"traceback": trimmed_traceback(exc)})
+        if isinstance(exc, SystemExit):
+            return Outcome(c.name, False, dt, "exit", f"your code called sys.exit({exc.code!r}) during the test")
+        return Outcome(c.name, False, dt, "error", f"{type(exc).__name__}: {short(str(exc))}",
+                       {"traceback": trimmed_traceback(exc)})
+    return Outcome(c.name, True, time.perf_counter() - t0)

@@ -1,0 +1,456 @@
+"""Hidden tests of exercise 128 (build_batch). Values are compared, not classes or containers."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from judge.harness import CaseFailure, Cases, LearnerRaised, call, option, raised_failure, shrink, short
+from solutions import batch as ref
+
+CASES = Cases()
+
+TENSOR_FIELDS = ("input_ids", "positions", "slot_mapping", "logits_indices")
+FIELDS = ("input_ids", "query_start_loc", "positions", "seq_lens", "slot_mapping", "logits_indices", "block_tables")
+
+Item = tuple[list[int], int, list[int], bool]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading the learner's result as plain values
+
+
+def _int_list(value: Any, name: str, tensor_only: bool) -> list[int]:
+    """The values of a 1-D integer tensor (or, unless tensor_only, a list/tuple/array of integers)."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise CaseFailure(f"{name} is a {value.dtype} tensor; it must hold integers (torch.long or torch.int32)",
+                              hint="token ids, positions, slots and indices are integers: use dtype=torch.long")
+        if value.dim() != 1:
+            raise CaseFailure(f"{name} has shape {tuple(value.shape)}; it must be 1-D",
+                              hint="flatten it: one value per token (or per request)")
+        return [int(x) for x in value.tolist()]
+    if tensor_only:
+        kind = type(value).__name__
+        extra = " (torch.from_numpy(a) converts a numpy array)" if isinstance(value, np.ndarray) else ""
+        raise CaseFailure(f"{name} is a {kind}; it must be a 1-D integer torch tensor{extra}",
+                          hint=f"e.g. torch.tensor(values, dtype=torch.long){extra}")
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or not np.issubdtype(value.dtype, np.integer):
+            raise CaseFailure(f"{name} is a numpy array of shape {value.shape} and dtype {value.dtype}; "
+                              "it must be 1-D integers")
+        return [int(x) for x in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        out = []
+        for x in value:
+            if isinstance(x, torch.Tensor) and x.dim() == 0 and not x.dtype.is_floating_point:
+                x = int(x)
+            if isinstance(x, (bool, float)) or not isinstance(x, (int, np.integer)):
+                raise CaseFailure(f"{name} holds {type(x).__name__} values ({short(x)}); it must hold integers")
+            out.append(int(x))
+        return out
+    raise CaseFailure(f"{name} is a {type(value).__name__}; it must be a list or 1-D tensor of integers")
+
+
+def _tables(value: Any) -> list[list[int]]:
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 2:
+            raise CaseFailure(f"block_tables is a tensor of shape {tuple(value.shape)}; it must be B lists")
+        value = value.tolist()
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise CaseFailure(f"block_tables is a {type(value).__name__}; it must be a list of B lists of block ids")
+    return [_int_list(t, f"block_tables[{i}]", tensor_only=False) for i, t in enumerate(value)]
+
+
+def read_batch(out: Any) -> dict[str, Any]:
+    """The learner's result as {field: list of ints (or list of lists)}; CaseFailure if a field is unusable."""
+    if out is None:
+        raise CaseFailure("build_batch returned None", hint="did you forget the `return` statement?")
+    if isinstance(out, dict):
+        raise CaseFailure("build_batch returned a dict; it must return an object with attributes",
+                          hint="e.g. return types.SimpleNamespace(**fields), or a dataclass")
+    values: dict[str, Any] = {}
+    for name in FIELDS:
+        if not hasattr(out, name):
+            raise CaseFailure(f"the object build_batch returned ({type(out).__name__}) has no attribute {name!r}",
+                              hint="it needs input_ids, positions, slot_mapping, query_start_loc, seq_lens, "
+                                   "block_tables and logits_indices")
+        v = getattr(out, name)
+        values[name] = _tables(v) if name == "block_tables" else _int_list(v, name, name in TENSOR_FIELDS)
+    return values
+
+
+def expected_values(items: list[Item], block_size: int) -> dict[str, Any]:
+    b = ref.build_batch(items, block_size)
+    return {name: (b.block_tables if name == "block_tables" else getattr(b, name).tolist()) for name in FIELDS}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Diagnosis: a hint for the commonest mistakes
+
+
+def _hint(name: str, items: list[Item], block_size: int, exp: dict[str, Any], got: list) -> str:
+    new = [len(it[0]) for it in items]
+    qsl = exp["query_start_loc"]
+    if name == "input_ids":
+        return "input_ids is every request's token_ids, concatenated in request order"
+    if name == "query_start_loc":
+        if got == qsl[1:]:
+            return "query_start_loc has B+1 entries and starts with 0: [0, n0, n0+n1, ...]"
+        return "query_start_loc[i+1] - query_start_loc[i] is the number of NEW tokens of request i (a cumulative sum)"
+    if name == "positions":
+        if got == [p - it[1] for it in items for p in range(it[1], it[1] + len(it[0]))]:
+            return "positions start at num_computed, not at 0: the cached tokens come first"
+        return "request i's new tokens sit at positions num_computed, num_computed+1, ..."
+    if name == "seq_lens":
+        if got == new:
+            return "seq_lens counts the cached tokens too: num_computed + len(token_ids)"
+        return "seq_lens[i] = num_computed + len(token_ids) of request i"
+    if name == "slot_mapping":
+        if got == exp["positions"]:
+            return "the slot must go through the block table: block_table[p // block_size] * block_size + p % block_size"
+        idx = [i for i, (g, e) in enumerate(zip(got, exp["slot_mapping"])) if g != e]
+        if idx and all(exp["positions"][i] % block_size == 0 for i in idx):
+            return "wrong only at block boundaries: the block is block_table[p // block_size], the offset p % block_size"
+        return "slot of position p = block_table[p // block_size] * block_size + p % block_size (p is the absolute position)"
+    if name == "logits_indices":
+        local = [len(it[0]) - 1 for it in items if it[3]]
+        first = [qsl[i] for i, it in enumerate(items) if it[3]]
+        every = [qsl[i + 1] - 1 for i in range(len(items))]
+        if got == local and got != exp["logits_indices"]:
+            return "logits_indices are FLAT indices into the N tokens: query_start_loc[i+1] - 1, not len - 1"
+        if got == first and got != exp["logits_indices"]:
+            return "the logits come from the LAST new token of a request: query_start_loc[i+1] - 1"
+        if got == every and got != exp["logits_indices"]:
+            return "only requests whose need_logits is true get a logits index"
+        return "one index per request with need_logits, in request order: query_start_loc[i+1] - 1"
+    if name == "block_tables":
+        return "block_tables[i] is request i's own block table, unpadded"
+    return ""
+
+
+def show_input(items: list[Item], block_size: int) -> str:
+    return f"build_batch({[tuple(it) for it in items]!r}, block_size={block_size})"
+
+
+def diff(items: list[Item], block_size: int, fn) -> CaseFailure | None:
+    """None if fn agrees with the reference on this input, else the failure (with the input attached)."""
+    text = show_input(items, block_size)
+    try:
+        out = call(fn, items, block_size)
+        got = read_batch(out)
+    except LearnerRaised as err:
+        return raised_failure(err, "build_batch", input=text)
+    except CaseFailure as f:
+        f.input = text
+        return f
+    exp = expected_values(items, block_size)
+    for name in FIELDS:
+        if got[name] != exp[name]:
+            n = sum(len(it[0]) for it in items)
+            msg = f"wrong {name}"
+            if len(got[name]) != len(exp[name]):
+                msg += f" (expected {len(exp[name])} values, got {len(got[name])}; N={n} tokens, B={len(items)} requests)"
+            return CaseFailure(msg, input=text, field=name, expected=exp[name], got=got[name],
+                               hint=_hint(name, items, block_size, exp, got[name]))
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Random batches and shrinking
+
+
+def blocks_needed(n: int, block_size: int) -> int:
+    return max(1, math.ceil(n / block_size))
+
+
+def make_items(rng: random.Random, kinds: list[str], block_size: int, spare: bool = True) -> list[Item]:
+    pool = list(range(1, 4 * len(kinds) * (64 // block_size + 8) + 16))
+    rng.shuffle(pool)  # non-contiguous, unsorted block ids
+    items = []
+    for kind in kinds:
+        if kind == "decode":
+            nc, n, logits = rng.randint(1, 40), 1, True
+        elif kind == "prefill":
+            nc, n, logits = 0, rng.randint(1, 30), True
+        elif kind == "chunk":  # a chunk of a prefill that starts after cached tokens; last chunk or not
+            nc, n, logits = rng.randint(1, 40), rng.randint(2, 20), rng.random() < 0.5
+        elif kind == "aligned":  # starts and/or ends exactly on a block boundary
+            nc = block_size * rng.randint(0, 4)
+            n = block_size * rng.randint(1, 3) if rng.random() < 0.5 else rng.randint(1, 2 * block_size)
+            if rng.random() < 0.5 and nc:
+                nc -= rng.randint(1, block_size)  # starts inside a block
+            logits = rng.random() < 0.7
+        else:
+            raise ValueError(kind)
+        nblocks = blocks_needed(nc + n, block_size) + (rng.randint(0, 2) if spare and rng.random() < 0.3 else 0)
+        table = [pool.pop() for _ in range(nblocks)]
+        items.append(([rng.randrange(1, 5000) for _ in range(n)], nc, table, logits))
+    return items
+
+
+def candidates(value):
+    """Smaller variants of (items, block_size): fewer requests, fewer tokens, less context, shorter tables."""
+    items, bs = value
+    if len(items) > 1:
+        half = len(items) // 2
+        yield items[:half], bs
+        yield items[half:], bs
+        for i in range(len(items)):
+            yield items[:i] + items[i + 1:], bs
+    for i, (toks, nc, table, logits) in enumerate(items):
+        def put(it):
+            return items[:i] + [it] + items[i + 1:], bs
+        need = blocks_needed(nc + len(toks), bs)
+        if len(table) > need:
+            yield put((toks, nc, table[:need], logits))
+        if len(toks) > 1:
+            yield put((toks[: len(toks) // 2], nc, table, logits))
+            yield put((toks[:-1], nc, table, logits))
+        if nc > 0:
+            yield put((toks, nc // 2, table, logits))
+            yield put((toks, nc - 1, table, logits))
+        if any(t > 9 for t in toks):
+            yield put(([min(t, 10 + k) for k, t in enumerate(toks)], nc, table, logits))
+
+
+def check_batches(impl, batches: list[tuple[list[Item], int]]) -> None:
+    fn = impl.build_batch
+    for items, bs in batches:
+        failure = diff(items, bs, fn)
+        if failure is None:
+            continue
+        if failure.kind == "not implemented":
+            raise failure
+        smallest = shrink((items, bs), lambda v: diff(v[0], v[1], fn) is not None, candidates)
+        raise diff(smallest[0], smallest[1], fn) or failure
+
+
+def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_req=(1, 6),
+                   spare: bool = True) -> list[tuple[list[Item], int]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        bs = rng.choice(sizes)
+        k = rng.randint(*n_req)
+        out.append((make_items(rng, [rng.choice(kinds) for _ in range(k)], bs, spare), bs))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The cases
+
+
+@CASES("single prefill")
+def _(impl):
+    check_batches(impl, [([([11, 12, 13, 14, 15, 16, 17], 0, [3, 1], True)], 4)])
+
+
+@CASES("single decode")
+def _(impl):
+    check_batches(impl, [([([42], 9, [5, 2, 7], True)], 4)])
+
+
+@CASES("prefill only")
+def _(impl):
+    check_batches(impl, random_batches(1, 25, ["prefill"], [2, 4, 8, 16]))
+
+
+@CASES("decode only")
+def _(impl):
+    check_batches(impl, random_batches(2, 25, ["decode"], [2, 4, 8, 16], n_req=(2, 8)))
+
+
+@CASES("chunked prefill (context already cached)")
+def _(impl):
+    check_batches(impl, random_batches(3, 25, ["chunk"], [2, 4, 8, 16]))
+
+
+@CASES("mixed prefills, chunks and decodes")
+def _(impl):
+    check_batches(impl, random_batches(4, 40, ["prefill", "chunk", "decode"], [2, 4, 8, 16], n_req=(2, 7)))
+
+
+@CASES("chunks starting and ending on and across block boundaries")
+def _(impl):
+    check_batches(impl, random_batches(5, 40, ["aligned"], [2, 4, 16], n_req=(1, 4)))
+
+
+@CASES("block_size 1")
+def _(impl):
+    check_batches(impl, random_batches(6, 20, ["prefill", "chunk", "decode"], [1], n_req=(1, 5)))
+
+
+@CASES("large block_size (everything in one block)")
+def _(impl):
+    check_batches(impl, random_batches(7, 15, ["prefill", "chunk", "decode"], [64, 256], n_req=(1, 5)))
+
+
+@CASES("requests that need no logits")
+def _(impl):
+    rng = random.Random(8)
+    batches = []
+    for _ in range(25):
+        bs = rng.choice([2, 4, 8])
+        items = make_items(rng, [rng.choice(["prefill", "chunk", "decode"]) for _ in range(rng.randint(2, 6))], bs)
+        items = [(t, nc, tb, rng.random() < 0.5) for t, nc, tb, _ in items]
+        batches.append((items, bs))
+    check_batches(impl, batches)
+
+
+@CASES("no request needs logits (empty logits_indices)")
+def _(impl):
+    check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4), ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])
+    out = call(impl.build_batch, [([5, 6, 7], 0, [2], False)], 4)
+    li = out.logits_indices
+    if not isinstance(li, torch.Tensor) or li.numel() != 0:
+        raise CaseFailure("logits_indices must be an empty integer tensor when no request needs logits",
+                          input=show_input([([5, 6, 7], 0, [2], False)], 4))
+
+
+@CASES("block tables longer than needed")
+def _(impl):
+    rng = random.Random(9)
+    batches = []
+    for _ in range(15):
+        bs = rng.choice([2, 4])
+        items = make_items(rng, [rng.choice(["prefill", "chunk", "decode"]) for _ in range(rng.randint(1, 4))], bs,
+                           spare=False)
+        items = [(t, nc, tb + [900 + 7 * k for k in range(rng.randint(1, 3))], lg) for k, (t, nc, tb, lg)
+                 in enumerate(items)]
+        batches.append((items, bs))
+    check_batches(impl, batches)
+
+
+@CASES("many requests")
+def _(impl):
+    check_batches(impl, random_batches(10, 3, ["prefill", "chunk", "decode"], [4, 16], n_req=(40, 64)))
+
+
+@CASES("inputs are not modified")
+def _(impl):
+    items = [([3, 4, 5], 2, [7, 1], True), ([6], 8, [2, 5, 4], True)]
+    import copy
+
+    before = copy.deepcopy(items)
+    try:
+        impl.build_batch(items, 4)
+    except BaseException as exc:  # noqa: BLE001
+        raise raised_failure(LearnerRaised(exc), "build_batch", input=show_input(before, 4)) from None
+    if items != before:
+        raise CaseFailure("build_batch modified its input items", input=show_input(before, 4),
+                          field="items", expected=before, got=items, hint="read the items; never change them")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end: the learner's build_batch drives the reference ModelRunner on the embedded model
+
+
+def _as_reference_batch(fn):
+    """The learner's build_batch, its result checked and converted to the reference Batch (int64 tensors)."""
+
+    def build(items, block_size):
+        try:
+            out = call(fn, items, block_size)
+        except LearnerRaised as err:
+            raise raised_failure(err, "build_batch", input=show_input(items, block_size)) from None
+        try:
+            v = read_batch(out)
+        except CaseFailure as f:
+            f.input = show_input(items, block_size)
+            raise
+        long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+        return ref.Batch(long(v["input_ids"]), long(v["positions"]), long(v["slot_mapping"]),
+                         long(v["query_start_loc"]), long(v["seq_lens"]), v["block_tables"], long(v["logits_indices"]))
+
+    return build
+
+
+def _load_model(path):
+    """The checkpoint in fp32 on the CPU. Built directly on the CPU: mini_llm.load_transformer's meta-device
+    construction costs seconds of one-off torch imports, which the tiny model does not need."""
+    from pathlib import Path
+
+    from mini_llm import Qwen3Config, Transformer, load_transformer
+    from mini_llm.loading import load_state_dict
+
+    folder = Path(path)
+    cfg = Qwen3Config.from_json(folder / "config.json")
+    if cfg.hidden_size * cfg.vocab_size > 50_000_000:  # a real model: the regular loader
+        return load_transformer(folder, dtype=torch.float32, device="cpu")
+    torch.manual_seed(0)
+    model = Transformer(cfg)
+    state = load_state_dict(folder)
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    res = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    if res.unexpected_keys or set(res.missing_keys) - ({"lm_head.weight"} if cfg.tie_word_embeddings else set()):
+        return load_transformer(folder, dtype=torch.float32, device="cpu")
+    return model.float().eval()
+
+
+@CASES("end to end: ModelRunner logits equal each request run alone", timeout=120)
+def _(impl):
+    from mini_llm.settings import EMBEDDED_MODEL
+    from solutions.model_runner import ModelRunner
+
+    path = option("model") or EMBEDDED_MODEL
+    try:
+        model = _load_model(path)
+    except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
+        raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
+                          kind="error") from None
+
+    class Runner(ModelRunner):
+        build_batch = staticmethod(_as_reference_batch(impl.build_batch))
+
+    bs = 4
+    runner = Runner(model, num_blocks=64, block_size=bs)
+    rng = random.Random(128)
+    vocab = model.cfg.vocab_size
+    pool = list(range(64))
+    rng.shuffle(pool)
+    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 13), ("B", 30), ("C", 6), ("D", 9))}
+    tables = {r: [pool.pop() for _ in range(blocks_needed(len(s) + 4, bs))] for r, s in seqs.items()}
+    done = {r: 0 for r in seqs}  # tokens of each request already in the cache
+
+    def alone(tokens: list[int]) -> torch.Tensor:
+        with torch.inference_mode():
+            return model(torch.tensor([tokens]))[0, -1].float()
+
+    def step(label: str, plan: list[tuple[str, int, bool, str]]) -> None:
+        """plan: (request, number of new tokens, need_logits, description)."""
+        items = []
+        for r, n, need, _ in plan:
+            items.append((seqs[r][done[r]: done[r] + n], done[r], tables[r], need))
+        logits = runner.execute_model(items)
+        wanted = [(r, done[r] + n, what) for r, n, need, what in plan if need]
+        if tuple(logits.shape) != (len(wanted), vocab):
+            raise CaseFailure(f"{label}: the runner returned logits of shape {tuple(logits.shape)}, expected "
+                              f"{(len(wanted), vocab)}", input=show_input(items, bs),
+                              hint="logits_indices needs one entry per request with need_logits")
+        for row, (r, upto, what) in zip(logits, wanted):
+            err = (row - alone(seqs[r][:upto])).abs().max().item()
+            if not err <= 1e-4:
+                raise CaseFailure(f"{label}: the logits of request {r} ({what}) differ from running it alone by "
+                                  f"{err:.3g} (tolerance 1e-4)", input=show_input(items, bs),
+                                  hint="compare your batch with the reference on this input: positions, seq_lens "
+                                       "and slot_mapping decide what attention sees")
+        for r, n, _, _ in plan:
+            done[r] += n
+
+    step("step 1", [("A", 13, True, "full prefill"), ("B", 12, False, "first chunk"), ("C", 6, True, "full prefill")])
+    for r in ("A", "C"):
+        seqs[r].append(rng.randrange(vocab))
+    step("step 2 (mixed)", [("D", 9, True, "full prefill"), ("A", 1, True, "decode"),
+                            ("B", 10, True, "middle chunk of a chunked prefill"), ("C", 1, True, "decode")])
+    for r in ("A", "C", "D"):
+        seqs[r].append(rng.randrange(vocab))
+    step("step 3", [("C", 1, True, "decode"), ("B", 8, True, "last chunk"), ("A", 1, True, "decode"),
+                    ("D", 1, True, "decode")])

@@ -1,0 +1,84 @@
+"""Loading a learner's module from a file (never writing it, nor its __pycache__) and checking its API."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .registry import ROOT, Exercise
+
+
+class SetupError(Exception):
+    """The learner's module cannot be graded at all (missing file, import error, missing name, bad signature)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+def module_name_for(path: Path) -> str:
+    """`practice.batch` for ROOT/practice/batch.py (so relative imports work), a private name otherwise."""
+    try:
+        rel = path.resolve().relative_to(ROOT)
+    except ValueError:
+        rel = None
+    if rel is not None and len(rel.parts) == 2 and (ROOT / rel.parts[0] / "__init__.py").is_file():
+        return f"{rel.parts[0]}.{rel.stem}"
+    return f"_judged_{path.stem}"
+
+
+def load_file(path: str | Path) -> ModuleType:
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise SetupError("missing file", f"{path} does not exist")
+    sys.dont_write_bytecode = True
+    name = module_name_for(path)
+    if "." in name:
+        importlib.import_module(name.rsplit(".", 1)[0])  # the parent package, for relative imports
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit at import time, ...
+        from .harness import is_memory_error, trimmed_traceback
+
+        sys.modules.pop(name, None)
+        if isinstance(exc, SystemExit):
+            raise SetupError("import", f"{path.name} called sys.exit({exc.code!r}) while being imported") from None
+        if is_memory_error(exc):
+            raise SetupError("memory", f"memory limit exceeded while importing {path.name}") from None
+        if isinstance(exc, SyntaxError):
+            detail = f"line {exc.lineno}: {exc.msg}\n    {(exc.text or '').rstrip()}"
+            raise SetupError("import", f"{path.name} has a syntax error, {detail}") from None
+        raise SetupError("import", f"importing {path.name} failed:\n{trimmed_traceback(exc, str(path))}") from None
+    return module
+
+
+def signature_text(name: str, params: tuple[str, ...]) -> str:
+    return f"{name}({', '.join(params)})"
+
+
+def check_api(module: Any, exercise: Exercise, where: str) -> None:
+    """Raise SetupError unless `module` defines every name of `exercise.api` accepting its parameters."""
+    for name, params in exercise.api.items():
+        obj = getattr(module, name, None)
+        want = signature_text(name, params)
+        if obj is None:
+            raise SetupError("missing", f"{where} does not define {name}: expected {want}")
+        if not callable(obj):
+            raise SetupError("signature", f"{where}: {name} is a {type(obj).__name__}, expected {want}")
+        try:
+            sig = inspect.signature(obj)
+        except (TypeError, ValueError):
+            continue  # builtins and C functions: nothing to check
+        try:
+            sig.bind(*params)
+        except TypeError as exc:
+            raise SetupError("signature", f"{where}: {name}{sig} cannot be called as {want} ({exc})") from None

@@ -1,0 +1,77 @@
+"""The exercise registry: one small metadata module per exercise in judge/exercises/, found by scanning.
+
+Adding an exercise never edits a shared list: drop `judge/exercises/exNNN_<slug>.py` defining `EXERCISE`
+(see judge/README.md). Metadata modules must stay light (no torch import): `list` reads them all.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository root
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: int  # stable number, e.g. 128
+    slug: str  # e.g. "batch-layout"; `python practice/judge.py batch-layout` works too
+    title: str
+    difficulty: str  # "easy" | "medium" | "hard"
+    practice_file: str  # the learner's file, relative to the repo root, e.g. "practice/batch.py"
+    reference: str  # the reference module, e.g. "solutions.batch"
+    tests: str  # the hidden test module, e.g. "judge.hidden.batch_layout"; it defines CASES = judge.harness.Cases()
+    # Names the learner's module must define, with the positional parameters each must accept, e.g.
+    # {"build_batch": ("items", "block_size")}. For a class, the parameters of its constructor (without self).
+    api: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    statement: str = ""  # the statement, relative to the repo root, e.g. "practice/exercises/128-batch-layout.md"
+    case_timeout: float = 20.0  # default seconds per case (a case may set its own); `time_limit=` overrides
+    memory_limit_mb: int = 4096  # address-space limit of the grading process
+
+    @property
+    def practice_path(self) -> Path:
+        return ROOT / self.practice_file
+
+    @property
+    def reference_path(self) -> Path:
+        mod = importlib.util.find_spec(self.reference)
+        return Path(mod.origin) if mod and mod.origin else ROOT / (self.reference.replace(".", "/") + ".py")
+
+    @property
+    def name(self) -> str:
+        return f"{self.id} {self.slug}"
+
+
+def load_exercises() -> dict[int, Exercise]:
+    """Every registered exercise by id, discovered from judge/exercises/ex*.py."""
+    from . import exercises as pkg
+
+    found: dict[int, Exercise] = {}
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if not info.name.startswith("ex"):
+            continue
+        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        ex = getattr(mod, "EXERCISE", None)
+        if not isinstance(ex, Exercise):
+            raise TypeError(f"judge/exercises/{info.name}.py must define EXERCISE = judge.Exercise(...)")
+        if ex.id in found:
+            raise ValueError(f"exercise id {ex.id} is registered twice ({found[ex.id].slug!r} and {ex.slug!r})")
+        found[ex.id] = ex
+    return dict(sorted(found.items()))
+
+
+def get_exercise(key: int | str | Exercise) -> Exercise:
+    """An exercise by id (128 or "128"), slug ("batch-layout") or the Exercise itself."""
+    if isinstance(key, Exercise):
+        return key
+    exercises = load_exercises()
+    text = str(key).strip()
+    if text.isdigit() and int(text) in exercises:
+        return exercises[int(text)]
+    for ex in exercises.values():
+        if text.lower() in (ex.slug, f"{ex.id}-{ex.slug}"):
+            return ex
+    known = ", ".join(f"{e.id} ({e.slug})" for e in exercises.values())
+    raise KeyError(f"no exercise {key!r}; known exercises: {known}")
