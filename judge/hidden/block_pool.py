@@ -1,0 +1,407 @@
+"""Hidden tests of exercise 125 (BlockPool).
+
+Each case runs a script of operations on the learner's pool and on `Spec`, a small model of the contract written
+here (independent of solutions/), and compares after every step what the engine can observe: the returned ids,
+the error raised, `ref_cnt` and `num_free_blocks`. The free queue is private: its order is observed only through
+the ids that `allocate` hands out (every script ends by allocating all free blocks).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+from judge.harness import CaseFailure, Cases, LearnerRaised, call, raised_failure, shrink, short
+
+CASES = Cases()
+
+# An operation: ("allocate", n) | ("free", [ids]) | ("incref", id) | ("drain",) = allocate every free block.
+Op = tuple
+NO_FREE = "NoFreeBlocksError"
+
+
+class Spec:
+    """The contract, as plainly as possible: a list for the free queue (front = index 0)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        if num_blocks <= 0:
+            raise ValueError
+        self.ref_cnt = [0] * num_blocks
+        self.queue = list(range(num_blocks))
+
+    def apply(self, op: Op) -> tuple[str | None, Any]:
+        """(error name or None, return value)."""
+        kind = op[0]
+        n = len(self.queue) if kind == "drain" else op[1]
+        if kind in ("allocate", "drain"):
+            if n < 0:
+                return "ValueError", None
+            if n > len(self.queue):
+                return NO_FREE, None
+            taken, self.queue = self.queue[:n], self.queue[n:]
+            for b in taken:
+                self.ref_cnt[b] = 1
+            return None, taken
+        if kind == "incref":
+            if not 0 <= n < len(self.ref_cnt):
+                return "ValueError", None
+            if self.ref_cnt[n] == 0:
+                self.queue.remove(n)
+            self.ref_cnt[n] += 1
+            return None, None
+        for b, times in Counter(n).items():  # free: check everything before changing anything
+            if not 0 <= b < len(self.ref_cnt) or self.ref_cnt[b] < times:
+                return "ValueError", None
+        for b in n:
+            self.ref_cnt[b] -= 1
+            if self.ref_cnt[b] == 0:
+                self.queue.append(b)
+        return None, None
+
+
+def op_text(op: Op) -> str:
+    if op[0] == "drain":
+        return "pool.allocate(pool.num_free_blocks)"
+    return f"pool.{op[0]}({op[1]!r})"
+
+
+def script_text(num_blocks: int, ops: list[Op], upto: int | None = None) -> str:
+    """The script as code, each line annotated with what the contract says it does."""
+    spec = Spec(num_blocks)
+    lines = [f"pool = BlockPool({num_blocks})"]
+    for i, op in enumerate(ops[:upto]):
+        err, ret = spec.apply(op)
+        note = f"raises {err}" if err else f"-> {short(ret)}" if ret is not None else f"ref_cnt {short(spec.ref_cnt)}"
+        lines.append(f"{op_text(op):<40} # step {i + 1}: {note}")
+    return "\n".join(lines)
+
+
+def _error_name(exc: BaseException) -> str:
+    if any(c.__name__ == NO_FREE for c in type(exc).__mro__):
+        return NO_FREE
+    return type(exc).__name__
+
+
+def _int_list(value: Any, what: str) -> list[int]:
+    items = value.tolist() if hasattr(value, "tolist") else value
+    try:
+        if any(isinstance(x, (float, bool)) for x in items):
+            raise TypeError
+        return [int(x) for x in items]
+    except (TypeError, ValueError):
+        raise CaseFailure(f"{what} is {short(value)} ({type(value).__name__}); expected a list of integers") from None
+
+
+def observe(pool: Any) -> dict[str, Any]:
+    try:
+        ref_cnt = _int_list(pool.ref_cnt, "pool.ref_cnt")
+        nfree = pool.num_free_blocks
+    except LearnerRaised as err:
+        raise raised_failure(err, "reading the pool") from None
+    except CaseFailure:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. AttributeError, NotImplementedError in the property
+        raise raised_failure(LearnerRaised(exc), "reading ref_cnt / num_free_blocks") from None
+    if isinstance(nfree, bool) or not isinstance(nfree, int) and not (hasattr(nfree, "__index__")):
+        raise CaseFailure(f"num_free_blocks is {short(nfree)} ({type(nfree).__name__}); expected an int",
+                          hint="num_free_blocks is a property returning an int: `@property` above the method")
+    return {"ref_cnt": ref_cnt, "num_free_blocks": int(nfree)}
+
+
+def _hint(op: Op, field: str, exp: Any, got: Any, spec_before: Spec) -> str:
+    kind = op[0]
+    if field == "raises":
+        if exp == NO_FREE:
+            return "allocate(n) with fewer than n free blocks raises NoFreeBlocksError and changes nothing"
+        if exp == "ValueError" and kind == "free":
+            ids = op[1]
+            if any(not 0 <= b < len(spec_before.ref_cnt) for b in ids):
+                return "free must reject ids outside 0 .. num_blocks-1 with ValueError"
+            if len(set(ids)) < len(ids):
+                return ("count repeats within one call: free([b, b]) drops two references, a double free if b "
+                        "has only one")
+            return "freeing a block more times than it is held (ref_cnt 0 or too small) is a double free: ValueError"
+        if exp == "ValueError" and kind == "incref":
+            return "incref must reject ids outside 0 .. num_blocks-1 with ValueError (careful: -1 indexes a list)"
+        if exp == "ValueError":
+            return "a negative n is a ValueError"
+        if exp is None and kind in ("allocate", "drain") and op[-1] == 0:
+            return "allocate(0) is legal and returns []"
+        return "this call is legal: it must not raise"
+    if field == "state after the error":
+        return "a call that raises must change nothing: check everything first, then change the state"
+    if field == "return value":
+        if sorted(got or []) == sorted(exp):
+            return "the right blocks in the wrong order: hand them out in free-queue order, front first"
+        return ("allocate takes from the FRONT of the free queue and free appends at the BACK, so the block "
+                "freed longest ago is reused first (LRU); initially the queue is 0, 1, ..., num_blocks-1")
+    if field == "ref_cnt":
+        if kind == "free":
+            return "free drops ONE reference per id; a block is free only when its ref_cnt reaches 0"
+        if kind == "incref":
+            return "incref adds one owner: ref_cnt[block_id] += 1"
+        return "allocate sets each handed-out block's ref_cnt to 1"
+    if field == "num_free_blocks":
+        if kind == "incref":
+            return "incref of a free block (ref_cnt 0) takes it out of the free queue"
+        return "num_free_blocks is the length of the free queue"
+    return ""
+
+
+def diff(num_blocks: int, ops: list[Op], impl: Any) -> CaseFailure | None:
+    """None if the learner's pool follows the contract on this script, else the first difference."""
+    failure, steps = _first_difference(num_blocks, ops, impl)
+    if failure is not None:
+        failure.input = script_text(num_blocks, ops, steps)
+    return failure
+
+
+def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFailure | None, int]:
+    """(failure or None, number of steps up to and including the failing one)."""
+    try:
+        pool = call(impl.BlockPool, num_blocks)
+    except LearnerRaised as err:
+        return raised_failure(err, "BlockPool(...)"), 0
+    spec = Spec(num_blocks)
+    try:
+        state = observe(pool)
+    except CaseFailure as f:
+        return f, 0
+    for i, op in enumerate(ops):
+        before = Spec(num_blocks)
+        before.ref_cnt, before.queue = list(spec.ref_cnt), list(spec.queue)
+        exp_err, exp_ret = spec.apply(op)
+        where = f"step {i + 1}, {op_text(op)}"
+        args = (state["num_free_blocks"],) if op[0] == "drain" else (op[1],)
+        method = "allocate" if op[0] == "drain" else op[0]
+        got_err, got_ret = None, None
+        try:
+            got_ret = call(getattr(pool, method), *args)
+        except LearnerRaised as err:
+            if isinstance(err.exc, NotImplementedError) or exp_err is None:
+                return raised_failure(err, where), i + 1
+            got_err = _error_name(err.exc)
+        except AttributeError:
+            return CaseFailure(f"BlockPool has no method {method}"), i + 1
+        if got_err != exp_err:
+            msg = (f"{where} should raise {exp_err}" if exp_err else f"{where} raised {got_err}") + \
+                  (f", it raised {got_err}" if exp_err and got_err else ", it did not" if exp_err else "")
+            return CaseFailure(msg, field="raises", expected=exp_err, got=got_err,
+                               hint=_hint(op, "raises", exp_err, got_err, before)), i + 1
+        if method == "allocate" and exp_err is None:
+            try:
+                got_list = None if got_ret is None else _int_list(got_ret, f"the result of {where}")
+            except CaseFailure as f:
+                return f, i + 1
+            if got_list != exp_ret:
+                return CaseFailure(f"{where} returned the wrong block ids", field="return value",
+                                   expected=exp_ret, got=got_ret if got_list is None else got_list,
+                                   hint=_hint(op, "return value", exp_ret, got_list, before)
+                                   if got_list is not None else "allocate must return the list of ids"), i + 1
+        try:
+            state = observe(pool)
+        except CaseFailure as f:
+            return f, i + 1
+        for name, exp in (("ref_cnt", spec.ref_cnt), ("num_free_blocks", len(spec.queue))):
+            if state[name] != exp:
+                field = "state after the error" if exp_err else name
+                msg = f"after {where}" + (f" (which raised {exp_err} as it should)" if exp_err else "") + \
+                      f", {name} is wrong"
+                shown, exp_shown, got_shown = name, exp, state[name]
+                if name == "ref_cnt" and len(exp) > 16:  # a long list: show only the entries that differ
+                    bad = [b for b, (e, g) in enumerate(zip(exp, state[name])) if e != g][:10]
+                    shown = "ref_cnt (entries that differ)"
+                    exp_shown, got_shown = {b: exp[b] for b in bad}, {b: state[name][b] for b in bad}
+                return CaseFailure(msg, field=shown, expected=exp_shown, got=got_shown,
+                                   hint=_hint(op, field, exp, state[name], before)), i + 1
+    return None, len(ops)
+
+
+def candidates(value: tuple[int, list[Op]]):
+    """Shorter scripts, then smaller numbers."""
+    nb, ops = value
+    body = ops[:-1] if ops and ops[-1] == ("drain",) else ops  # the final drain shows the queue order: keep it
+    tail = ops[len(body):]
+    for size in (len(body) // 2, len(body) // 4, 2, 1):
+        if size < 1:
+            continue
+        for start in range(0, len(body), size):
+            yield nb, body[:start] + body[start + size:] + tail
+    for i, op in enumerate(body):
+        if op[0] == "allocate" and op[1] > 0:
+            for smaller in {op[1] // 2, op[1] - 1}:
+                yield nb, body[:i] + [("allocate", smaller)] + body[i + 1:] + tail
+        if op[0] == "free" and len(op[1]) > 1:
+            for j in range(len(op[1])):
+                yield nb, body[:i] + [("free", op[1][:j] + op[1][j + 1:])] + body[i + 1:] + tail
+    for smaller in sorted({nb // 2, nb - 1}):
+        if smaller >= 1:
+            yield smaller, ops
+
+
+def check_scripts(impl: Any, scripts: list[tuple[int, list[Op]]]) -> None:
+    for nb, ops in scripts:
+        failure = diff(nb, ops, impl)
+        if failure is None:
+            continue
+        if failure.kind == "not implemented":
+            raise failure
+        smallest = shrink((nb, ops), lambda v: diff(v[0], v[1], impl) is not None, candidates, max_calls=600)
+        raise diff(*smallest, impl) or failure
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Random scripts
+
+
+def random_script(rng: random.Random, num_blocks: int, length: int, misuse: float) -> list[Op]:
+    """Mostly legal operations chosen from the current state; with probability `misuse`, an illegal one."""
+    spec = Spec(num_blocks)
+    ops: list[Op] = []
+    for _ in range(length):
+        held = [b for b, c in enumerate(spec.ref_cnt) for _ in range(c)]
+        r = rng.random()
+        if rng.random() < misuse:
+            op = rng.choice([
+                ("allocate", len(spec.queue) + rng.randint(1, 3)),
+                ("free", [rng.randrange(num_blocks)] * 2),
+                ("free", rng.sample(held, min(len(held), 2)) + [rng.choice([-1, num_blocks])]),
+                ("free", [b for b, c in enumerate(spec.ref_cnt) if c == 0][:1] or [num_blocks]),
+                ("incref", rng.choice([-1, num_blocks, num_blocks + 3])),
+                ("allocate", rng.randint(-2, -1)),
+            ])
+        elif r < 0.4 or not held:
+            op = ("allocate", rng.randint(0, max(1, min(4, len(spec.queue)))))
+        elif r < 0.75:
+            op = ("free", rng.sample(held, rng.randint(1, min(4, len(held)))))
+        else:
+            op = ("incref", rng.randrange(num_blocks))
+        spec.apply(op)
+        ops.append(op)
+    return ops + [("drain",)]
+
+
+def random_scripts(seed: int, count: int, sizes: tuple[int, int], length: tuple[int, int],
+                   misuse: float) -> list[tuple[int, list[Op]]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        nb = rng.randint(*sizes)
+        out.append((nb, random_script(rng, nb, rng.randint(*length), misuse)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The cases
+
+
+@CASES("a new pool: all blocks free, handed out in order 0, 1, 2, ...")
+def _(impl):
+    check_scripts(impl, [(1, [("drain",)]), (5, [("allocate", 2), ("allocate", 3)]), (8, [("drain",)])])
+
+
+@CASES("num_blocks must be positive")
+def _(impl):
+    for nb in (0, -3):
+        try:
+            call(impl.BlockPool, nb)
+        except LearnerRaised as err:
+            if isinstance(err.exc, NotImplementedError):
+                raise raised_failure(err, "BlockPool(...)") from None
+            if isinstance(err.exc, ValueError):
+                continue
+            raise CaseFailure(f"BlockPool({nb}) raised {type(err.exc).__name__}; expected ValueError",
+                              input=f"BlockPool({nb})", field="raises", expected="ValueError",
+                              got=type(err.exc).__name__) from None
+        raise CaseFailure(f"BlockPool({nb}) did not raise", input=f"BlockPool({nb})", field="raises",
+                          expected="ValueError", got=None, hint="a pool needs at least one block: ValueError")
+
+
+@CASES("allocate is all or nothing (NoFreeBlocksError changes nothing)")
+def _(impl):
+    check_scripts(impl, [(4, [("allocate", 5), ("drain",)]), (6, [("allocate", 4), ("allocate", 3), ("drain",)]),
+                         (3, [("allocate", 3), ("allocate", 1), ("free", [1]), ("allocate", 2), ("drain",)])])
+
+
+@CASES("allocate(0) returns [], a negative n is a ValueError")
+def _(impl):
+    check_scripts(impl, [(3, [("allocate", 0), ("drain",)]), (2, [("allocate", 2), ("allocate", 0), ("drain",)]),
+                         (3, [("allocate", -1), ("drain",)])])
+
+
+@CASES("freed blocks go to the back of the queue (LRU reuse)")
+def _(impl):
+    check_scripts(impl, [
+        (4, [("allocate", 2), ("free", [0]), ("drain",)]),
+        (6, [("allocate", 4), ("free", [3, 1]), ("free", [0]), ("drain",)]),
+        (5, [("drain",), ("free", [2, 4, 0]), ("allocate", 1), ("free", [1, 3]), ("drain",)]),
+    ])
+
+
+@CASES("double free is a ValueError and changes nothing")
+def _(impl):
+    check_scripts(impl, [(3, [("free", [0]), ("drain",)]), (3, [("allocate", 1), ("free", [0]), ("free", [0]),
+                                                               ("drain",)]),
+                         (4, [("allocate", 2), ("free", [0, 1, 2]), ("drain",)])])
+
+
+@CASES("repeats within one free call are counted")
+def _(impl):
+    check_scripts(impl, [(3, [("allocate", 2), ("free", [1, 1]), ("drain",)]),
+                         (3, [("allocate", 2), ("incref", 1), ("free", [1, 1]), ("drain",)]),
+                         (4, [("allocate", 3), ("incref", 0), ("free", [0, 2, 0, 0]), ("drain",)])])
+
+
+@CASES("ids out of range are a ValueError and change nothing")
+def _(impl):
+    check_scripts(impl, [(3, [("allocate", 2), ("free", [0, 3]), ("drain",)]),
+                         (3, [("allocate", 2), ("free", [1, -1]), ("drain",)]),
+                         (3, [("incref", 3), ("drain",)]), (3, [("incref", -1), ("drain",)])])
+
+
+@CASES("shared blocks: incref adds an owner, free drops one")
+def _(impl):
+    check_scripts(impl, [
+        (3, [("allocate", 1), ("incref", 0), ("free", [0]), ("drain",)]),
+        (4, [("allocate", 2), ("incref", 1), ("incref", 1), ("free", [1]), ("free", [0, 1]), ("free", [1]),
+             ("drain",)]),
+    ])
+
+
+@CASES("incref of a free block takes it out of the free queue")
+def _(impl):
+    check_scripts(impl, [(4, [("incref", 2), ("drain",)]),
+                         (4, [("allocate", 2), ("free", [0, 1]), ("incref", 0), ("drain",)]),
+                         (3, [("incref", 0), ("free", [0]), ("drain",)])])
+
+
+@CASES("random legal scripts")
+def _(impl):
+    check_scripts(impl, random_scripts(125, 40, (1, 10), (5, 30), misuse=0.0))
+
+
+@CASES("random scripts with illegal calls mixed in")
+def _(impl):
+    check_scripts(impl, random_scripts(1250, 40, (1, 10), (5, 30), misuse=0.25))
+
+
+@CASES("a larger pool (1000 blocks)")
+def _(impl):
+    check_scripts(impl, random_scripts(12500, 2, (1000, 1000), (300, 300), misuse=0.05))
+
+
+@CASES("two pools are independent")
+def _(impl):
+    try:
+        a, b = call(impl.BlockPool, 3), call(impl.BlockPool, 3)
+        call(a.allocate, 2)
+    except LearnerRaised as err:
+        raise raised_failure(err, "BlockPool", input="a, b = BlockPool(3), BlockPool(3); a.allocate(2)") from None
+    got = observe(b)
+    if got != {"ref_cnt": [0, 0, 0], "num_free_blocks": 3}:
+        raise CaseFailure("allocating from one pool changed another pool", field="second pool",
+                          input="a, b = BlockPool(3), BlockPool(3); a.allocate(2)",
+                          expected={"ref_cnt": [0, 0, 0], "num_free_blocks": 3}, got=got,
+                          hint="keep the state in instance attributes (self.x = ... in __init__), not in class "
+                               "attributes or default arguments")
