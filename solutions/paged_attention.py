@@ -8,8 +8,10 @@ tokens of its `seq_lens[i]`-token context. Its keys live in the blocks `block_ta
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -53,3 +55,67 @@ def paged_attention(
                                            attn_mask=mask, scale=scale)
         out[start:end] = o.transpose(0, 1)
     return out
+
+
+@dataclass
+class PaddedGroup:
+    """Requests attended together in one padded SDPA call: G requests, each padded to Q query rows and to the
+    K = W * block_size key slots of a W-block table. Built once per step, on the CPU, and shared by every layer."""
+
+    token_index: torch.Tensor  # [G, Q] flat row of each padded query (padding repeats a real row)
+    out_index: torch.Tensor  # [n] flat rows this group answers ...
+    padded_row: torch.Tensor  # [n] ... and where each sits in the padded output viewed as [G * Q]
+    block_tables: torch.Tensor  # [G, W]
+    mask: torch.Tensor  # [G, 1, Q, K] key k is visible to query row q
+
+
+def build_padded_groups(query_start_loc: Sequence[int], seq_lens: Sequence[int],
+                        block_tables: Sequence[Sequence[int]], block_size: int,
+                        device: torch.device) -> list[PaddedGroup]:
+    """Metadata for `paged_attention_batched`: decodes in one group, longer queries (prefill chunks) in another,
+    so that one long prompt does not pad every decode to its length."""
+    qsl, lens = np.asarray(query_start_loc, dtype=np.int64), np.asarray(seq_lens, dtype=np.int64)
+    q_lens = np.diff(qsl)
+    groups = []
+    for members in (np.flatnonzero(q_lens == 1), np.flatnonzero(q_lens > 1)):
+        if len(members) == 0:
+            continue
+        q, ctx, start = q_lens[members], lens[members], qsl[members]
+        width = int(-(-ctx.max() // block_size))
+        rows = np.arange(q.max())
+        token_index = start[:, None] + np.minimum(rows[None, :], q[:, None] - 1)
+        valid = rows[None, :] < q[:, None]
+        padded_row = np.flatnonzero(valid)
+        tables = np.zeros((len(members), width), dtype=np.int64)
+        for g, i in enumerate(members):
+            n = -(-int(ctx[g]) // block_size)
+            tables[g, :n] = block_tables[i][:n]
+        # Query row r of a request is position ctx - q + r and sees keys up to there (padded rows see more,
+        # harmlessly: their outputs are dropped).
+        mask = np.arange(width * block_size)[None, None, :] <= (ctx - q)[:, None, None] + rows[None, :, None]
+        as_dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)  # noqa: E731
+        groups.append(PaddedGroup(as_dev(token_index), as_dev(token_index.reshape(-1)[padded_row]),
+                                  as_dev(padded_row), as_dev(tables), as_dev(mask[:, None])))
+    return groups
+
+
+def paged_attention_batched(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                            groups: list[PaddedGroup], scale: float | None = None) -> torch.Tensor:
+    """`paged_attention` with one SDPA call per group instead of one per request (same result up to float
+    rounding): gather each group's blocks through its padded block table and mask what a row may not see."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    out = torch.empty_like(query)
+    for g in groups:
+        k, v = (_gather_blocks(c, g.block_tables).transpose(1, 2) for c in (key_cache, value_cache))
+        o = F.scaled_dot_product_attention(query[g.token_index].transpose(1, 2), k, v, attn_mask=g.mask,
+                                           scale=scale, enable_gqa=True)
+        out[g.out_index] = o.transpose(1, 2).flatten(0, 1)[g.padded_row]
+    return out
+
+
+def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+    """`[G, W * block_size, n_kv_heads, head_dim]`: each row's blocks, in order. index_select on whole flattened
+    blocks copies contiguous rows, several times faster on CPU than advanced indexing `cache[block_tables]`."""
+    n_seqs, width = block_tables.shape
+    rows = cache.view(cache.shape[0], -1).index_select(0, block_tables.flatten())
+    return rows.view(n_seqs, width * cache.shape[1], *cache.shape[2:])

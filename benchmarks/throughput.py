@@ -1,0 +1,293 @@
+"""Throughput of the course's engine against transformers' `generate` and one-request-at-a-time generation.
+
+One seeded workload runs through three systems, greedy, each forced to generate every request's drawn number of
+tokens (end-of-sequence ignored), so they do the same useful work:
+
+  (a) engine      solutions.engine.LLMEngine: continuous batching, paged KV cache, mixed prefill/decode steps
+  (b) hf          transformers' Qwen3ForCausalLM.generate on the same checkpoint and dtype: static batches of
+                  `--max-batch` requests, left padding; a batch runs until its longest request is done
+  (c) sequential  mini_llm.generate, one request at a time
+
+It checks that all three produce the same tokens for every request, then reports output tokens/s, the ratios
+(a)/(b) and (a)/(c) from this run, time to first token and time between tokens, and the engine's KV memory.
+
+    python benchmarks/throughput.py                       # 64 requests, embedded model, CPU, fp32
+    python benchmarks/throughput.py --num-requests 16 --seed 1
+    MINI_LLM_MODEL=~/models/Qwen3-0.6B python benchmarks/throughput.py --device cuda --dtype bfloat16
+
+TTFT counts from the moment the whole workload is submitted (an offline batch), so it includes queueing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mini_llm import generate, load_transformer, model_path, pick_device  # noqa: E402
+from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
+from solutions.sampling import SamplingParams  # noqa: E402
+
+SYSTEMS = ("engine", "hf", "sequential")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Workload:
+    prompts: list[list[int]]
+    output_lens: list[int]
+
+    @property
+    def max_len(self) -> int:
+        return max(len(p) + n for p, n in zip(self.prompts, self.output_lens))
+
+
+@dataclass
+class SystemResult:
+    outputs: list[list[int]]
+    seconds: float
+    # Per request: seconds from submission to its first token, and between its consecutive tokens (may be empty).
+    ttft: list[float] = field(default_factory=list)
+    tbt: list[float] = field(default_factory=list)
+
+
+def make_workload(num_requests: int, seed: int, vocab: list[int], prompt_lens: tuple[int, int] = (16, 256),
+                  output_lens: tuple[int, int] = (16, 128)) -> Workload:
+    """Prompt and output lengths uniform in the inclusive ranges; prompt tokens uniform over `vocab`."""
+    rng = np.random.default_rng(seed)
+    p_lens = rng.integers(prompt_lens[0], prompt_lens[1] + 1, num_requests)
+    o_lens = rng.integers(output_lens[0], output_lens[1] + 1, num_requests)
+    vocab_arr = np.asarray(vocab)
+    prompts = [vocab_arr[rng.integers(0, len(vocab_arr), n)].tolist() for n in p_lens]
+    return Workload(prompts, o_lens.tolist())
+
+
+def prompt_vocab(folder, vocab_size: int) -> list[int]:
+    """Ordinary token ids to draw prompts from: the tokenizer's vocabulary without special tokens when the
+    checkpoint has one (Qwen3's embedding matrix has unused rows past it), else every id the model knows."""
+    try:
+        from mini_llm import load_tokenizer
+        tok = load_tokenizer(folder)
+    except Exception:  # a bare checkpoint without tokenizer files
+        return list(range(vocab_size))
+    special = set(tok.all_special_ids)
+    return [i for i in range(min(len(tok), vocab_size)) if i not in special]
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued device work, so that a timestamp means the work is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16
+               ) -> tuple[SystemResult, dict]:
+    """(a) The reference engine; also returns its KV-memory figures."""
+    blocks_per_seq = -(-workload.max_len // block_size)
+    config = EngineConfig(num_blocks=max_batch * blocks_per_seq, block_size=block_size, token_budget=token_budget,
+                          max_num_seqs=max_batch)
+    engine = LLMEngine(model, config)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.output_lens]
+    requests = engine.add_requests(workload.prompts, params)
+    index = {r.request_id: i for i, r in enumerate(requests)}
+    stamps: list[list[float]] = [[] for _ in requests]
+    pool, peak_blocks = engine.kv_cache_manager.block_pool, 0
+    sync(model.device)
+    start = time.perf_counter()
+    while engine.has_unfinished_requests():
+        outputs = engine.step()
+        now = time.perf_counter()  # the sampled tokens are Python ints: the step's device work is done
+        peak_blocks = max(peak_blocks, pool.num_blocks - pool.num_free_blocks)
+        for out in outputs:
+            stamps[index[out.request_id]].append(now - start)
+    seconds = time.perf_counter() - start
+    cache = engine.runner.kv_cache
+    block_bytes = cache.bytes // cache.num_blocks
+    kv = {"block_size": block_size, "block_bytes": block_bytes, "peak_blocks": peak_blocks,
+          "paged_peak_bytes": peak_blocks * block_bytes,
+          # A contiguous cache reserves max_len slots for each of max_batch sequences, whatever they use.
+          "contiguous_bytes": max_batch * workload.max_len * block_bytes // block_size,
+          "used_token_slots_peak": peak_blocks * block_size}
+    return _result([list(r.output_token_ids) for r in requests], seconds, stamps), kv
+
+
+def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> SystemResult:
+    """(b) transformers' generate: static batches of `max_batch` requests in order, left-padded, greedy, no EOS
+    stop; each batch generates its longest request's count and every request keeps its first drawn tokens."""
+    from transformers import GenerationConfig
+    from transformers.generation.streamers import BaseStreamer
+
+    device = hf_model.device
+    outputs: list[list[int]] = []
+    stamps: list[list[float]] = []
+    sync(device)
+    start = time.perf_counter()
+
+    class Clock(BaseStreamer):
+        """Stamps every generated token; the first `put` is the prompt."""
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def put(self, value) -> None:
+            self.times.append(time.perf_counter() - start)
+
+        def end(self) -> None:
+            pass
+
+    for lo in range(0, len(workload.prompts), max_batch):
+        prompts, lens = workload.prompts[lo: lo + max_batch], workload.output_lens[lo: lo + max_batch]
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        gen = GenerationConfig(max_new_tokens=max(lens), do_sample=False, eos_token_id=None,
+                               pad_token_id=pad_token_id)
+        clock = Clock()
+        with torch.inference_mode():
+            out = hf_model.generate(input_ids=ids, attention_mask=mask, generation_config=gen, streamer=clock)
+        rows = out[:, width:].tolist()
+        token_times = clock.times[1:]
+        outputs += [row[:n] for row, n in zip(rows, lens)]
+        stamps += [token_times[:n] for n in lens]
+    seconds = time.perf_counter() - start
+    return _result(outputs, seconds, stamps)
+
+
+def run_sequential(model, workload: Workload) -> SystemResult:
+    """(c) One request at a time with the contiguous-cache generator; per-request wall times only."""
+    outputs, stamps = [], []
+    sync(model.device)
+    start = time.perf_counter()
+    for prompt, n in zip(workload.prompts, workload.output_lens):
+        begin = time.perf_counter() - start
+        outputs.append(generate(model, prompt, max_new_tokens=n, eos_token_id=None))
+        sync(model.device)
+        stamps.append([begin, time.perf_counter() - start])
+    seconds = time.perf_counter() - start
+    # mini_llm.generate has no per-token hook: report each request's mean time per token as its "TBT".
+    tbt = [(t[1] - t[0]) / n for t, n in zip(stamps, workload.output_lens)]
+    return SystemResult(outputs, seconds, ttft=[], tbt=tbt)
+
+
+def _result(outputs: list[list[int]], seconds: float, stamps: list[list[float]]) -> SystemResult:
+    return SystemResult(outputs, seconds, ttft=[s[0] for s in stamps],
+                        tbt=[b - a for s in stamps for a, b in zip(s, s[1:])])
+
+
+def mismatches(reference: list[list[int]], other: list[list[int]]) -> list[dict]:
+    """Requests whose tokens differ, with the first differing position."""
+    found = []
+    for i, (a, b) in enumerate(zip(reference, other, strict=True)):
+        if a != b:
+            pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            found.append({"request": i, "position": pos, "lengths": (len(a), len(b))})
+    return found
+
+
+def summarize(result: SystemResult) -> dict:
+    tokens = sum(len(o) for o in result.outputs)
+    stat = lambda xs, q: float(np.percentile(xs, q)) if xs else None  # noqa: E731
+    return {"output_tokens": tokens, "seconds": result.seconds, "tokens_per_s": tokens / result.seconds,
+            "ttft_median_s": stat(result.ttft, 50), "ttft_p99_s": stat(result.ttft, 99),
+            "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99)}
+
+
+def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, token_budget: int = 256,
+                  device: str | None = None, model: str | None = None, dtype: str = "float32",
+                  prompt_lens: tuple[int, int] = (16, 256), output_lens: tuple[int, int] = (16, 128),
+                  systems: tuple[str, ...] = SYSTEMS, warmup: bool = True) -> dict:
+    """Run the workload through `systems` (engine first: it is the reference for the token comparison)."""
+    from transformers import Qwen3ForCausalLM
+
+    folder, dev, torch_dtype = model_path(model), pick_device(device), DTYPES[dtype]
+    ours = load_transformer(folder, dtype=torch_dtype, device=dev)
+    workload = make_workload(num_requests, seed, prompt_vocab(folder, ours.cfg.vocab_size), prompt_lens, output_lens)
+    runners = {"engine": lambda w: run_engine(ours, w, max_batch, token_budget)[0],
+               "sequential": lambda w: run_sequential(ours, w)}
+    if "hf" in systems:
+        hf_model = Qwen3ForCausalLM.from_pretrained(str(folder), dtype=torch_dtype).to(dev).eval()
+        runners["hf"] = lambda w: run_hf(hf_model, w, max_batch, pad_token_id=0)
+    if warmup:  # first calls pay for allocator growth and lazy initialisation
+        tiny = make_workload(2, seed + 1, list(range(ours.cfg.vocab_size)), (8, 16), (2, 4))
+        for name in systems:
+            runners[name](tiny)
+    results: dict[str, SystemResult] = {}
+    kv = None
+    for name in systems:
+        if name == "engine":
+            results[name], kv = run_engine(ours, workload, max_batch, token_budget)
+        else:
+            results[name] = runners[name](workload)
+    reference = results[systems[0]].outputs
+    report = {
+        "config": {"num_requests": num_requests, "seed": seed, "max_batch": max_batch, "token_budget": token_budget,
+                   "device": str(dev), "model": str(folder), "dtype": dtype, "prompt_lens": list(prompt_lens),
+                   "output_lens": list(output_lens), "torch_threads": torch.get_num_threads()},
+        "systems": {name: summarize(r) for name, r in results.items()},
+        "mismatches": {name: mismatches(reference, r.outputs) for name, r in results.items() if name != systems[0]},
+        "kv_memory": kv,
+        "outputs": {name: r.outputs for name, r in results.items()},
+    }
+    tps = {name: s["tokens_per_s"] for name, s in report["systems"].items()}
+    report["ratios"] = {f"engine/{name}": tps["engine"] / tps[name] for name in tps if name != "engine"
+                        } if "engine" in tps else {}
+    return report
+
+
+def format_report(report: dict) -> str:
+    ms = lambda x: "-" if x is None else f"{1000 * x:8.1f}"  # noqa: E731
+    lines = [f"config: {json.dumps(report['config'])}", "",
+             f"{'system':<11}{'tokens':>8}{'seconds':>9}{'tok/s':>9}{'TTFT p50':>10}{'TTFT p99':>10}"
+             f"{'TBT p50':>10}{'TBT p99':>10}   (times in ms)"]
+    for name, s in report["systems"].items():
+        lines.append(f"{name:<11}{s['output_tokens']:>8}{s['seconds']:>9.2f}{s['tokens_per_s']:>9.1f}"
+                     f"{ms(s['ttft_median_s']):>10}{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>10}"
+                     f"{ms(s['tbt_p99_s']):>10}")
+    lines.append("")
+    lines += [f"ratio {k}: {v:.2f}x" for k, v in report["ratios"].items()]
+    for name, bad in report["mismatches"].items():
+        lines.append(f"tokens {name} vs engine: " + ("identical for every request" if not bad else
+                                                      f"{len(bad)} request(s) differ: {bad[:5]}"))
+    kv = report["kv_memory"]
+    if kv:
+        lines.append(f"KV memory: peak {kv['peak_blocks']} blocks x {kv['block_bytes']} B = "
+                     f"{kv['paged_peak_bytes'] / 2**20:.2f} MiB paged, against {kv['contiguous_bytes'] / 2**20:.2f} "
+                     f"MiB for a contiguous max_len reservation "
+                     f"({kv['paged_peak_bytes'] / kv['contiguous_bytes']:.0%})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--num-requests", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-batch", type=int, default=16, help="engine max_num_seqs and HF static batch size")
+    ap.add_argument("--token-budget", type=int, default=256, help="engine tokens per step")
+    ap.add_argument("--device", default=None, help="default: $MINI_LLM_DEVICE, else CUDA if available, else CPU")
+    ap.add_argument("--model", default=None, help="checkpoint folder; default: $MINI_LLM_MODEL, else embedded")
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
+    ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    systems = tuple(args.systems.split(","))
+    report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
+                           args.dtype, systems=systems)
+    print(format_report(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0 if not any(report["mismatches"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
