@@ -1,0 +1,16 @@
+"""Exercise 126 metadata (see judge/README.md)."""
+from judge.registry import Exercise
+
+EXERCISE = Exercise(
+    id=126,
+    slug="slot-mapping",
+    title="Slot mapping: where each token's K and V live in the paged cache",
+    difficulty="easy",
+    practice_file="practice/paged_kv_cache.py",
+    reference="solutions.paged_kv_cache",
+    tests="judge.hidden.slot_mapping",
+    api={"compute_slot_mapping": ("block_table", "start", "end", "block_size"),
+         "write_kv": ("key_cache", "value_cache", "key", "value", "slot_mapping")},
+    statement="practice/exercises/126-slot-mapping.md",
+    case_timeout=20.0,
+)

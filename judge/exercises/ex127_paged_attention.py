@@ -1,0 +1,15 @@
+"""Exercise 127 metadata (see judge/README.md)."""
+from judge.registry import Exercise
+
+EXERCISE = Exercise(
+    id=127,
+    slug="paged-attention",
+    title="Paged attention over a flat batch of prefills, chunks and decodes",
+    difficulty="hard",
+    practice_file="practice/paged_attention.py",
+    reference="solutions.paged_attention",
+    tests="judge.hidden.paged_attention",
+    api={"paged_attention": ("query", "key_cache", "value_cache", "query_start_loc", "seq_lens", "block_tables")},
+    statement="practice/exercises/127-paged-attention.md",
+    case_timeout=20.0,
+)

@@ -1,0 +1,410 @@
+"""Hidden tests of exercise 127 (paged_attention), and the end-to-end check shared with exercise 126.
+
+The expected output is dense causal attention computed here, independently of solutions/: each request's keys
+and values are read position by position through its block table, scores and softmax in float64 with an
+explicit mask. Caches are filled with random values everywhere, so reading a wrong block or a row past
+seq_len changes the result. Tolerance (float32): |got - expected| <= ATOL + RTOL * |expected|.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from judge.harness import CaseFailure, Cases, LearnerRaised, option, raised_failure, shrink, short
+
+CASES = Cases()
+ATOL, RTOL = 1e-5, 1e-5  # float32 against a float64 reference; contexts are at most ~100 keys
+LOW_PRECISION_TOL = 2e-2  # bfloat16 inputs: compared with the float64 reference of the same rounded inputs
+
+
+@dataclass(frozen=True)
+class Req:
+    t: int  # new tokens (queries) this step
+    seq_len: int  # context length, counting the new tokens
+    table: tuple[int, ...]
+    qseed: int  # seeds this request's queries, so that dropping another request keeps them
+
+
+@dataclass(frozen=True)
+class Spec:
+    seed: int  # seeds the caches
+    block_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    num_blocks: int
+    reqs: tuple[Req, ...]
+    scale: float | None = None
+    index_kind: str = "list"  # how query_start_loc / seq_lens are passed: list | int32 | int64
+    dtype: torch.dtype = torch.float32
+
+
+def make_inputs(s: Spec) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(s.seed)
+    shape = (s.num_blocks, s.block_size, s.n_kv_heads, s.head_dim)
+    kc, vc = torch.randn(shape, generator=g).to(s.dtype), torch.randn(shape, generator=g).to(s.dtype)
+    qs = [torch.randn(r.t, s.n_heads, s.head_dim, generator=torch.Generator().manual_seed(r.qseed)) for r in s.reqs]
+    query = torch.cat(qs).to(s.dtype) if qs else torch.zeros(0, s.n_heads, s.head_dim, dtype=s.dtype)
+    qsl = [0]
+    for r in s.reqs:
+        qsl.append(qsl[-1] + r.t)
+    lens = [r.seq_len for r in s.reqs]
+    if s.index_kind != "list":
+        dt = torch.int32 if s.index_kind == "int32" else torch.long
+        qsl, lens = torch.tensor(qsl, dtype=dt), torch.tensor(lens, dtype=dt)
+    return {"query": query, "key_cache": kc, "value_cache": vc, "query_start_loc": qsl, "seq_lens": lens,
+            "block_tables": [list(r.table) for r in s.reqs], "scale": s.scale}
+
+
+def dense_reference(s: Spec, inp: dict[str, Any], *, causal: bool = True, offset: bool = True, gqa: str = "interleave",
+                    scale: float | None = None, whole_blocks: bool = False, sort_tables: bool = False) -> torch.Tensor:
+    """float64 causal attention per request; the keyword arguments produce the common mistakes (for hints)."""
+    q_all, kc, vc = inp["query"].double(), inp["key_cache"].double(), inp["value_cache"].double()
+    bs, rep = s.block_size, s.n_heads // s.n_kv_heads
+    scale = scale if scale is not None else (s.scale if s.scale is not None else 1 / math.sqrt(s.head_dim))
+    out, start = [], 0
+    for r in s.reqs:
+        table = sorted(r.table) if sort_tables else r.table
+        ctx = -(-r.seq_len // bs) * bs if whole_blocks else r.seq_len
+        k = torch.stack([kc[table[p // bs], p % bs] for p in range(ctx)])  # [ctx, n_kv, D]
+        v = torch.stack([vc[table[p // bs], p % bs] for p in range(ctx)])
+        q = q_all[start: start + r.t]
+        start += r.t
+        rows = []
+        for h in range(s.n_heads):
+            kv = h // rep if gqa == "interleave" else h % s.n_kv_heads
+            scores = (q[:, h] @ k[:, kv].T) * scale  # [t, ctx]
+            if causal:
+                first = (ctx - r.t) if offset else 0
+                allowed = torch.arange(ctx)[None, :] <= first + torch.arange(r.t)[:, None]
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            w = torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
+            rows.append((w / w.sum(dim=-1, keepdim=True)) @ v[:, kv])
+        if r.t:
+            out.append(torch.stack(rows, dim=1))
+    return torch.cat(out) if out else torch.zeros(0, s.n_heads, s.head_dim, dtype=torch.float64)
+
+
+def _close(got: torch.Tensor, exp: torch.Tensor, tol: float | None) -> torch.Tensor:
+    """Elementwise: within tolerance."""
+    if tol is None:
+        return (got - exp).abs() <= ATOL + RTOL * exp.abs()
+    return (got - exp).abs() <= tol * (1 + exp.abs())
+
+
+MISTAKES = [  # (keyword arguments of dense_reference, hint)
+    ({"causal": False}, "no causal mask: query j of a request may only see positions 0 .. seq_len - t + j"),
+    ({"offset": False}, "the causal mask ignores the cached context: the t queries are the LAST t positions, so "
+                        "query j sees keys 0 .. seq_len - t + j (a mask of shape [t, seq_len], diagonal seq_len - t)"),
+    ({"gqa": "tile"}, "grouped-query attention: query head h reads KV head h // (n_heads // n_kv_heads) "
+                      "(repeat_interleave), not h % n_kv_heads (repeat / tile)"),
+    ({"whole_blocks": True}, "only the first seq_len rows of the request's blocks are its context: the last block "
+                             "is usually partly filled (its other rows hold garbage)"),
+    ({"sort_tables": True}, "read the blocks in block-table order: position p is in block_table[p // block_size]"),
+]
+
+
+def _diagnose(s: Spec, inp: dict[str, Any], got: torch.Tensor, tol: float | None) -> str:
+    mistakes = list(MISTAKES)
+    d = s.head_dim
+    for sc, what in ((1 / d, "1/head_dim"), (1.0, "1 (no scaling)"), (math.sqrt(d), "sqrt(head_dim)")):
+        mistakes.append(({"scale": sc}, f"wrong scale: you seem to use {what}; the default is 1/sqrt(head_dim)"))
+    if s.scale is not None:
+        mistakes.append(({"scale": 1 / math.sqrt(d)}, "the `scale` argument is ignored: use it when it is not None"))
+    right = dense_reference(s, inp)
+    for kwargs, hint in mistakes:
+        alt = dense_reference(s, inp, **kwargs)
+        if not bool(_close(alt, right, tol).all()) and bool(_close(got, alt, tol).all()):
+            return hint
+    return ("compare one request alone with dense attention: gather its keys through its block table, mask "
+            "causally with the cached context in front, softmax over the keys (the last dimension)")
+
+
+def show(s: Spec) -> str:
+    qsl = [0]
+    for r in s.reqs:
+        qsl.append(qsl[-1] + r.t)
+    idx = "" if s.index_kind == "list" else f" (as {s.index_kind} tensors)"
+    return (f"query: random {str(s.dtype).replace('torch.', '')} [N={qsl[-1]}, n_heads={s.n_heads}, "
+            f"head_dim={s.head_dim}]; key_cache, value_cache: random [num_blocks={s.num_blocks}, "
+            f"block_size={s.block_size}, n_kv_heads={s.n_kv_heads}, head_dim={s.head_dim}]\n"
+            f"query_start_loc={qsl}, seq_lens={[r.seq_len for r in s.reqs]}{idx}, "
+            f"block_tables={[list(r.table) for r in s.reqs]}, scale={s.scale}")
+
+
+def invoke(fn, inp: dict[str, Any]) -> Any:
+    """The learner's function on the given tensors (no copies: the inputs are checked afterwards)."""
+    try:
+        return fn(inp["query"], inp["key_cache"], inp["value_cache"], inp["query_start_loc"], inp["seq_lens"],
+                  inp["block_tables"], inp["scale"])
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        from judge.harness import is_memory_error
+
+        if is_memory_error(exc):
+            raise
+        raise LearnerRaised(exc) from exc
+
+
+def diff(s: Spec, fn) -> CaseFailure | None:
+    text = show(s)
+    inp = make_inputs(s)
+    saved = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+    try:
+        out = invoke(fn, inp)
+    except LearnerRaised as err:
+        return raised_failure(err, "paged_attention", input=text)
+    for k, v in saved.items():
+        if isinstance(v, torch.Tensor) and not torch.equal(inp[k], v):
+            return CaseFailure(f"paged_attention modified its input {k}", input=text, hint="only read the inputs")
+    n = sum(r.t for r in s.reqs)
+    want = (n, s.n_heads, s.head_dim)
+    if not isinstance(out, torch.Tensor):
+        return CaseFailure(f"paged_attention returned {type(out).__name__}; expected a tensor of shape {want}",
+                           input=text, hint="did you forget the `return`?" if out is None else None)
+    if tuple(out.shape) != want:
+        return CaseFailure("wrong output shape", input=text, field="shape", expected=want, got=tuple(out.shape),
+                           hint="one output row per query row: [N, n_heads, head_dim], requests in order")
+    if out.dtype != s.dtype:
+        return CaseFailure("the output must have the query's dtype", input=text, field="dtype", expected=s.dtype,
+                           got=out.dtype, hint="e.g. torch.empty_like(query), or .to(query.dtype) at the end")
+    exp = dense_reference(s, inp)
+    tol = None if s.dtype == torch.float32 else LOW_PRECISION_TOL
+    got = out.detach().double()
+    ok = _close(got, exp, tol)
+    if bool(ok.all()):
+        return None
+    row, head = (~ok).any(-1).nonzero()[0].tolist()
+    qsl = [0]
+    for r in s.reqs:
+        qsl.append(qsl[-1] + r.t)
+    i = max(k for k in range(len(s.reqs)) if qsl[k] <= row and s.reqs[k].t)
+    j = row - qsl[i]
+    pos = s.reqs[i].seq_len - s.reqs[i].t + j
+    err = (got - exp).abs().max().item()
+    tol_text = f"|got - expected| <= {ATOL:g} + {RTOL:g}*|expected|" if tol is None else f"{tol:g}*(1+|expected|)"
+    return CaseFailure(f"wrong output for request {i}, query {j} (position {pos}), head {head}; largest error "
+                       f"{err:.3g}, tolerance {tol_text}", input=text, field=f"out[{row}, {head}, :4]",
+                       expected=[round(x, 5) for x in exp[row, head, :4].tolist()],
+                       got=[round(x, 5) for x in got[row, head, :4].tolist()],
+                       hint=_diagnose(s, inp, got, tol))
+
+
+def candidates(s: Spec):
+    reqs = s.reqs
+    if len(reqs) > 1:
+        yield replace(s, reqs=reqs[: len(reqs) // 2])
+        yield replace(s, reqs=reqs[len(reqs) // 2:])
+        for i in range(len(reqs)):
+            yield replace(s, reqs=reqs[:i] + reqs[i + 1:])
+    for i, r in enumerate(reqs):
+        def put(new: Req) -> Spec:
+            return replace(s, reqs=reqs[:i] + (new,) + reqs[i + 1:])
+        if r.t > 1:
+            yield put(replace(r, t=r.t // 2))
+            yield put(replace(r, t=r.t - 1))
+        if r.seq_len > max(r.t, 1):
+            yield put(replace(r, seq_len=max(r.t, r.seq_len // 2, 1)))
+            yield put(replace(r, seq_len=r.seq_len - 1))
+        need = -(-r.seq_len // s.block_size)
+        if len(r.table) > need:
+            yield put(replace(r, table=r.table[:need]))
+    if s.head_dim > 2:
+        yield replace(s, head_dim=s.head_dim // 2)
+
+
+def check(impl, specs: list[Spec]) -> None:
+    fn = impl.paged_attention
+    for s in specs:
+        failure = diff(s, fn)
+        if failure is None:
+            continue
+        if failure.kind == "not implemented":
+            raise failure
+        smallest = shrink(s, lambda v: diff(v, fn) is not None, candidates, max_calls=250)
+        raise diff(smallest, fn) or failure
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Random batches
+
+HEADS = [(4, 4), (4, 2), (8, 2), (4, 1), (2, 1)]
+
+
+def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_req: tuple[int, int] = (1, 5),
+                 index_kinds: tuple[str, ...] = ("list", "int32", "int64"), scale: bool = False,
+                 dtype: torch.dtype = torch.float32) -> list[Spec]:
+    rng = random.Random(seed)
+    out = []
+    for k in range(count):
+        bs = rng.choice(sizes)
+        heads, kv = rng.choice(HEADS)
+        reqs = []
+        for _ in range(rng.randint(*n_req)):
+            kind = rng.choice(kinds)
+            if kind == "decode":
+                seq_len = rng.randint(1, 40)
+                t = 1
+            elif kind == "prefill":
+                seq_len = t = rng.randint(1, 30)
+            elif kind == "chunk":  # a prefill chunk after cached tokens, often starting inside a block
+                t = rng.randint(1, 16)
+                seq_len = t + rng.randint(1, 30)
+            else:  # "empty": a request with no new tokens this step
+                seq_len, t = rng.randint(1, 10), 0
+            reqs.append((t, seq_len))
+        need = [-(-L // bs) + rng.choice([0, 0, 1]) for _, L in reqs]
+        pool = rng.sample(range(sum(need) + 6), sum(need) + 6)  # non-contiguous, unsorted block ids
+        num_blocks = len(pool)
+        out_reqs = []
+        for (t, L), nb in zip(reqs, need):
+            out_reqs.append(Req(t, L, tuple(pool.pop() for _ in range(nb)), rng.randrange(1 << 30)))
+        out.append(Spec(seed * 1000 + k, bs, heads, kv, rng.choice([8, 16]), num_blocks, tuple(out_reqs),
+                        scale=rng.choice([None, 0.3, 0.05]) if scale else None,
+                        index_kind=rng.choice(index_kinds), dtype=dtype))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The cases
+
+
+@CASES("one prefill, one request")
+def _(impl):
+    check(impl, [Spec(1, 4, 2, 1, 8, 6, (Req(6, 6, (4, 1), 11),))])
+
+
+@CASES("one decode step after cached tokens")
+def _(impl):
+    check(impl, [Spec(2, 4, 2, 1, 8, 6, (Req(1, 7, (3, 0), 12),))])
+
+
+@CASES("prefill only (several requests)")
+def _(impl):
+    check(impl, random_specs(1, 15, ["prefill"], [2, 4, 16]))
+
+
+@CASES("decode only (several requests)")
+def _(impl):
+    check(impl, random_specs(2, 15, ["decode"], [1, 4, 16], n_req=(2, 6)))
+
+
+@CASES("chunked prefill: chunks after cached context, starting mid-block")
+def _(impl):
+    check(impl, random_specs(3, 15, ["chunk"], [2, 3, 4, 16]))
+
+
+@CASES("mixed prefills, chunks and decodes")
+def _(impl):
+    check(impl, random_specs(4, 20, ["prefill", "chunk", "decode"], [1, 2, 4, 5, 16], n_req=(2, 6)))
+
+
+@CASES("grouped-query attention (n_heads a multiple of n_kv_heads)")
+def _(impl):
+    check(impl, [replace(s, n_heads=8, n_kv_heads=2) for s in random_specs(5, 10, ["chunk", "decode"], [4])])
+
+
+@CASES("a custom softmax scale")
+def _(impl):
+    check(impl, random_specs(6, 10, ["prefill", "chunk", "decode"], [2, 4], scale=True))
+
+
+@CASES("block_size 1 and a block size larger than every context")
+def _(impl):
+    check(impl, random_specs(7, 8, ["prefill", "chunk", "decode"], [1]) +
+          random_specs(8, 8, ["prefill", "chunk", "decode"], [64]))
+
+
+@CASES("a request with no new tokens contributes no rows")
+def _(impl):
+    check(impl, [Spec(9, 4, 2, 2, 8, 8, (Req(2, 5, (6, 3), 1), Req(0, 3, (1,), 2), Req(1, 4, (0,), 3))),
+                 Spec(10, 2, 2, 1, 8, 6, (Req(0, 2, (5,), 4), Req(3, 3, (2, 4), 5)))])
+
+
+@CASES("bfloat16 inputs: output in bfloat16", timeout=30)
+def _(impl):
+    check(impl, random_specs(11, 5, ["prefill", "chunk", "decode"], [4], dtype=torch.bfloat16))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end (also used by exercise 126): the learner's function inside the reference ModelRunner
+
+
+def _model():
+    """The checkpoint given with --model, else a small random Qwen3 (GQA, seeded): the check is about layout."""
+    from mini_llm import load_transformer
+    from mini_llm.config import Qwen3Config
+    from mini_llm.model import Transformer
+
+    path = option("model")
+    if path:
+        try:
+            return load_transformer(path, dtype=torch.float32, device="cpu")
+        except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
+            raise CaseFailure(f"could not load the model at {path} (a setup problem, not your code): {exc}",
+                              kind="error") from None
+    torch.manual_seed(127)
+    cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    return Transformer(cfg).eval()
+
+
+def end_to_end(impl, name: str) -> None:
+    """Three engine steps (prefills, a chunked prefill, decodes) through ModelRunner with the learner's `name`
+    (write_kv or paged_attention); each request's last logits must equal running the model on it alone."""
+    from solutions.model_runner import ModelRunner
+
+    model = _model()
+    learner_fn = getattr(impl, name)
+
+    def guarded(*args):
+        try:
+            return learner_fn(*args)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise raised_failure(LearnerRaised(exc), name) from None
+
+    runner_cls = type("Runner", (ModelRunner,), {name: staticmethod(guarded)})
+    bs = 4
+    runner = runner_cls(model, num_blocks=40, block_size=bs)
+    rng = random.Random(126)
+    vocab = model.cfg.vocab_size
+    pool = list(range(40))
+    rng.shuffle(pool)
+    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 11), ("B", 22), ("C", 5))}
+    tables = {r: [pool.pop() for _ in range(-(-(len(s) + 3) // bs))] for r, s in seqs.items()}
+    done = dict.fromkeys(seqs, 0)
+    plans = [[("A", 11, True), ("B", 9, False)], [("B", 13, True), ("C", 5, True), ("A", 1, True)],
+             [("C", 1, True), ("A", 1, True), ("B", 1, True)]]
+    for step, plan in enumerate(plans, 1):
+        items = [(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan]
+        text = f"step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
+            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan)
+        logits = runner.execute_model(items)
+        for row, (r, n, _) in zip(logits, [p for p in plan if p[2]]):
+            with torch.inference_mode():
+                alone = model(torch.tensor([seqs[r][: done[r] + n]]))[0, -1].float()
+            err = (row - alone).abs().max().item()
+            if not err <= 1e-4:
+                raise CaseFailure(f"the model's logits for request {r} differ from running it alone by {err:.3g} "
+                                  "(tolerance 1e-4)", input=text,
+                                  hint=f"your {name} passes the cases above? then check what differs in the engine: "
+                                       "several layers, requests of different lengths, non-contiguous views")
+        for r, n, _ in plan:
+            done[r] += n
+        for r in seqs:
+            if step < len(plans) and done[r] == len(seqs[r]):
+                seqs[r].append(rng.randrange(vocab))
+
+
+@CASES("end to end: the reference ModelRunner with your paged_attention matches running each request alone",
+       timeout=120)
+def _(impl):
+    end_to_end(impl, "paged_attention")
