@@ -162,7 +162,7 @@ def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFa
     try:
         pool = call(impl.BlockPool, num_blocks)
     except LearnerRaised as err:
-        return raised_failure(err, "BlockPool(...)"), 0
+        return raised_failure(err, "BlockPool"), 0
     spec = Spec(num_blocks)
     try:
         state = observe(pool)
@@ -180,7 +180,7 @@ def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFa
             got_ret = call(getattr(pool, method), *args)
         except LearnerRaised as err:
             if isinstance(err.exc, NotImplementedError) or exp_err is None:
-                return raised_failure(err, where), i + 1
+                return raised_failure(err, f"BlockPool.{method}"), i + 1
             got_err = _error_name(err.exc)
         except AttributeError:
             return CaseFailure(f"BlockPool has no method {method}"), i + 1
@@ -308,7 +308,7 @@ def _(impl):
             call(impl.BlockPool, nb)
         except LearnerRaised as err:
             if isinstance(err.exc, NotImplementedError):
-                raise raised_failure(err, "BlockPool(...)") from None
+                raise raised_failure(err, "BlockPool") from None
             if isinstance(err.exc, ValueError):
                 continue
             raise CaseFailure(f"BlockPool({nb}) raised {type(err.exc).__name__}; expected ValueError",

@@ -1,4 +1,7 @@
-"""Wrong: allocate does not set the reference counts."""
+"""Wrong: allocate does not set the reference counts.
+
+EXPECT: allocate sets each handed-out block's ref_cnt to 1
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

@@ -1,4 +1,7 @@
-"""Wrong: allocate(0) raises instead of returning []."""
+"""Wrong: allocate(0) raises instead of returning [].
+
+EXPECT: BlockPool.allocate raised ValueError
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

@@ -1,4 +1,7 @@
-"""Wrong: free releases a block outright, ignoring its other owners."""
+"""Wrong: free releases a block outright, ignoring its other owners.
+
+EXPECT: free drops ONE reference per id
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

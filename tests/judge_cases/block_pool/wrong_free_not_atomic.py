@@ -1,4 +1,7 @@
-"""Wrong: free validates each id while freeing: a bad id leaves earlier ones freed."""
+"""Wrong: free validates each id while freeing: a bad id leaves earlier ones freed.
+
+EXPECT: a call that raises must change nothing
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

@@ -1,4 +1,7 @@
-"""Wrong: incref of a free block leaves it in the free queue."""
+"""Wrong: incref of a free block leaves it in the free queue.
+
+EXPECT: incref of a free block (ref_cnt 0) takes it out of the free queue
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

@@ -1,4 +1,7 @@
-"""Wrong: The free queue used as a stack: the most recently freed block is reused first."""
+"""Wrong: The free queue used as a stack: the most recently freed block is reused first.
+
+EXPECT: returned the wrong block ids
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

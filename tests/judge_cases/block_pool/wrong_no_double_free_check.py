@@ -1,4 +1,7 @@
-"""Wrong: free does not check for double frees."""
+"""Wrong: free does not check for double frees.
+
+EXPECT: is a double free
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

@@ -1,4 +1,7 @@
-"""Wrong: ids are not range-checked: -1 silently means the last block."""
+"""Wrong: ids are not range-checked: -1 silently means the last block.
+
+EXPECT: must reject ids outside
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

@@ -1,4 +1,7 @@
-"""Wrong: num_free_blocks kept as a counter of allocated/freed ids: wrong with shared blocks."""
+"""Wrong: num_free_blocks kept as a counter of allocated/freed ids: wrong with shared blocks.
+
+EXPECT: num_free_blocks is wrong
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

@@ -1,4 +1,7 @@
-"""Wrong: allocate hands out what is free, then raises: not all or nothing."""
+"""Wrong: allocate hands out what is free, then raises: not all or nothing.
+
+EXPECT: a call that raises must change nothing
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError

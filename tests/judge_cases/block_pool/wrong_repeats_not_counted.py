@@ -1,4 +1,7 @@
-"""Wrong: free checks each id once, not how often it repeats within the call."""
+"""Wrong: free checks each id once, not how often it repeats within the call.
+
+EXPECT: count repeats within one call
+"""
 from collections import Counter, deque
 
 from solutions.block_pool import NoFreeBlocksError
