@@ -1,0 +1,126 @@
+"""The throughput benchmark (benchmarks/throughput.py) on a tiny workload, and the batched paged-attention kernel
+the engine runs, against the per-request reference kernel.
+
+No timing is asserted here: speed is a ratio the benchmark measures, not a unit test. What is asserted is that
+the three systems produce the same tokens, that the workload is what was asked for, and that the report is whole.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.throughput import SYSTEMS, format_report, make_workload, mismatches, run_benchmark  # noqa: E402
+from mini_llm import EMBEDDED_MODEL, load_transformer  # noqa: E402
+from solutions.model_runner import ModelRunner  # noqa: E402
+from solutions.paged_attention import build_padded_groups, paged_attention, paged_attention_batched  # noqa: E402
+
+TOL = 1e-5  # fp32: the same dot products summed in a different order
+
+
+@pytest.fixture(scope="module")
+def report():
+    torch.manual_seed(0)
+    return run_benchmark(num_requests=5, seed=3, max_batch=2, token_budget=24, device="cpu", model=str(EMBEDDED_MODEL),
+                         prompt_lens=(4, 40), output_lens=(2, 9), warmup=False)
+
+
+def test_three_systems_produce_identical_tokens(report):
+    assert set(report["outputs"]) == set(SYSTEMS)
+    assert report["mismatches"] == {"hf": [], "sequential": []}
+    engine = report["outputs"]["engine"]
+    for name in ("hf", "sequential"):
+        assert report["outputs"][name] == engine, name
+
+
+def test_every_request_generates_its_drawn_length(report):
+    workload = make_workload(5, 3, list(range(10)), (4, 40), (2, 9))
+    for name in SYSTEMS:
+        assert [len(o) for o in report["outputs"][name]] == workload.output_lens
+        assert report["systems"][name]["output_tokens"] == sum(workload.output_lens)
+
+
+def test_report_has_every_field(report):
+    for name in SYSTEMS:
+        s = report["systems"][name]
+        assert s["seconds"] > 0 and s["tokens_per_s"] == pytest.approx(s["output_tokens"] / s["seconds"])
+        assert s["tbt_median_s"] is not None and s["tbt_p99_s"] >= s["tbt_median_s"]
+    for name in ("engine", "hf"):
+        assert 0 < report["systems"][name]["ttft_median_s"] <= report["systems"][name]["ttft_p99_s"]
+    assert set(report["ratios"]) == {"engine/hf", "engine/sequential"}
+    kv = report["kv_memory"]
+    assert kv["paged_peak_bytes"] == kv["peak_blocks"] * kv["block_bytes"] <= kv["contiguous_bytes"]
+    assert 0 < kv["peak_blocks"]
+    assert "identical for every request" in format_report(report)
+
+
+def test_workload_is_seeded_and_in_range():
+    vocab = [3, 5, 7, 11]
+    a, b = make_workload(20, 1, vocab, (16, 256), (16, 128)), make_workload(20, 1, vocab, (16, 256), (16, 128))
+    assert a == b and a != make_workload(20, 2, vocab, (16, 256), (16, 128))
+    assert all(16 <= len(p) <= 256 and set(p) <= set(vocab) for p in a.prompts)
+    assert all(16 <= n <= 128 for n in a.output_lens)
+
+
+def test_mismatches_names_request_and_position():
+    assert mismatches([[1, 2, 3], [4]], [[1, 2, 3], [4]]) == []
+    assert mismatches([[1, 2, 3], [4]], [[1, 9, 3], [4]]) == [{"request": 0, "position": 1, "lengths": (3, 3)}]
+    assert mismatches([[1, 2]], [[1, 2, 3]]) == [{"request": 0, "position": 2, "lengths": (2, 3)}]
+
+
+# ---------------------------------------------------------------- the batched kernel against the reference
+
+def random_batch(seed: int, block_size: int, n_heads: int, n_kv_heads: int, q_lens: list[int], ctx_lens: list[int]):
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    num_blocks, hd = 64, 8
+    kc = torch.randn(num_blocks, block_size, n_kv_heads, hd, generator=g)
+    vc = torch.randn(num_blocks, block_size, n_kv_heads, hd, generator=g)
+    blocks = rng.permutation(num_blocks).tolist()
+    tables = []
+    for ctx in ctx_lens:  # disjoint tables, sometimes longer than needed
+        n = -(-ctx // block_size) + int(rng.integers(0, 2))
+        tables.append(blocks[:n])
+        blocks = blocks[n:]
+    qsl = np.concatenate([[0], np.cumsum(q_lens)]).tolist()
+    q = torch.randn(qsl[-1], n_heads, hd, generator=g)
+    return q, kc, vc, qsl, ctx_lens, tables
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("block_size,n_heads,n_kv_heads", [(4, 4, 2), (16, 4, 4), (3, 6, 2)])
+def test_batched_kernel_equals_per_request_kernel(seed, block_size, n_heads, n_kv_heads):
+    # Decodes, whole prompts, a chunk in mid-prompt and a request with no new tokens, in one mixed batch.
+    q_lens = [1, 7, 1, 5, 0, 1, 12]
+    ctx_lens = [9, 7, 30, 21, 6, 1, 12]
+    q, kc, vc, qsl, ctx, tables = random_batch(seed, block_size, n_heads, n_kv_heads, q_lens, ctx_lens)
+    groups = build_padded_groups(qsl, ctx, tables, block_size, torch.device("cpu"))
+    assert len(groups) == 2  # decodes and the rest
+    expected = paged_attention(q, kc, vc, qsl, ctx, tables)
+    torch.testing.assert_close(paged_attention_batched(q, kc, vc, groups), expected, atol=TOL, rtol=TOL)
+
+
+def test_runner_batched_and_per_request_kernels_give_the_same_logits():
+    """The runner takes the batched path with the reference kernel and the per-request path with a plugged-in
+    one (here the reference itself, wrapped): the logits of a mixed batch agree."""
+    model = load_transformer(EMBEDDED_MODEL, dtype=torch.float32, device="cpu")
+
+    class PerRequestRunner(ModelRunner):
+        paged_attention = staticmethod(lambda *args, **kwargs: paged_attention(*args, **kwargs))
+
+    prompts = [list(range(5, 25)), list(range(40, 43)), list(range(60, 79))]
+    logits = []
+    for runner in (ModelRunner(model, 16, 4), PerRequestRunner(model, 16, 4)):
+        runner.execute_model([(prompts[0], 0, [0, 1, 2, 3, 4], True), (prompts[1], 0, [5], True),
+                              (prompts[2][:10], 0, [6, 7, 8], False)])
+        step2 = runner.execute_model([([7], 20, [0, 1, 2, 3, 4, 9], True), ([8], 3, [5], True),
+                                      (prompts[2][10:], 10, [6, 7, 8, 10, 11], True)])
+        logits.append(step2)
+    torch.testing.assert_close(logits[0], logits[1], atol=1e-4, rtol=1e-4)
