@@ -58,6 +58,7 @@ def main() -> None:
 
     ex = get_exercise(cfg["exercise"])
     harness._STATE["options"] = dict(cfg.get("options") or {})
+    harness._STATE["memory_mb"] = cfg.get("memory_mb")
     try:
         tests = importlib.import_module(ex.tests)
         cases = list(tests.CASES)

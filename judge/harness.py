@@ -215,8 +215,10 @@ def run_case(c: Case, impl: Any) -> Outcome:
     except BaseException as exc:  # noqa: BLE001
         dt = time.perf_counter() - t0
         if is_memory_error(exc):
-            return Outcome(c.name, False, dt, "memory", f"memory limit exceeded ({type(exc).__name__}: "
-                           f"{short(str(exc))})", {"traceback": trimmed_traceback(exc)})
+            limit = f" ({_STATE['memory_mb']} MB)" if _STATE.get("memory_mb") else ""
+            detail = f": {short(str(exc))}" if str(exc) else ""
+            return Outcome(c.name, False, dt, "memory", f"memory limit{limit} exceeded ({type(exc).__name__}"
+                           f"{detail})", {"traceback": trimmed_traceback(exc)})
         if isinstance(exc, SystemExit):
             return Outcome(c.name, False, dt, "exit", f"your code called sys.exit({exc.code!r}) during the test")
         return Outcome(c.name, False, dt, "error", f"{type(exc).__name__}: {short(str(exc))}",

@@ -65,7 +65,7 @@ class Report:
             lines.append(f"{status}  {r.name:<{width}}  {r.seconds:6.2f}s{verdict}")
             if r.passed:
                 continue
-            key = (r.verdict, r.message)
+            key = (r.verdict, r.message, sorted((k, str(v)) for k, v in r.details.items() if k != "input"))
             if key == previous:
                 lines.append("      (same as above)")
                 continue
@@ -84,7 +84,8 @@ class Report:
         if self.output_bytes and (verbose or not self.ok):
             lines += ["", f"your code printed {self.output_bytes} bytes" +
                       (" (truncated):" if self.output_bytes > len(self.output.encode()) else ":")]
-            lines += _indent(self.output.rstrip("\n"), "   > ")
+            shown = [ln if len(ln) <= 300 else ln[:300] + " ..." for ln in self.output.rstrip("\n").splitlines()]
+            lines += _indent("\n".join(shown), "   > ")
         for note in self.notes:
             lines.append(f"note: {note}")
         if summary:

@@ -31,7 +31,7 @@ from .report import CaseResult, Report
 
 STARTUP_TIMEOUT = 120.0  # seconds for the grading process to import torch and the hidden tests
 OUTPUT_LIMIT = 1_000_000  # bytes of learner output before the process is stopped
-KEEP_OUTPUT = 3000  # bytes kept from the start and from the end of the learner's output
+KEEP_OUTPUT = 1500  # bytes kept from the start and from the end of the learner's output
 
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from judge._worker import main; main()"
 

@@ -1,0 +1,5 @@
+import ctypes
+
+
+def build_batch(items, block_size):
+    return ctypes.string_at(0)
