@@ -1,0 +1,141 @@
+"""Exercise 128's hidden tests: the reference passes, the starter says "not implemented yet", every deliberately
+wrong build_batch in tests/judge_cases/batch_layout/ is rejected with the expected diagnosis, and differently
+written correct ones are accepted (values are compared, not containers)."""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import judge
+from judge.hidden import batch_layout
+from judge.loader import load_file
+from mini_llm.settings import EMBEDDED_MODEL
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES_DIR = Path(__file__).parent / "judge_cases" / "batch_layout"
+WRONG = sorted(CASES_DIR.glob("wrong_*.py"))
+RIGHT = sorted(CASES_DIR.glob("right_*.py"))
+E2E = next(n for n in batch_layout.CASES.names() if n.startswith("end to end"))
+FAST = [n for n in batch_layout.CASES.names() if n != E2E]
+HAS_EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file()
+
+
+def expect_of(path: Path) -> str:
+    return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    """The embedded checkpoint, or (until it is committed) a small random Qwen3 checkpoint."""
+    if HAS_EMBEDDED:
+        return str(EMBEDDED_MODEL)
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    out = tmp_path_factory.mktemp("ckpt")
+    Qwen3ForCausalLM(cfg).save_pretrained(out)
+    return str(out)
+
+
+def test_registered():
+    ex = judge.get_exercise(128)
+    assert ex is judge.get_exercise("batch-layout") or ex == judge.get_exercise("batch-layout")
+    assert ex.practice_file == "practice/batch.py" and ex.reference == "solutions.batch"
+    assert (ROOT / ex.statement).is_file()
+    assert len(WRONG) >= 10 and len(RIGHT) >= 3
+
+
+@pytest.mark.skipif(not HAS_EMBEDDED, reason="the embedded model mini_llm/models/tiny-qwen3 is not there yet")
+def test_reference_passes_every_case_in_the_sandbox():
+    report = judge.grade(128, reference=True)
+    assert report.ok, report.text()
+    assert len(report.results) == len(batch_layout.CASES)
+    assert report.text().splitlines()[-1] == f"{len(batch_layout.CASES)} passed, 0 failed"
+
+
+def test_reference_passes_in_process(model_dir):
+    from solutions import batch
+
+    report = judge.grade_inprocess(128, batch, options={"model": model_dir})
+    assert report.ok, report.text()
+
+
+def test_untouched_starter_says_not_implemented():
+    starter = ROOT / "practice" / "batch.py"
+    if "raise NotImplementedError" not in starter.read_text():
+        pytest.skip("practice/batch.py has been filled in")
+    report = judge.grade(128, cases=FAST[:3])
+    assert report.passed == 0 and report.failed == 3
+    assert {r.verdict for r in report.results} == {"not implemented"}
+    text = report.text()
+    assert "not implemented yet: build_batch raises NotImplementedError" in text
+    assert "practice/batch.py" in text
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        judge.check(128, starter, cases=FAST[:1])
+
+
+@pytest.mark.parametrize("path", WRONG, ids=[p.stem for p in WRONG])
+def test_wrong_build_batch_is_rejected(path):
+    report = judge.grade_inprocess(128, load_file(path), cases=FAST)
+    assert report.failed > 0, report.text()
+    assert expect_of(path) in report.text(), report.text()
+
+
+@pytest.mark.parametrize("path", RIGHT, ids=[p.stem for p in RIGHT])
+def test_correct_variants_are_accepted(path, model_dir):
+    report = judge.grade_inprocess(128, load_file(path), options={"model": model_dir})
+    assert report.ok, report.text()
+
+
+@pytest.mark.parametrize("name", ["wrong_positions_from_zero", "wrong_seq_lens_without_cached",
+                                  "wrong_slot_off_at_block_boundary"])
+def test_end_to_end_case_catches_wrong_batches(name, model_dir):
+    report = judge.grade_inprocess(128, load_file(CASES_DIR / f"{name}.py"), cases=[E2E],
+                                   options={"model": model_dir})
+    assert report.failed == 1, report.text()
+    assert "differ from running it alone" in report.results[0].message
+
+
+def test_shrinking_shows_a_small_input():
+    report = judge.grade_inprocess(128, load_file(CASES_DIR / "wrong_slot_off_at_block_boundary.py"),
+                                   cases=["mixed prefills, chunks and decodes"])
+    shown = report.results[0].details["input"]
+    items = eval(shown[len("build_batch("):].rsplit(", block_size=", 1)[0])  # noqa: S307 - our own output
+    assert len(items) == 1 and len(items[0][0]) <= 8, shown
+    assert "at block boundaries" in report.results[0].details["hint"]
+
+
+def test_check_api_for_functions_and_source(model_dir):
+    from solutions.batch import build_batch
+
+    assert judge.check(128, build_batch, cases=FAST) is None  # a function object: in process
+    with pytest.raises(AssertionError, match="wrong positions"):
+        judge.check(128, load_file(CASES_DIR / "wrong_positions_from_zero.py").build_batch, cases=FAST[:3])
+    source = (CASES_DIR / "right_pure_python_lists.py").read_text()
+    assert judge.check(128, source=source, cases=FAST[:2]) is None  # source text: in the sandbox
+
+
+def test_cli_grades_a_folder_into_csv(tmp_path):
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in ("right_numpy_vectorized.py", "wrong_positions_from_zero.py"):
+        (folder / name).write_text((CASES_DIR / name).read_text())
+    out = tmp_path / "grades.csv"
+    proc = subprocess.run([sys.executable, str(ROOT / "practice" / "judge.py"), "128", "--impl", str(folder),
+                           "--csv", str(out), "--case", "single", "--case", "mixed"],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.rstrip("\n").splitlines()[-1] == "3 passed, 3 failed"
+    rows = list(csv.DictReader(out.open()))
+    assert [Path(r["file"]).name for r in rows] == ["right_numpy_vectorized.py", "wrong_positions_from_zero.py"]
+    assert [(r["exercise"], r["passed"], r["failed"], r["score"]) for r in rows] == [
+        ("128", "3", "0", "100.0"), ("128", "0", "3", "0.0")]
