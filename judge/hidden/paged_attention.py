@@ -193,7 +193,9 @@ def diff(s: Spec, fn) -> CaseFailure | None:
                        f"{err:.3g}, tolerance {tol_text}", input=text, field=f"out[{row}, {head}, :4]",
                        expected=[round(x, 5) for x in exp[row, head, :4].tolist()],
                        got=[round(x, 5) for x in got[row, head, :4].tolist()],
-                       hint=_diagnose(s, inp, got, tol))
+                       hint=_diagnose(s, inp, got, tol) if bool(got[qsl[i]: qsl[i + 1]].any()) else
+                       f"request {i}'s output rows are all zero: compute every request of the batch (rows "
+                       "query_start_loc[i] .. query_start_loc[i+1]-1 for i = 0 .. B-1)")
 
 
 def candidates(s: Spec):
