@@ -280,6 +280,16 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
             raise TypeError("a module without a file cannot be graded in a subprocess; pass its functions")
         path = Path(impl.__file__)
     else:
+        text = str(impl)
+        if not text.endswith(".py") and "/" not in text and not Path(text).exists():
+            import importlib.util
+
+            try:
+                found = importlib.util.find_spec(text) is not None
+            except (ImportError, ValueError):
+                found = False
+            if found:  # a dotted module name, e.g. "solutions.batch"
+                return {"impl_module": text, "display": text}, text, None
         path = Path(impl)
     path = path.resolve()
     try:
@@ -295,7 +305,7 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
           max_restarts: int = 2) -> Report:
     """Grade one exercise and return a Report (never raises for learner misbehaviour).
 
-    impl: None (the learner's practice file), a path, a module with a __file__, or a function / namespace /
+    impl: None (the learner's practice file), a path, a dotted module name, a module with a __file__, or a function / namespace /
     class (then the cases run in this process, without the sandbox: see `grade_inprocess`).
     source: the learner's code as text (graded from a temporary file).
     reference: grade the reference solution instead.
@@ -350,6 +360,8 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
                 break
             restarts += 1
             names = left
+        if all_names == [] and cases and not report.fatal:
+            report.fatal = f"no case of exercise {ex.id} matches {cases}"
         if all_names is not None:
             fatal_msg = "not run: see above" if report.fatal else "not run"
             report.results = [results.get(n) or CaseResult(n, False, 0.0, "not run", fatal_msg) for n in all_names]
