@@ -7,6 +7,7 @@ Adding an exercise never edits a shared list: drop `judge/exercises/exNNN_<slug>
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
