@@ -35,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from mini_llm import generate, load_transformer, model_path, pick_device  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
+from solutions.model_runner import ModelRunner  # noqa: E402
+from solutions.paged_attention import paged_attention  # noqa: E402
 from solutions.sampling import SamplingParams  # noqa: E402
 
 SYSTEMS = ("engine", "hf", "sequential")
@@ -54,7 +56,8 @@ class Workload:
 @dataclass
 class SystemResult:
     outputs: list[list[int]]
-    seconds: float
+    seconds: float  # wall clock
+    cpu_seconds: float  # this process's CPU time: more robust than wall time on a machine shared with other jobs
     # Per request: seconds from submission to its first token, and between its consecutive tokens (may be empty).
     ttft: list[float] = field(default_factory=list)
     tbt: list[float] = field(default_factory=list)
@@ -89,27 +92,37 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16
-               ) -> tuple[SystemResult, dict]:
+class PerRequestRunner(ModelRunner):
+    """The runner as it was before chapter 9: a plugged-in `paged_attention` makes it call the per-request
+    kernel, one SDPA per request per layer, with metadata read back from the device."""
+    paged_attention = staticmethod(lambda *args, **kwargs: paged_attention(*args, **kwargs))
+
+
+class PerRequestEngine(LLMEngine):
+    runner_cls = PerRequestRunner
+
+
+def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
+               per_request_attention: bool = False) -> tuple[SystemResult, dict]:
     """(a) The reference engine; also returns its KV-memory figures."""
     blocks_per_seq = -(-workload.max_len // block_size)
     config = EngineConfig(num_blocks=max_batch * blocks_per_seq, block_size=block_size, token_budget=token_budget,
                           max_num_seqs=max_batch)
-    engine = LLMEngine(model, config)
+    engine = (PerRequestEngine if per_request_attention else LLMEngine)(model, config)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.output_lens]
     requests = engine.add_requests(workload.prompts, params)
     index = {r.request_id: i for i, r in enumerate(requests)}
     stamps: list[list[float]] = [[] for _ in requests]
     pool, peak_blocks = engine.kv_cache_manager.block_pool, 0
     sync(model.device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     while engine.has_unfinished_requests():
         outputs = engine.step()
         now = time.perf_counter()  # the sampled tokens are Python ints: the step's device work is done
         peak_blocks = max(peak_blocks, pool.num_blocks - pool.num_free_blocks)
         for out in outputs:
             stamps[index[out.request_id]].append(now - start)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     cache = engine.runner.kv_cache
     block_bytes = cache.bytes // cache.num_blocks
     kv = {"block_size": block_size, "block_bytes": block_bytes, "peak_blocks": peak_blocks,
@@ -117,7 +130,7 @@ def run_engine(model, workload: Workload, max_batch: int, token_budget: int, blo
           # A contiguous cache reserves max_len slots for each of max_batch sequences, whatever they use.
           "contiguous_bytes": max_batch * workload.max_len * block_bytes // block_size,
           "used_token_slots_peak": peak_blocks * block_size}
-    return _result([list(r.output_token_ids) for r in requests], seconds, stamps), kv
+    return _result([list(r.output_token_ids) for r in requests], seconds, cpu_seconds, stamps), kv
 
 
 def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> SystemResult:
@@ -130,7 +143,7 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
     outputs: list[list[int]] = []
     stamps: list[list[float]] = []
     sync(device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
 
     class Clock(BaseStreamer):
         """Stamps every generated token; the first `put` is the prompt."""
@@ -157,28 +170,29 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
         token_times = clock.times[1:]
         outputs += [row[:n] for row, n in zip(rows, lens)]
         stamps += [token_times[:n] for n in lens]
-    seconds = time.perf_counter() - start
-    return _result(outputs, seconds, stamps)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    return _result(outputs, seconds, cpu_seconds, stamps)
 
 
 def run_sequential(model, workload: Workload) -> SystemResult:
     """(c) One request at a time with the contiguous-cache generator; per-request wall times only."""
     outputs, stamps = [], []
     sync(model.device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for prompt, n in zip(workload.prompts, workload.output_lens):
         begin = time.perf_counter() - start
         outputs.append(generate(model, prompt, max_new_tokens=n, eos_token_id=None))
         sync(model.device)
         stamps.append([begin, time.perf_counter() - start])
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     # mini_llm.generate has no per-token hook: report each request's mean time per token as its "TBT".
     tbt = [(t[1] - t[0]) / n for t, n in zip(stamps, workload.output_lens)]
-    return SystemResult(outputs, seconds, ttft=[], tbt=tbt)
+    return SystemResult(outputs, seconds, cpu_seconds, ttft=[], tbt=tbt)
 
 
-def _result(outputs: list[list[int]], seconds: float, stamps: list[list[float]]) -> SystemResult:
-    return SystemResult(outputs, seconds, ttft=[s[0] for s in stamps],
+def _result(outputs: list[list[int]], seconds: float, cpu_seconds: float, stamps: list[list[float]]
+            ) -> SystemResult:
+    return SystemResult(outputs, seconds, cpu_seconds, ttft=[s[0] for s in stamps],
                         tbt=[b - a for s in stamps for a, b in zip(s, s[1:])])
 
 
@@ -196,6 +210,7 @@ def summarize(result: SystemResult) -> dict:
     tokens = sum(len(o) for o in result.outputs)
     stat = lambda xs, q: float(np.percentile(xs, q)) if xs else None  # noqa: E731
     return {"output_tokens": tokens, "seconds": result.seconds, "tokens_per_s": tokens / result.seconds,
+            "cpu_seconds": result.cpu_seconds, "tokens_per_cpu_s": tokens / result.cpu_seconds,
             "ttft_median_s": stat(result.ttft, 50), "ttft_p99_s": stat(result.ttft, 99),
             "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99)}
 
@@ -203,15 +218,22 @@ def summarize(result: SystemResult) -> dict:
 def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, token_budget: int = 256,
                   device: str | None = None, model: str | None = None, dtype: str = "float32",
                   prompt_lens: tuple[int, int] = (16, 256), output_lens: tuple[int, int] = (16, 128),
-                  systems: tuple[str, ...] = SYSTEMS, warmup: bool = True) -> dict:
-    """Run the workload through `systems` (engine first: it is the reference for the token comparison)."""
+                  systems: tuple[str, ...] = SYSTEMS, warmup: bool = True, per_request_attention: bool = False
+                  ) -> dict:
+    """Run the workload through `systems`; the first is the reference for the token comparison."""
     from transformers import Qwen3ForCausalLM
 
     folder, dev, torch_dtype = model_path(model), pick_device(device), DTYPES[dtype]
     ours = load_transformer(folder, dtype=torch_dtype, device=dev)
     workload = make_workload(num_requests, seed, prompt_vocab(folder, ours.cfg.vocab_size), prompt_lens, output_lens)
-    runners = {"engine": lambda w: run_engine(ours, w, max_batch, token_budget)[0],
-               "sequential": lambda w: run_sequential(ours, w)}
+    kv: dict = {}
+
+    def engine(w: Workload) -> SystemResult:
+        result, figures = run_engine(ours, w, max_batch, token_budget, per_request_attention=per_request_attention)
+        kv.update(figures)
+        return result
+
+    runners = {"engine": engine, "sequential": lambda w: run_sequential(ours, w)}
     if "hf" in systems:
         hf_model = Qwen3ForCausalLM.from_pretrained(str(folder), dtype=torch_dtype).to(dev).eval()
         runners["hf"] = lambda w: run_hf(hf_model, w, max_batch, pad_token_id=0)
@@ -219,40 +241,39 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
         tiny = make_workload(2, seed + 1, list(range(ours.cfg.vocab_size)), (8, 16), (2, 4))
         for name in systems:
             runners[name](tiny)
-    results: dict[str, SystemResult] = {}
-    kv = None
-    for name in systems:
-        if name == "engine":
-            results[name], kv = run_engine(ours, workload, max_batch, token_budget)
-        else:
-            results[name] = runners[name](workload)
+    results = {name: runners[name](workload) for name in systems}
     reference = results[systems[0]].outputs
     report = {
         "config": {"num_requests": num_requests, "seed": seed, "max_batch": max_batch, "token_budget": token_budget,
                    "device": str(dev), "model": str(folder), "dtype": dtype, "prompt_lens": list(prompt_lens),
-                   "output_lens": list(output_lens), "torch_threads": torch.get_num_threads()},
+                   "output_lens": list(output_lens), "torch_threads": torch.get_num_threads(),
+                   "per_request_attention": per_request_attention},
         "systems": {name: summarize(r) for name, r in results.items()},
         "mismatches": {name: mismatches(reference, r.outputs) for name, r in results.items() if name != systems[0]},
-        "kv_memory": kv,
+        "kv_memory": kv if "engine" in systems else None,
         "outputs": {name: r.outputs for name, r in results.items()},
     }
-    tps = {name: s["tokens_per_s"] for name, s in report["systems"].items()}
-    report["ratios"] = {f"engine/{name}": tps["engine"] / tps[name] for name in tps if name != "engine"
-                        } if "engine" in tps else {}
+    if "engine" in results:
+        mine = report["systems"]["engine"]
+        report["ratios"] = {f"engine/{name}": mine["tokens_per_s"] / s["tokens_per_s"]
+                            for name, s in report["systems"].items() if name != "engine"}
+        report["cpu_ratios"] = {f"engine/{name}": mine["tokens_per_cpu_s"] / s["tokens_per_cpu_s"]
+                                for name, s in report["systems"].items() if name != "engine"}
     return report
 
 
 def format_report(report: dict) -> str:
-    ms = lambda x: "-" if x is None else f"{1000 * x:8.1f}"  # noqa: E731
+    ms = lambda x: "-" if x is None else f"{1000 * x:.1f}"  # noqa: E731
     lines = [f"config: {json.dumps(report['config'])}", "",
-             f"{'system':<11}{'tokens':>8}{'seconds':>9}{'tok/s':>9}{'TTFT p50':>10}{'TTFT p99':>10}"
-             f"{'TBT p50':>10}{'TBT p99':>10}   (times in ms)"]
+             f"{'system':<11}{'tokens':>8}{'wall s':>8}{'tok/s':>8}{'cpu s':>8}{'tok/cpu-s':>10}{'TTFT p50':>10}"
+             f"{'TTFT p99':>10}{'TBT p50':>9}{'TBT p99':>9}   (TTFT, TBT in ms)"]
     for name, s in report["systems"].items():
-        lines.append(f"{name:<11}{s['output_tokens']:>8}{s['seconds']:>9.2f}{s['tokens_per_s']:>9.1f}"
-                     f"{ms(s['ttft_median_s']):>10}{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>10}"
-                     f"{ms(s['tbt_p99_s']):>10}")
+        lines.append(f"{name:<11}{s['output_tokens']:>8}{s['seconds']:>8.2f}{s['tokens_per_s']:>8.1f}"
+                     f"{s['cpu_seconds']:>8.2f}{s['tokens_per_cpu_s']:>10.1f}{ms(s['ttft_median_s']):>10}"
+                     f"{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>9}{ms(s['tbt_p99_s']):>9}")
     lines.append("")
-    lines += [f"ratio {k}: {v:.2f}x" for k, v in report["ratios"].items()]
+    lines += [f"ratio {k}: {v:.2f}x wall-clock throughput, {report['cpu_ratios'][k]:.2f}x per CPU-second"
+              for k, v in report.get("ratios", {}).items()]
     for name, bad in report["mismatches"].items():
         lines.append(f"tokens {name} vs engine: " + ("identical for every request" if not bad else
                                                       f"{len(bad)} request(s) differ: {bad[:5]}"))
@@ -276,13 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
+    ap.add_argument("--per-request-attention", action="store_true",
+                    help="engine with the per-request attention kernel (the 'before' of docs/performance.md)")
     ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     systems = tuple(args.systems.split(","))
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
-                           args.dtype, systems=systems)
+                           args.dtype, systems=systems, per_request_attention=args.per_request_attention)
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

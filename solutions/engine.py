@@ -103,12 +103,14 @@ class LLMEngine:
         """Advance each scheduled request; sample one token for each whose pending tokens are now all computed
         (row j of `logits` belongs to the j-th such request); retire finished ones, freeing their blocks."""
         outputs, row = [], 0
+        greedy = logits.argmax(-1).tolist()  # one device-to-host copy for all greedy requests, not one each
         for s in sched.scheduled:
             request, sampled = s.request, s.completes_prompt
             request.num_computed_tokens += s.num_new_tokens
             if not sampled:  # a chunk of a prompt: no token yet
                 continue
-            token = sample_token(logits[row], request.sampling_params, request.generator)
+            params = request.sampling_params
+            token = greedy[row] if params.temperature == 0 else sample_token(logits[row], params, request.generator)
             row += 1
             request.output_token_ids.append(token)
             reason = stop_reason(request, self.eos_token_id, self.tokenizer)
