@@ -1,0 +1,536 @@
+"""Hidden tests of exercise 130 (LLMEngine.step and LLMEngine.generate).
+
+The learner's engine runs on the REFERENCE scheduler, KV-cache manager and model runner (so that 130 can be
+graded whatever else the learner has written), each wrapped to record what happened. After every `step` a
+checker compares what the step did with what the scheduler asked for: one forward pass carrying every scheduled
+request with the right items, `num_computed_tokens` advanced, one token sampled from the right row of logits for
+exactly the requests that completed their pending tokens, finished requests retired (blocks freed), and one
+output per request that got a token. The independent reference for the tokens is `mini_llm.generate`, each
+request alone with a contiguous KV cache (greedy, fp32 on the CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+import mini_llm
+from judge.harness import CaseFailure, Cases, LearnerRaised, is_memory_error, option, raised_failure, short
+from judge.hidden.batch_layout import _load_model
+from solutions import engine as ref
+from solutions.kv_cache_manager import KVCacheManager
+from solutions.model_runner import ModelRunner
+from solutions.request import Request, RequestStatus
+from solutions.sampling import SamplingParams
+from solutions.scheduler import Scheduler
+
+CASES = Cases()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The model and the independent reference
+
+
+@functools.lru_cache(maxsize=2)
+def _model_at(path: str):
+    return _load_model(path)
+
+
+def load_model():
+    from mini_llm.settings import EMBEDDED_MODEL
+
+    path = str(option("model") or EMBEDDED_MODEL)
+    try:
+        return _model_at(path)
+    except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
+        raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
+                          kind="error") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _alone(model, prompt: tuple[int, ...], max_tokens: int, eos: int | None) -> tuple[int, ...]:
+    return tuple(mini_llm.generate(model, list(prompt), max_tokens, eos_token_id=eos))
+
+
+def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None) -> list[int]:
+    """The greedy continuation of `prompt` generated alone, stopping as the engine must."""
+    return list(_alone(model, tuple(prompt), params.max_tokens, None if params.ignore_eos else eos))
+
+
+def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Calling learner code: exceptions become readable failures; the checker's own failures pass through
+
+
+def learner_call(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
+    try:
+        return fn(*args)
+    except (CaseFailure, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if is_memory_error(exc):
+            raise
+        inner = exc.exc if isinstance(exc, LearnerRaised) else exc
+        if isinstance(inner, CaseFailure):
+            raise inner from None
+        raise raised_failure(LearnerRaised(inner), name, input=input) from None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The reference components, recording what they were asked
+
+
+@dataclass
+class Scheduled:
+    """A scheduled request as the scheduler left it, before the step ran."""
+
+    request: Request
+    num_new: int
+    num_computed: int
+    token_ids: list[int]
+    block_table: list[int]
+    num_outputs: int
+
+    @property
+    def completes(self) -> bool:
+        return self.num_computed + self.num_new == len(self.token_ids)
+
+    def item(self) -> tuple[list[int], int, list[int], bool]:
+        new = self.token_ids[self.num_computed: self.num_computed + self.num_new]
+        return new, self.num_computed, self.block_table, self.completes
+
+
+class RecordingScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log: list[list[Scheduled]] = []
+        self.states: list[dict[str, tuple[int, int]]] = []  # every unfinished request, as schedule() left it
+
+    def schedule(self):
+        out = super().schedule()
+        self.states.append({r.request_id: (len(r.output_token_ids), r.num_computed_tokens)
+                            for r in [*self.running, *self.waiting]})
+        self.log.append([Scheduled(s.request, s.num_new_tokens, s.request.num_computed_tokens,
+                                   list(s.request.all_token_ids), list(s.request.block_table),
+                                   len(s.request.output_token_ids)) for s in out.scheduled])
+        return out
+
+
+class RecordingRunner(ModelRunner):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[list, torch.Tensor]] = []  # (items as given, logits returned)
+
+    def execute_model(self, items):
+        items = list(items)
+        logits = super().execute_model(items)
+        self.calls.append((items, logits))
+        return logits
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The engine under test: the learner's step/generate on the reference components, checked after every step
+
+
+def engine_class(impl) -> type:
+    learner = getattr(impl, "LLMEngine", None)
+    if not (isinstance(learner, type) and issubclass(learner, ref.LLMEngine)):
+        raise CaseFailure("LLMEngine must be a class deriving from solutions.engine.LLMEngine, as in the starter "
+                          "file", hint="keep `class LLMEngine(_ReferenceEngine):` and write step and generate")
+
+    class Checked(learner):
+        scheduler_cls = RecordingScheduler
+        runner_cls = RecordingRunner
+        kv_cache_manager_cls = KVCacheManager
+
+        def __init__(self, *args: Any, step_limit: int = 400, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.step_limit, self.num_steps = step_limit, 0
+
+        def step(self):
+            self.num_steps += 1
+            if self.num_steps > self.step_limit:
+                raise CaseFailure(f"still running after {self.step_limit} steps: some request never finishes",
+                                  hint="a request is done when stop_reason(...) returns a reason; then call "
+                                       "self.scheduler.finish(request, reason), which frees its blocks")
+            n_sched, n_calls = len(self.scheduler.log), len(self.runner.calls)
+            outs = learner_call(super().step, "LLMEngine.step")
+            check_step(self, n_sched, n_calls, outs)
+            return outs
+
+    return Checked
+
+
+def make_engine(impl, model, eos: int | None, step_limit: int = 400, **config: Any):
+    cls = engine_class(impl)
+    try:
+        return cls(model, ref.EngineConfig(**config), eos_token_id=eos, step_limit=step_limit)
+    except CaseFailure:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the learner's class could not even be built
+        raise raised_failure(LearnerRaised(exc), "LLMEngine(...)") from None
+
+
+def _fail(step: int, message: str, hint: str = "", **kw: Any) -> CaseFailure:
+    return CaseFailure(f"step {step}: {message}", hint=hint or None, **kw)
+
+
+def _plain_item(item: Any) -> tuple:
+    """A learner's item as plain values (token ids and block tables may be lists, tuples or tensors)."""
+    try:
+        tokens, nc, table, need = item
+        as_ints = lambda xs: [int(x) for x in (xs.tolist() if isinstance(xs, torch.Tensor) else xs)]  # noqa: E731
+        return as_ints(tokens), int(nc), as_ints(table), bool(need)
+    except (TypeError, ValueError):
+        return ("<not a (token_ids, num_computed, block_table, need_logits) tuple>", short(item))
+
+
+def check_items(k: int, sched: list[Scheduled], items: list) -> None:
+    if len(items) != len(sched):
+        ids = [s.request.request_id for s in sched]
+        raise _fail(k, f"the forward pass carried {len(items)} item(s) but {len(sched)} requests were scheduled "
+                       f"({ids})", hint="one item per ScheduledRequest in sched.scheduled, all in ONE call to "
+                                        "self.runner.execute_model")
+    names = ("token_ids", "num_computed", "block_table", "need_logits")
+    hints = {
+        "token_ids": "the next num_new_tokens tokens of request.all_token_ids, starting at num_computed_tokens",
+        "num_computed": "num_computed is request.num_computed_tokens as the scheduler left it (before this step)",
+        "block_table": "pass request.block_table",
+        "need_logits": "need_logits is true only when this step computes the request's last pending token "
+                       "(ScheduledRequest.completes_prompt); a prompt chunk that is not the last needs no logits",
+    }
+    for s, item in zip(sched, items):
+        got, exp = _plain_item(item), s.item()
+        if len(got) != 4:
+            raise _fail(k, f"item for request {s.request.request_id} is {got[1]}",
+                        hint="each item is (token_ids, num_computed, block_table, need_logits)")
+        for name, g, e in zip(names, got, exp):
+            if g != e:
+                raise _fail(k, f"wrong {name} in the item of request {s.request.request_id}", field=name,
+                            expected=e, got=g, hint=hints[name])
+
+
+def check_step(engine, n_sched: int, n_calls: int, outs: Any) -> None:
+    """What one learner step did, against what the reference scheduler asked for."""
+    k = engine.num_steps
+    new_scheds = engine.scheduler.log[n_sched:]
+    if len(new_scheds) != 1:
+        raise _fail(k, f"step called self.scheduler.schedule() {len(new_scheds)} times; once per step",
+                    hint="start the step with sched = self.scheduler.schedule()")
+    sched, calls = new_scheds[0], engine.runner.calls[n_calls:]
+    if not isinstance(outs, list):
+        raise _fail(k, f"step returned a {type(outs).__name__}; it must return a list of RequestOutput")
+    if not sched:
+        if calls or outs:
+            raise _fail(k, "nothing was scheduled, yet the step ran the model or returned outputs",
+                        hint="if nothing is scheduled, return []")
+        return
+    if len(calls) != 1:
+        raise _fail(k, f"step ran the model {len(calls)} times for {len(sched)} scheduled requests; one forward "
+                       "pass must carry every scheduled request",
+                    hint="build all the items first, then call self.runner.execute_model(items) once")
+    items, logits = calls[0]
+    check_items(k, sched, items)
+    expected_outs, row = [], 0
+    for s in sched:
+        r = s.request
+        rid = r.request_id
+        if r.num_computed_tokens != s.num_computed + s.num_new:
+            raise _fail(k, f"request {rid} has num_computed_tokens {r.num_computed_tokens} after a step that "
+                           f"computed {s.num_new} token(s) from {s.num_computed}", field="num_computed_tokens",
+                        expected=s.num_computed + s.num_new, got=r.num_computed_tokens,
+                        hint="every scheduled request: num_computed_tokens += num_new_tokens")
+        new = r.output_token_ids[s.num_outputs:]
+        if not s.completes:
+            if new:
+                raise _fail(k, f"request {rid} got token(s) {new} from a prompt chunk that is not its last "
+                               f"({s.num_computed + s.num_new} of {len(s.token_ids)} tokens computed)",
+                            hint="only a request whose pending tokens are all computed samples a token")
+            continue
+        if len(new) != 1:
+            raise _fail(k, f"request {rid} completed its pending tokens but got {len(new)} new tokens ({new}); "
+                           "exactly one is sampled", hint="append the sampled token to request.output_token_ids")
+        if r.sampling_params.temperature == 0:
+            want = int(logits[row].argmax())
+            if new[0] != want:
+                raise _fail(k, f"request {rid} got token {new[0]}, but its row of the logits (row {row}: it is "
+                               f"number {row} among this step's items that need logits) gives {want}",
+                            hint="row j of the logits belongs to the j-th item whose need_logits is true, not to "
+                                 "the j-th scheduled request")
+        row += 1
+        check_stop(k, engine, r)
+        expected_outs.append((rid, new, r.is_finished))
+    check_outputs(k, outs, expected_outs, engine)
+    scheduled = {s.request.request_id for s in sched}
+    for rid, state in engine.scheduler.states[n_sched].items():
+        r = engine.requests[rid]
+        if rid not in scheduled and state != (len(r.output_token_ids), r.num_computed_tokens):
+            raise _fail(k, f"request {rid} was not scheduled, yet the step changed its tokens or "
+                           "num_computed_tokens", hint="update only the requests in sched.scheduled")
+
+
+def expected_reason(r: Request, eos: int | None) -> str | None:
+    if r.output_token_ids[-1] == eos and not r.sampling_params.ignore_eos:
+        return "stop"
+    if len(r.output_token_ids) >= r.sampling_params.max_tokens:
+        return "length"
+    return None
+
+
+def check_stop(k: int, engine, r: Request) -> None:
+    reason, rid = expected_reason(r, engine.eos_token_id), r.request_id
+    n, limit = len(r.output_token_ids), r.sampling_params.max_tokens
+    if reason is None:
+        if r.is_finished or r not in engine.scheduler.running:
+            raise _fail(k, f"request {rid} was retired after {n} token(s) (max_tokens={limit}, last token "
+                           f"{r.output_token_ids[-1]} is not end-of-sequence {engine.eos_token_id})",
+                        hint="finish a request only when stop_reason(request, self.eos_token_id, self.tokenizer) "
+                             "returns a reason")
+        return
+    why = "its last token is end-of-sequence" if reason == "stop" else f"it has max_tokens={limit} tokens"
+    if r in engine.scheduler.running or not r.is_finished or r.block_table:
+        raise _fail(k, f"request {rid} should have finished ({why}) but is still running or holds blocks "
+                       f"(status {r.status.value}, {len(r.block_table)} blocks)",
+                    hint="when stop_reason(...) returns a reason call self.scheduler.finish(request, reason): it "
+                         "retires the request and frees its blocks")
+    if r.finish_reason != reason:
+        raise _fail(k, f"request {rid} finished with reason {r.finish_reason!r}, expected {reason!r} ({why})",
+                    hint="pass stop_reason's result to self.scheduler.finish")
+
+
+def check_outputs(k: int, outs: list, expected: list[tuple[str, list[int], bool]], engine) -> None:
+    got = []
+    for o in outs:
+        if not hasattr(o, "request_id") or not hasattr(o, "new_token_ids"):
+            raise _fail(k, f"step returned {short(o)}; each output must be a RequestOutput",
+                        hint="return self.make_output(request, [token]) for each request that got a token")
+        got.append((o.request_id, list(o.new_token_ids), bool(o.finished)))
+    if got != expected:
+        raise _fail(k, "wrong outputs returned by step", field="(request_id, new_token_ids, finished)",
+                    expected=expected, got=got,
+                    hint="one self.make_output(request, [token]) per request that received a token this step, in "
+                         "scheduled order; none for a prompt chunk that sampled nothing")
+    for o in outs:
+        r = engine.requests[o.request_id]
+        if [int(t) for t in o.outputs[0].token_ids] != r.output_token_ids:
+            raise _fail(k, f"the output of request {r.request_id} does not hold all its tokens so far",
+                        hint="build outputs with self.make_output(request, [token]) after appending the token")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Running workloads and comparing with each request alone
+
+
+def call_generate(engine, prompts: list[list[int]], params) -> list:
+    text = f"engine.generate({prompts!r}, {params!r})"
+    outs = learner_call(engine.generate, "LLMEngine.generate", [list(p) for p in prompts], params, input=text)
+    if not isinstance(outs, list) or len(outs) != len(prompts):
+        n = len(outs) if isinstance(outs, list) else type(outs).__name__
+        raise CaseFailure(f"generate returned {n} outputs for {len(prompts)} prompts", input=text,
+                          hint="one final output per prompt: [self.make_output(r, []) for r in requests]")
+    return outs
+
+
+def check_final(engine, model, prompts: list[list[int]], params_list: list[SamplingParams], outs: list,
+                text: str) -> None:
+    """generate's outputs against each request alone; every request retired, every block back in the pool."""
+    got_prompts = [list(o.prompt_token_ids) for o in outs]
+    if got_prompts != prompts:
+        order = [prompts.index(p) if p in prompts else None for p in got_prompts]
+        raise CaseFailure(f"generate returned the outputs in the order of prompts {order}, not in prompt order",
+                          input=text, hint="keep the requests add_requests returned and make one output per "
+                                           "request in that order, not in the order they finished")
+    for i, (p, params, o) in enumerate(zip(prompts, params_list, outs)):
+        want = alone(model, p, params, engine.eos_token_id)
+        got = [int(t) for t in o.outputs[0].token_ids]
+        if got != want:
+            hint = "compare with mini_llm.generate(model, prompt, max_tokens, eos_token_id=eos) on this prompt"
+            if got[: len(want)] == want:
+                hint = ("too many tokens: stop when the request has max_tokens tokens or its last token is "
+                        "end-of-sequence (stop_reason does both)")
+            raise CaseFailure(f"prompt {i}: the engine's tokens differ from generating it alone", input=text,
+                              field=f"outputs[{i}].outputs[0].token_ids", expected=want, got=got, hint=hint)
+        if not o.finished:
+            raise CaseFailure(f"prompt {i}: its final output says finished=False", input=text)
+    if engine.has_unfinished_requests():
+        raise CaseFailure("generate returned while requests were still unfinished", input=text,
+                          hint="step until self.has_unfinished_requests() is false")
+    free, total = engine.kv_cache_manager.num_free_blocks, engine.config.num_blocks
+    if free != total:
+        raise CaseFailure(f"after generate only {free} of {total} KV-cache blocks are free", input=text,
+                          hint="self.scheduler.finish(request, reason) frees a finished request's blocks")
+
+
+def run_generate(impl, model, prompts: list[list[int]], params, eos: int | None = None, step_limit: int = 400,
+                 **config: Any):
+    eos = model.cfg.eos_token_id if eos is None else eos
+    engine = make_engine(impl, model, eos, step_limit, **config)
+    outs = call_generate(engine, prompts, params)
+    plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
+    text = f"engine.generate({prompts!r}, {params!r}) with EngineConfig({config}), eos_token_id={eos}"
+    check_final(engine, model, prompts, plist, outs, text)
+    return engine, outs
+
+
+def forward_sizes(engine) -> list[int]:
+    return [len(items) for items, _ in engine.runner.calls]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The cases
+
+
+@CASES("one request: step by step", timeout=60)
+def _(impl):
+    model = load_model()
+    eos = model.cfg.eos_token_id
+    engine = make_engine(impl, model, eos, num_blocks=32, block_size=4)
+    if learner_call(engine.step, "LLMEngine.step") != []:
+        raise CaseFailure("step() on an engine with no requests must return []")
+    prompt, params = random_prompts(model, 1, [9])[0], SamplingParams(max_tokens=6)
+    request = engine.add_request(prompt, params)
+    tokens = []
+    while engine.has_unfinished_requests():
+        outs = learner_call(engine.step, "LLMEngine.step")
+        tokens += [t for o in outs for t in o.new_token_ids]
+    want = alone(model, prompt, params, eos)
+    if tokens != want or request.output_token_ids != want:
+        raise CaseFailure("the tokens differ from generating the prompt alone",
+                          input=f"engine.add_request({prompt}, {params}); step() until done",
+                          field="tokens", expected=want, got=tokens)
+
+
+@CASES("one request: generate (default SamplingParams)", timeout=60)
+def _(impl):
+    model = load_model()
+    run_generate(impl, model, random_prompts(model, 2, [7]), None, num_blocks=32, block_size=4)
+
+
+@CASES("several requests share each forward pass", timeout=60)
+def _(impl):
+    model = load_model()
+    prompts = random_prompts(model, 3, [5, 11, 3, 8])
+    engine, _ = run_generate(impl, model, prompts, SamplingParams(max_tokens=8), num_blocks=64, block_size=4)
+    sizes = forward_sizes(engine)
+    if max(sizes) < len(prompts):
+        raise CaseFailure(f"forward passes carried {sizes} requests; all {len(prompts)} fit in one",
+                          hint="one item per scheduled request, one execute_model call per step")
+
+
+@CASES("max_tokens respected exactly (different per request)", timeout=60)
+def _(impl):
+    model = load_model()
+    prompts = random_prompts(model, 4, [6, 4, 9, 5])
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (1, 5, 2, 9)]
+    run_generate(impl, model, prompts, params, num_blocks=64, block_size=4)
+
+
+@CASES("end-of-sequence stops a request (and ignore_eos does not)", timeout=60)
+def _(impl):
+    model = load_model()
+    prompts = random_prompts(model, 5, [6, 10, 4])
+    free_run = alone(model, prompts[0], SamplingParams(max_tokens=10, ignore_eos=True), None)
+    eos = free_run[2]  # a token the model does emit: prompt 0 stops at its third token at the latest
+    prompts.append(list(prompts[0]))
+    params = [SamplingParams(max_tokens=10)] * 3 + [SamplingParams(max_tokens=10, ignore_eos=True)]
+    engine, outs = run_generate(impl, model, prompts, params, eos=eos, num_blocks=64, block_size=4)
+    for i, o in enumerate(outs):
+        want = expected_reason(engine.requests[o.request_id], eos)
+        if o.outputs[0].finish_reason != want:
+            raise CaseFailure(f"prompt {i} finished with reason {o.outputs[0].finish_reason!r}, expected {want!r}",
+                              hint="pass stop_reason's result to self.scheduler.finish(request, reason)")
+
+
+@CASES("chunked prefill: a prompt chunk samples nothing, step returns no output for it", timeout=60)
+def _(impl):
+    model = load_model()
+    eos = model.cfg.eos_token_id
+    engine = make_engine(impl, model, eos, num_blocks=64, block_size=4, token_budget=7, max_num_seqs=4)
+    prompts = random_prompts(model, 6, [17, 3, 12])
+    params = SamplingParams(max_tokens=5)
+    requests = []
+    for p in prompts:
+        requests.append(engine.add_request(p, params))
+        learner_call(engine.step, "LLMEngine.step")  # a new request arrives while others are mid-prompt
+    while engine.has_unfinished_requests():
+        learner_call(engine.step, "LLMEngine.step")
+    if not any(not s.completes for sched in engine.scheduler.log for s in sched):
+        raise CaseFailure("the workload was meant to cut prompts into chunks (a course bug)", kind="error")
+    for i, (p, r) in enumerate(zip(prompts, requests)):
+        want = alone(model, p, params, eos)
+        if r.output_token_ids != want:
+            raise CaseFailure(f"request {i}: the tokens differ from generating it alone", field="output_token_ids",
+                              expected=want, got=r.output_token_ids)
+
+
+@CASES("continuous batching: a waiting request starts as soon as a slot frees", timeout=60)
+def _(impl):
+    model = load_model()
+    prompts = random_prompts(model, 7, [6, 4, 8, 5])
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (12, 3, 5, 4)]
+    engine, _ = run_generate(impl, model, prompts, params, num_blocks=64, block_size=4, max_num_seqs=2)
+    seen: set[str] = set()
+    for sched in engine.scheduler.log:
+        ids = {s.request.request_id for s in sched}
+        if ids - seen and ids & seen:
+            return  # a request was admitted while one admitted earlier was still running
+        seen |= ids
+    raise CaseFailure("no request was ever admitted while an earlier one was still running: the requests ran in "
+                      "groups (static batching)",
+                      input=f"max_num_seqs=2, engine.generate({prompts}, {params})",
+                      hint="add every prompt at once (self.add_requests) and step until none is unfinished: "
+                           "the scheduler admits a waiting request as soon as a running one finishes")
+
+
+@CASES("generate returns outputs in prompt order", timeout=60)
+def _(impl):
+    model = load_model()
+    prompts = random_prompts(model, 8, [5, 7, 3])
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (9, 2, 5)]  # the first finishes last
+    run_generate(impl, model, prompts, params, num_blocks=64, block_size=4)
+    engine = make_engine(impl, model, None, num_blocks=8, block_size=4)
+    if call_generate(engine, [], None) != []:
+        raise CaseFailure("generate([]) must return []")
+
+
+@CASES("a small KV cache: blocks are freed and reused", timeout=60)
+def _(impl):
+    model = load_model()
+    prompts = random_prompts(model, 9, [9, 6, 11, 7, 5, 10])
+    params = SamplingParams(max_tokens=7, ignore_eos=True)
+    # 6 blocks of 4 hold at most about one and a half requests: later ones need blocks of finished ones.
+    run_generate(impl, model, prompts, params, num_blocks=6, block_size=4, step_limit=200)
+
+
+@CASES("seeded sampling uses each request's own generator", timeout=60)
+def _(impl):
+    model = load_model()
+    prompts = random_prompts(model, 10, [6, 9, 4])
+    params = [SamplingParams(max_tokens=8, temperature=1.0, seed=s, ignore_eos=True) for s in (1, 2, 3)]
+    engine = make_engine(impl, model, None, num_blocks=64, block_size=4)
+    outs = call_generate(engine, prompts, params)
+    expected = ref.LLMEngine(model, ref.EngineConfig(num_blocks=64, block_size=4)).generate(prompts, params)
+    for i, (o, e) in enumerate(zip(outs, expected)):
+        got, want = [int(t) for t in o.outputs[0].token_ids], e.outputs[0].token_ids
+        if got != want:
+            raise CaseFailure(f"prompt {i} (temperature 1, seed {params[i].seed}): wrong tokens", field="token_ids",
+                              expected=want, got=got,
+                              hint="sample with sample_token(row, request.sampling_params, request.generator)")
+
+
+@CASES("a mixed workload: chunks, decodes, admissions and a full cache", timeout=90)
+def _(impl):
+    model = load_model()
+    rng = random.Random(11)
+    prompts = random_prompts(model, 11, [rng.randint(1, 30) for _ in range(10)])
+    params = [SamplingParams(max_tokens=rng.randint(1, 12), ignore_eos=rng.random() < 0.5) for _ in prompts]
+    run_generate(impl, model, prompts, params, num_blocks=20, block_size=4, token_budget=16, max_num_seqs=4,
+                 step_limit=300)
