@@ -10,7 +10,7 @@
 
 Convention for chapter authors: tag (cell metadata "tags") with "timing" every cell whose output holds timings or
 other run-to-run variation; its output is then not compared (it must still run without error).
-Environment: NOTEBOOK_CELL_TIMEOUT (seconds per cell, default 300).
+Environment: NOTEBOOK_CELL_TIMEOUT (seconds per cell, default 300); OMP_NUM_THREADS for the kernels (default 1).
 """
 
 from __future__ import annotations
@@ -92,6 +92,9 @@ def execute(path: Path, impl: str, pythonpath: Path | None = None) -> nbformat.N
     probe = nbformat.v4.new_code_cell(PROBE, metadata={"tags": [PROBE_TAG]})
     nb.cells.insert(0, probe)
     env = dict(os.environ, COURSE_IMPL=impl)
+    # One intra-op thread unless the caller chose: on a loaded machine (CI, several test runs at once) torch's
+    # spinning OpenMP threads make small-model cells tens of times slower than one thread.
+    env.setdefault("OMP_NUM_THREADS", "1")
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
@@ -115,7 +118,9 @@ def _text(cell) -> str:
         if out.output_type == "stream":
             parts.append(out.text)
         elif out.output_type in ("execute_result", "display_data"):
-            parts.append(out.get("data", {}).get("text/plain", ""))
+            data = out.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" not in data:  # widgets are progress bars: skip them
+                parts.append(data.get("text/plain", ""))
         elif out.output_type == "error":
             parts.append("\n".join(out.traceback))
     return "".join(parts)
