@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, option, raised_failure, shrink, short
+from judge.harness import CaseFailure, Cases, LearnerRaised, call, is_memory_error, raised_failure, shrink, short
 
 CASES = Cases()
 
@@ -163,15 +163,13 @@ def _(impl):
 # ----------------------------------------------------------------------------------------------------------
 # write_kv
 
-def invoke(fn, *args):
-    """Call learner code on the very tensors given (write_kv works in place, so `call`'s copies would hide it)."""
+def call_in_place(fn, *args):
+    """`call` without the deep copies: write_kv works in place, and copies would hide what it wrote."""
     try:
         return fn(*args)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001
-        from judge.harness import is_memory_error
-
         if is_memory_error(exc):
             raise
         raise LearnerRaised(exc) from exc
@@ -231,7 +229,7 @@ def write_diff(spec: tuple, fn) -> CaseFailure | None:
     before = (t["key_cache"].clone(), t["value_cache"].clone())
     k_in, v_in, s_in = t["key"].clone(), t["value"].clone(), t["slot_mapping"].clone()
     try:
-        ret = invoke(fn, t["key_cache"], t["value_cache"], t["key"], t["value"], t["slot_mapping"])
+        ret = call_in_place(fn, t["key_cache"], t["value_cache"], t["key"], t["value"], t["slot_mapping"])
     except LearnerRaised as err:
         return raised_failure(err, "write_kv", input=text)
     exp_k, exp_v = expected_caches({**t, "key_cache": before[0], "value_cache": before[1]})
@@ -335,7 +333,7 @@ def _(impl):
     text = (f"caches [layers={layers}, num_blocks={nb}, block_size={bs}, n_kv_heads={heads}, head_dim={hd}]; "
             f"write_kv(key_caches[1], value_caches[1], key, value, slot_mapping=torch.tensor({slots.tolist()}))")
     try:
-        invoke(impl.write_kv, big_k[1], big_v[1], key, value, slots)
+        call_in_place(impl.write_kv, big_k[1], big_v[1], key, value, slots)
     except LearnerRaised as err:
         raise raised_failure(err, "write_kv", input=text) from None
     for name, got, exp in (("key_caches", big_k, exp_k), ("value_caches", big_v, exp_v)):
