@@ -128,32 +128,47 @@ class RecordingRunner(ModelRunner):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[list, torch.Tensor]] = []  # (items as given, logits returned)
+        self.check_items: Callable[[list], None] = lambda items: None  # set by the engine under test
 
     def execute_model(self, items):
         items = list(items)
+        self.check_items(items)  # before running: a wrong item would fail inside the runner, less clearly
         logits = super().execute_model(items)
         self.calls.append((items, logits))
         return logits
+
+
+class ChunksFirstScheduler(RecordingScheduler):
+    """The reference schedule with prompt chunks that sample nothing listed first. The order of
+    sched.scheduled is the scheduler's business; the reference happens to list such a chunk last (it is cut by
+    the budget), so this order is what tells 'the j-th item that needs logits' from 'the j-th item'."""
+
+    def schedule(self):
+        out = super().schedule()
+        out.scheduled.sort(key=lambda s: s.completes_prompt)
+        self.log[-1].sort(key=lambda s: s.completes)
+        return out
 
 
 # ----------------------------------------------------------------------------------------------------------
 # The engine under test: the learner's step/generate on the reference components, checked after every step
 
 
-def engine_class(impl) -> type:
+def engine_class(impl, scheduler: type = RecordingScheduler) -> type:
     learner = getattr(impl, "LLMEngine", None)
     if not (isinstance(learner, type) and issubclass(learner, ref.LLMEngine)):
         raise CaseFailure("LLMEngine must be a class deriving from solutions.engine.LLMEngine, as in the starter "
                           "file", hint="keep `class LLMEngine(_ReferenceEngine):` and write step and generate")
 
     class Checked(learner):
-        scheduler_cls = RecordingScheduler
+        scheduler_cls = scheduler
         runner_cls = RecordingRunner
         kv_cache_manager_cls = KVCacheManager
 
         def __init__(self, *args: Any, step_limit: int = 400, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.step_limit, self.num_steps = step_limit, 0
+            self.runner.check_items = lambda items: check_items(self.num_steps, self.scheduler.log[-1], items)
 
         def step(self):
             self.num_steps += 1
@@ -169,8 +184,9 @@ def engine_class(impl) -> type:
     return Checked
 
 
-def make_engine(impl, model, eos: int | None, step_limit: int = 400, **config: Any):
-    cls = engine_class(impl)
+def make_engine(impl, model, eos: int | None, step_limit: int = 400, scheduler: type = RecordingScheduler,
+                **config: Any):
+    cls = engine_class(impl, scheduler)
     try:
         return cls(model, ref.EngineConfig(**config), eos_token_id=eos, step_limit=step_limit)
     except CaseFailure:
@@ -237,8 +253,7 @@ def check_step(engine, n_sched: int, n_calls: int, outs: Any) -> None:
         raise _fail(k, f"step ran the model {len(calls)} times for {len(sched)} scheduled requests; one forward "
                        "pass must carry every scheduled request",
                     hint="build all the items first, then call self.runner.execute_model(items) once")
-    items, logits = calls[0]
-    check_items(k, sched, items)
+    logits = calls[0][1]
     expected_outs, row = [], 0
     for s in sched:
         r = s.request
@@ -464,6 +479,26 @@ def _(impl):
         learner_call(engine.step, "LLMEngine.step")
     if not any(not s.completes for sched in engine.scheduler.log for s in sched):
         raise CaseFailure("the workload was meant to cut prompts into chunks (a course bug)", kind="error")
+    for i, (p, r) in enumerate(zip(prompts, requests)):
+        want = alone(model, p, params, eos)
+        if r.output_token_ids != want:
+            raise CaseFailure(f"request {i}: the tokens differ from generating it alone", field="output_token_ids",
+                              expected=want, got=r.output_token_ids)
+
+
+@CASES("rows of logits: the j-th row is the j-th item that needs logits", timeout=60)
+def _(impl):
+    model = load_model()
+    eos = model.cfg.eos_token_id
+    engine = make_engine(impl, model, eos, scheduler=ChunksFirstScheduler, num_blocks=64, block_size=4,
+                         token_budget=8, max_num_seqs=4)
+    prompts = random_prompts(model, 12, [3, 2, 20, 4])
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    requests = [engine.add_request(p, params) for p in prompts[:2]]
+    learner_call(engine.step, "LLMEngine.step")  # two prompts: decodes from now on
+    requests += [engine.add_request(p, params) for p in prompts[2:]]
+    while engine.has_unfinished_requests():  # a 20-token prompt in chunks, listed before the decodes
+        learner_call(engine.step, "LLMEngine.step")
     for i, (p, r) in enumerate(zip(prompts, requests)):
         want = alone(model, p, params, eos)
         if r.output_token_ids != want:
