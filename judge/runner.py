@@ -110,6 +110,7 @@ def _run_worker(ex: Exercise, target: dict[str, Any], case_names: list[str] | No
     os.close(w)
     status: int | None = None
     rusage = None
+    sel = selectors.DefaultSelector()
     try:
         try:
             proc.stdin.write((json.dumps(cfg) + "\n").encode())
@@ -119,7 +120,6 @@ def _run_worker(ex: Exercise, target: dict[str, Any], case_names: list[str] | No
         out_fd = proc.stdout.fileno()
         os.set_blocking(r, False)
         os.set_blocking(out_fd, False)
-        sel = selectors.DefaultSelector()
         sel.register(r, selectors.EVENT_READ, "channel")
         sel.register(out_fd, selectors.EVENT_READ, "output")
         buf = b""
@@ -229,6 +229,7 @@ def _run_worker(ex: Exercise, target: dict[str, Any], case_names: list[str] | No
             except (ProcessLookupError, PermissionError):
                 pass
         proc.returncode = os.waitstatus_to_exitcode(status)
+        sel.close()
         os.close(r)
         proc.stdout.close()
         _rmtree(tmp)
