@@ -1,0 +1,390 @@
+"""Hidden tests of exercise 132 (hash_block, block_hashes, PrefixCache).
+
+Hash values are the learner's own: the cases check properties (determinism, chaining, one hash per full block)
+and the cache's behaviour through lookups, never its internal dictionaries. End to end, the learner's functions
+and class are plugged into the REFERENCE KVCacheManager (class attributes prefix_cache_cls and block_hashes)
+under the reference engine, and greedy outputs must equal each prompt generated alone with `mini_llm.generate`,
+with the number of cached prompt tokens the prefix hits predict.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from judge.harness import CaseFailure, Cases, LearnerRaised, call, raised_failure, shrink, short
+from judge.hidden.inference_loop import alone, learner_call, load_model, random_prompts
+from solutions import engine as ref
+from solutions import prefix_cache as ref_cache
+from solutions.kv_cache_manager import KVCacheManager
+from solutions.sampling import SamplingParams
+
+CASES = Cases()
+NONE_HASH = ref_cache.NONE_HASH
+
+
+def guarded(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
+    try:
+        return call(fn, *args)
+    except LearnerRaised as err:
+        raise raised_failure(err, name, input=input) from None
+
+
+def hash_of(impl, parent: int, tokens: list[int]) -> int:
+    text = f"hash_block({parent!r}, {tokens!r})"
+    h = guarded(impl.hash_block, "hash_block", parent, tokens, input=text)
+    if not isinstance(h, int) or isinstance(h, bool):
+        raise CaseFailure(f"hash_block returned a {type(h).__name__} ({short(h)}); it must return an int",
+                          input=text, hint="e.g. hash((parent_hash, tuple(token_ids))); a hashlib digest can be "
+                                           "turned into an int with int.from_bytes(digest[:8], 'big')")
+    return h
+
+
+def hashes_of(impl, tokens: list[int], block_size: int) -> list[int]:
+    text = f"block_hashes({tokens!r}, {block_size})"
+    out = guarded(impl.block_hashes, "block_hashes", tokens, block_size, input=text)
+    if not isinstance(out, (list, tuple)):
+        raise CaseFailure(f"block_hashes returned a {type(out).__name__}; it must return a list of ints", input=text)
+    return list(out)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# hash_block and block_hashes
+
+
+@CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order")
+def _(impl):
+    tokens = [5, 17, 2, 9]
+    h = hash_of(impl, NONE_HASH, tokens)
+    if hash_of(impl, NONE_HASH, list(tokens)) != h:
+        raise CaseFailure("hash_block gave two different hashes for the same arguments",
+                          input=f"hash_block({NONE_HASH}, {tokens})", hint="the hash must be deterministic")
+    p1 = hash_of(impl, NONE_HASH, [7, 7, 7, 7])
+    p2 = hash_of(impl, p1, [7, 7, 7, 7])
+    parents = [(NONE_HASH, "NONE_HASH"), (p1, "p1 = hash_block(NONE_HASH, [7, 7, 7, 7])"),
+               (p2, "hash_block(p1, [7, 7, 7, 7])")]
+    seen: dict[int, str] = {}
+    for p, label in parents:
+        got = hash_of(impl, p, tokens)
+        if got in seen:
+            raise CaseFailure(f"hash_block(parent, {tokens}) is the same for parents {seen[got]} and {label}",
+                              input=f"hash_block(p, {tokens}) for p in {[p for p, _ in parents]}",
+                              hint="chain the parent's hash in: equal hashes must mean equal PREFIXES, e.g. "
+                                   "hash((parent_hash, tuple(token_ids)))")
+        seen[got] = label
+    variants = [tokens, [5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2]]
+    got = [hash_of(impl, NONE_HASH, v) for v in variants]
+    for i in range(len(variants)):
+        for j in range(i):
+            if got[i] == got[j]:
+                raise CaseFailure(f"hash_block gives the same hash to blocks {variants[j]} and {variants[i]}",
+                                  input=f"hash_block({NONE_HASH}, {variants[j]}) == hash_block({NONE_HASH}, "
+                                        f"{variants[i]})", hint="hash every token, in order")
+
+
+def expected_chain(impl, tokens: list[int], block_size: int) -> list[int]:
+    """The learner's own hash_block, chained over the full blocks from NONE_HASH."""
+    out, parent = [], NONE_HASH
+    for i in range(len(tokens) // block_size):
+        parent = hash_of(impl, parent, tokens[i * block_size: (i + 1) * block_size])
+        out.append(parent)
+    return out
+
+
+def check_block_hashes(impl, tokens: list[int], block_size: int) -> CaseFailure | None:
+    text = f"block_hashes({tokens!r}, {block_size})"
+    try:
+        got, want = hashes_of(impl, tokens, block_size), expected_chain(impl, tokens, block_size)
+    except CaseFailure as f:
+        return f
+    if len(got) != len(want):
+        return CaseFailure(f"block_hashes returned {len(got)} hashes for {len(tokens)} tokens in blocks of "
+                           f"{block_size}; expected {len(want)} (one per FULL block)", input=text,
+                           field="len(block_hashes(...))", expected=len(want), got=len(got),
+                           hint="a trailing partial block is still being written: it gets no hash; "
+                                "len(token_ids) // block_size hashes")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            parent = "NONE_HASH" if i == 0 else f"hashes[{i - 1}]"
+            return CaseFailure(f"hash {i} is not hash_block({parent}, block {i})", input=text,
+                               field=f"block_hashes(...)[{i}]", expected=w, got=g,
+                               hint="hashes[0] = hash_block(NONE_HASH, first block); hashes[i] = "
+                                    "hash_block(hashes[i-1], block i)")
+    return None
+
+
+def block_hash_inputs(seed: int, count: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    out = [([1, 2, 3, 4, 5, 6, 7, 8], 4), ([1, 2, 3, 4, 5, 6, 7], 4), ([1, 2, 3], 4), ([], 4), ([9], 1)]
+    for _ in range(count):
+        bs = rng.choice([1, 2, 3, 4, 8])
+        n = bs * rng.randint(0, 5) + (rng.randint(0, bs - 1) if rng.random() < 0.5 else 0)
+        out.append(([rng.randrange(1000) for _ in range(n)], bs))
+    return out
+
+
+def shrink_tokens(value):
+    tokens, bs = value
+    if len(tokens) > bs:
+        yield tokens[:-bs], bs
+    if tokens:
+        yield tokens[:-1], bs
+    if any(t > 9 for t in tokens):
+        yield [t % 10 for t in tokens], bs
+
+
+@CASES("block_hashes: one chained hash per full block, from NONE_HASH")
+def _(impl):
+    for tokens, bs in block_hash_inputs(1, 30):
+        failure = check_block_hashes(impl, tokens, bs)
+        if failure is None:
+            continue
+        if failure.kind == "not implemented":
+            raise failure
+        small = shrink((tokens, bs), lambda v: check_block_hashes(impl, *v) is not None, shrink_tokens)
+        raise check_block_hashes(impl, *small) or failure
+
+
+@CASES("block_hashes: equal prefixes share hashes, a different block changes every hash after it")
+def _(impl):
+    bs = 4
+    shared, tail = [3, 1, 4, 1, 5, 9, 2, 6], [8, 8, 8, 8, 7, 7, 7, 7, 1]
+    a, b = shared + [0, 0, 0, 0] + tail, shared + [0, 0, 0, 1] + tail  # differ only in block 2
+    ha, hb = hashes_of(impl, a, bs), hashes_of(impl, b, bs)
+    text = f"block_hashes({a}, {bs}) vs block_hashes({b}, {bs})"
+    if len(ha) != 5 or len(hb) != 5:
+        raise CaseFailure(f"expected 5 hashes for 21 tokens in blocks of 4, got {len(ha)} and {len(hb)}", input=text)
+    if ha[:2] != hb[:2]:
+        raise CaseFailure("the first two blocks are equal, and so are their prefixes, yet their hashes differ",
+                          input=text, field="hashes[:2]", expected=ha[:2], got=hb[:2])
+    for i in range(2, 5):
+        if ha[i] == hb[i]:
+            raise CaseFailure(f"block {i} has the same hash in both sequences, although the prefixes differ (at "
+                              "block 2)", input=text, field=f"hashes[{i}]", expected="different hashes", got=ha[i],
+                              hint="chain each block's hash with its parent's: hashes[i] = hash_block(hashes[i-1], "
+                                   "block i), so a block's hash names its whole prefix")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# PrefixCache, through its behaviour
+
+
+def new_cache(impl):
+    return guarded(impl.PrefixCache, "PrefixCache()", input="PrefixCache()")
+
+
+def run_ops(impl, ops: list[tuple]) -> tuple[list[list[int]], str]:
+    """Apply ops ('insert', h, b) / ('evict', b) / ('lookup', hashes) to the learner's cache; its lookups."""
+    cache, lines, results = new_cache(impl), ["c = PrefixCache()"], []
+    for op in ops:
+        if op[0] == "insert":
+            lines.append(f"c.insert({op[1]}, {op[2]})")
+            guarded(cache.insert, "PrefixCache.insert", op[1], op[2], input="\n".join(lines))
+        elif op[0] == "evict":
+            lines.append(f"c.evict({op[1]})")
+            guarded(cache.evict, "PrefixCache.evict", op[1], input="\n".join(lines))
+        else:
+            lines.append(f"c.lookup({op[1]})")
+            got = guarded(cache.lookup, "PrefixCache.lookup", op[1], input="\n".join(lines))
+            try:
+                results.append([int(b) for b in got])
+            except TypeError:
+                raise CaseFailure(f"lookup returned {short(got)}; it must return a list of block ids",
+                                  input="\n".join(lines)) from None
+    return results, "\n".join(lines)
+
+
+def reference_lookups(ops: list[tuple]) -> list[list[int]]:
+    cache, out = ref_cache.PrefixCache(), []
+    for op in ops:
+        if op[0] == "lookup":
+            out.append(cache.lookup(op[1]))
+        else:
+            getattr(cache, op[0])(*op[1:])
+    return out
+
+
+HINTS = {
+    "lookup": "lookup walks the hashes in order and stops at the first one not cached: a block is only useful if "
+              "every block before it is cached too",
+    "insert": "insert keeps the existing entry when the hash is already cached OR the block already holds a hash "
+              "(the first holder wins)",
+    "evict": "evict(block_id) forgets both directions: the block's hash (so lookups miss it) and the block (so it "
+             "can hold a new hash)",
+}
+
+
+def check_ops(impl, ops: list[tuple], topic: str) -> CaseFailure | None:
+    try:
+        got, text = run_ops(impl, ops)
+    except CaseFailure as f:
+        return f
+    want = reference_lookups(ops)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            return CaseFailure(f"lookup number {i + 1} returned the wrong blocks", input=text,
+                               field=f"lookup {i + 1}", expected=w, got=g, hint=HINTS[topic])
+    return None
+
+
+def check_scenario(impl, ops: list[tuple], topic: str) -> None:
+    failure = check_ops(impl, ops, topic)
+    if failure is not None:
+        raise failure
+
+
+@CASES("PrefixCache.lookup: the longest cached prefix, stopping at the first miss")
+def _(impl):
+    check_scenario(impl, [("lookup", [11, 12])], "lookup")
+    inserts = [("insert", 11, 4), ("insert", 12, 0), ("insert", 14, 2)]
+    check_scenario(impl, inserts + [("lookup", [11, 12, 13, 14]), ("lookup", [11, 12]), ("lookup", [12, 14]),
+                                    ("lookup", [13, 11, 12]), ("lookup", [14]), ("lookup", [])], "lookup")
+
+
+@CASES("PrefixCache.insert: the first holder wins")
+def _(impl):
+    check_scenario(impl, [("insert", 11, 3), ("insert", 11, 5), ("lookup", [11])], "insert")
+    check_scenario(impl, [("insert", 11, 3), ("insert", 12, 3), ("lookup", [12]), ("lookup", [11])], "insert")
+    check_scenario(impl, [("insert", 11, 3), ("insert", 11, 3), ("lookup", [11])], "insert")
+
+
+@CASES("PrefixCache.evict: the block is forgotten both ways")
+def _(impl):
+    check_scenario(impl, [("insert", 11, 3), ("insert", 12, 4), ("evict", 3), ("lookup", [11]), ("lookup", [12])],
+                   "evict")
+    check_scenario(impl, [("insert", 11, 3), ("evict", 3), ("insert", 11, 6), ("lookup", [11])], "evict")
+    check_scenario(impl, [("insert", 11, 3), ("evict", 3), ("insert", 15, 3), ("lookup", [15]), ("lookup", [11])],
+                   "evict")
+    check_scenario(impl, [("evict", 7), ("insert", 11, 3), ("evict", 8), ("evict", 3), ("evict", 3),
+                          ("lookup", [11])], "evict")
+
+
+def random_ops(rng: random.Random, n: int) -> list[tuple]:
+    ops: list[tuple] = []
+    for _ in range(n):
+        x = rng.random()
+        if x < 0.45:
+            ops.append(("insert", 100 + rng.randrange(6), rng.randrange(6)))
+        elif x < 0.7:
+            ops.append(("evict", rng.randrange(7)))
+        else:
+            ops.append(("lookup", [100 + rng.randrange(7) for _ in range(rng.randint(0, 4))]))
+    return ops
+
+
+def shrink_ops(ops: list[tuple]):
+    for i in range(len(ops)):
+        yield ops[:i] + ops[i + 1:]
+
+
+@CASES("PrefixCache: random inserts, evictions and lookups against the reference")
+def _(impl):
+    rng = random.Random(132)
+    for _ in range(60):
+        ops = random_ops(rng, rng.randint(4, 30))
+        failure = check_ops(impl, ops, "lookup")
+        if failure is None:
+            continue
+        if failure.kind == "not implemented":
+            raise failure
+        small = shrink(ops, lambda o: check_ops(impl, o, "lookup") is not None, shrink_ops)
+        failure = check_ops(impl, small, "lookup") or failure
+        failure.hint = " / ".join(HINTS.values())
+        raise failure
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end: the learner's prefix cache inside the reference KV-cache manager and engine
+
+
+def engine_with(impl, model, cache_impl=None, **config: Any):
+    """The reference engine with prefix caching on, its KV-cache manager using `cache_impl` (default: impl)."""
+    source = cache_impl or impl
+
+    class Manager(KVCacheManager):
+        prefix_cache_cls = source.PrefixCache
+        block_hashes = staticmethod(source.block_hashes)
+
+    class Engine(ref.LLMEngine):
+        kv_cache_manager_cls = Manager
+
+    cfg = ref.EngineConfig(enable_prefix_caching=True, **config)
+    return learner_call(Engine, "PrefixCache()", model, cfg)
+
+
+def run_waves(impl, model, waves: list[list[list[int]]], params: SamplingParams, cache_impl=None, **config: Any):
+    """Each wave is one generate call on the same engine; returns the engine and every request in order."""
+    engine = engine_with(impl, model, cache_impl, **config)
+    before = set(engine.requests)
+    for wave in waves:
+        learner_call(engine.generate, "your prefix cache (inside the reference engine)", wave, params)
+    requests = [r for rid, r in engine.requests.items() if rid not in before]
+    return engine, requests
+
+
+def check_end_to_end(impl, model, waves, params, expected_hits: list[int], text: str, **config: Any) -> None:
+    engine, requests = run_waves(impl, model, waves, params, **config)
+    prompts = [p for wave in waves for p in wave]
+    for i, (p, r) in enumerate(zip(prompts, requests)):
+        want = alone(model, p, params, engine.eos_token_id)
+        if r.output_token_ids != want:
+            raise CaseFailure(f"prompt {i}: with your prefix cache the tokens differ from generating it alone "
+                              "(some cached block held other tokens' K and V)", input=text,
+                              field=f"prompt {i} tokens", expected=want, got=r.output_token_ids,
+                              hint="a hit must mean the same whole prefix (chained hashes) and an evicted block must "
+                                   "no longer be found")
+    got_hits = [r.num_cached_tokens for r in requests]
+    if got_hits != expected_hits:
+        raise CaseFailure("wrong number of prompt tokens found in the prefix cache (request.num_cached_tokens)",
+                          input=text, field="num_cached_tokens per prompt", expected=expected_hits, got=got_hits,
+                          hint="lookup returns the blocks of the longest cached prefix of the prompt's full-block "
+                               "hashes")
+    if engine.kv_cache_manager.num_free_blocks != engine.config.num_blocks:
+        raise CaseFailure("blocks were not returned to the pool at the end", input=text)
+
+
+def lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@CASES("end to end: a shared system prompt is computed once, outputs unchanged", timeout=90)
+def _(impl):
+    model = load_model()
+    bs = 4
+    rng = random.Random(7)
+    system = random_prompts(model, 20, [13])[0]
+    suffixes = random_prompts(model, 21, [5, 3, 8, 1])
+    first = system + suffixes[0]
+    later = [system + s for s in suffixes[1:]] + [list(first), list(system), system[:8]]
+    rng.shuffle(later)
+    # Admitted after `first` finished: the full blocks of the longest prefix shared with it, the last prompt
+    # token excluded (it is always recomputed, to produce logits).
+    hits = [0] + [bs * (min(lcp(p, first), len(p) - 1) // bs) for p in later]
+    params = SamplingParams(max_tokens=5)
+    text = (f"block_size={bs}; engine.generate([first]) then engine.generate(later) on the same engine, "
+            f"first = system + {suffixes[0]}, system = {system}")
+    check_end_to_end(impl, model, [[first], later], params, hits, text, num_blocks=64, block_size=bs)
+
+
+@CASES("end to end: a small KV cache evicts cached blocks and reuses them", timeout=90)
+def _(impl):
+    model = load_model()
+    bs = 4
+    system = random_prompts(model, 30, [12])[0]
+    others = random_prompts(model, 31, [19, 18, 7])
+    tails = random_prompts(model, 32, [3, 2])
+    # One request at a time in a cache of 10 blocks: the two unrelated prompts take the system prompt's freed
+    # blocks, so the third request must miss; the last one hits its own predecessor's blocks.
+    waves = [[system + tails[0]], [others[0]], [others[1]], [system + tails[1]], [others[1] + others[2]]]
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    config = dict(num_blocks=10, block_size=bs)
+    _, reference_requests = run_waves(impl, model, waves, params, cache_impl=ref_cache, **config)
+    hits = [r.num_cached_tokens for r in reference_requests]
+    if hits[3] != 0 or hits[4] == 0:
+        raise CaseFailure(f"the workload no longer evicts then hits as designed (a course bug): {hits}", kind="error")
+    text = f"EngineConfig(num_blocks=10, block_size={bs}, enable_prefix_caching=True); one generate call per prompt: " \
+           f"{waves}"
+    check_end_to_end(impl, model, waves, params, hits, text, **config)
