@@ -170,7 +170,7 @@ def _(impl):
 
 
 def new_cache(impl):
-    return guarded(impl.PrefixCache, "PrefixCache()", input="PrefixCache()")
+    return guarded(impl.PrefixCache, "PrefixCache", input="PrefixCache()")
 
 
 def run_ops(impl, ops: list[tuple]) -> tuple[list[list[int]], str]:
@@ -309,7 +309,7 @@ def engine_with(impl, model, cache_impl=None, **config: Any):
         kv_cache_manager_cls = Manager
 
     cfg = ref.EngineConfig(enable_prefix_caching=True, **config)
-    return learner_call(Engine, "PrefixCache()", model, cfg)
+    return learner_call(Engine, "PrefixCache", model, cfg)
 
 
 def run_waves(impl, model, waves: list[list[list[int]]], params: SamplingParams, cache_impl=None, **config: Any):

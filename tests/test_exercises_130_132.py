@@ -1,0 +1,117 @@
+"""Exercises 130 (inference loop) and 132 (prefix caching): the reference passes, the untouched starters say
+"not implemented yet", every deliberately wrong version in tests/judge_cases/{inference_loop,prefix_caching}/
+is rejected with the expected diagnosis, and differently written correct ones are accepted."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import judge
+from judge.hidden import inference_loop, prefix_caching
+from judge.loader import load_file
+from mini_llm.settings import EMBEDDED_MODEL
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES_DIR = Path(__file__).parent / "judge_cases"
+HAS_EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file()
+FIXTURES = {130: CASES_DIR / "inference_loop", 132: CASES_DIR / "prefix_caching"}
+STARTERS = {130: ("practice/engine.py", "LLMEngine.step"), 132: ("practice/prefix_cache.py", "hash_block")}
+MODULES = {130: inference_loop, 132: prefix_caching}
+
+
+def fixtures(kind: str) -> list:
+    return [pytest.param(ex, p, id=f"{ex}-{p.stem}") for ex, d in FIXTURES.items() for p in sorted(d.glob(f"{kind}_*.py"))]
+
+
+def expect_of(path: Path) -> str:
+    return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    """The embedded checkpoint, or (until it is committed) a small random Qwen3 checkpoint."""
+    if HAS_EMBEDDED:
+        return str(EMBEDDED_MODEL)
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                      eos_token_id=0)
+    out = tmp_path_factory.mktemp("ckpt")
+    Qwen3ForCausalLM(cfg).save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.parametrize("ex", [130, 132])
+def test_registered(ex):
+    exercise = judge.get_exercise(ex)
+    assert exercise == judge.get_exercise(exercise.slug)
+    assert exercise.practice_file == STARTERS[ex][0]
+    assert (ROOT / exercise.statement).is_file()
+    assert len(list(FIXTURES[ex].glob("wrong_*.py"))) >= 8 and len(list(FIXTURES[ex].glob("right_*.py"))) >= 2
+
+
+@pytest.mark.parametrize("ex", [130, 132])
+def test_reference_passes_in_the_sandbox(ex, model_dir):
+    report = judge.grade(ex, reference=True, options={"model": model_dir})
+    assert report.ok, report.text()
+    assert report.text().splitlines()[-1] == f"{len(MODULES[ex].CASES)} passed, 0 failed"
+
+
+@pytest.mark.parametrize("ex", [130, 132])
+def test_untouched_starter_says_not_implemented(ex, model_dir):
+    path, first = STARTERS[ex]
+    if "raise NotImplementedError" not in (ROOT / path).read_text():
+        pytest.skip(f"{path} has been filled in")
+    report = judge.grade(ex, options={"model": model_dir})
+    assert report.passed == 0, report.text()
+    assert {r.verdict for r in report.results} == {"not implemented"}, report.text()
+    assert f"not implemented yet: {first} raises NotImplementedError" in report.text()
+
+
+@pytest.mark.parametrize("ex, path", fixtures("wrong"))
+def test_wrong_version_is_rejected(ex, path, model_dir):
+    report = judge.grade_inprocess(ex, load_file(path), options={"model": model_dir})
+    assert report.failed > 0, report.text()
+    assert expect_of(path) in report.text(), report.text()
+    assert all(r.verdict in ("pass", "fail", "error") for r in report.results), report.text()
+
+
+@pytest.mark.parametrize("ex, path", fixtures("right"))
+def test_correct_version_is_accepted(ex, path, model_dir):
+    report = judge.grade_inprocess(ex, load_file(path), options={"model": model_dir})
+    assert report.ok, report.text()
+
+
+def test_130_grades_step_and_generate_on_reference_components(model_dir):
+    """A learner whose other practice files are still stubs is graded on 130 alone: the engine under test uses
+    the reference scheduler, KV-cache manager and runner, not practice/'s."""
+    report = judge.grade_inprocess(130, load_file(FIXTURES[130] / "right_reference_style.py"),
+                                   cases=["several requests"], options={"model": model_dir})
+    assert report.ok, report.text()
+    engine_cls = inference_loop.engine_class(load_file(FIXTURES[130] / "right_reference_style.py"))
+    assert issubclass(engine_cls.scheduler_cls, inference_loop.Scheduler)
+    assert issubclass(engine_cls.runner_cls, inference_loop.ModelRunner)
+    assert engine_cls.kv_cache_manager_cls is inference_loop.KVCacheManager
+
+
+def test_130_step_only_without_generate_names_generate(model_dir):
+    """step written, generate still the stub: the step cases pass and the generate ones name generate."""
+    source = (FIXTURES[130] / "right_reference_style.py").read_text()
+    source = source.replace("        requests = self.add_requests(prompts, params)",
+                            "        raise NotImplementedError\n        requests = self.add_requests(prompts, params)")
+    report = judge.grade(130, source=source, cases=["one request"], options={"model": model_dir})
+    assert [r.verdict for r in report.results] == ["pass", "not implemented"], report.text()
+    assert "LLMEngine.generate raises NotImplementedError" in report.text()
+
+
+def test_132_wrong_evict_caught_end_to_end(model_dir):
+    """Evicting nothing serves stale blocks in the engine: the outputs differ from generating alone."""
+    report = judge.grade_inprocess(132, load_file(FIXTURES[132] / "wrong_evict_noop.py"),
+                                   cases=["end to end: a small KV cache"], options={"model": model_dir})
+    assert report.failed == 1 and "differ from generating it alone" in report.results[0].message, report.text()
