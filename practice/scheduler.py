@@ -29,7 +29,9 @@ class Scheduler(_ReferenceScheduler):
         Rules:
         1. Running requests first, decodes before prompts still being prefilled (`request.is_prefilling`),
            each in admission order. A running request gets min(tokens it has left to compute, budget left)
-           new tokens, where tokens left = `request.num_tokens - request.num_computed_tokens`. Get its blocks
+           new tokens, where tokens left = `request.num_tokens - request.num_computed_tokens` and budget left =
+           `self.token_budget - out.num_scheduled_tokens` (a preempted victim's tokens come back; once it is
+           0, schedule no more). Get its blocks
            with `self.allocate_or_preempt(request, n, out)`; if that returns False, skip it. A request
            preempted during this loop is no longer in `self.running`: skip it too.
         2. Then waiting requests, in order, while budget is left, fewer than `max_num_seqs` are running and

@@ -1,0 +1,15 @@
+"""Exercise 129 metadata (see judge/README.md)."""
+from judge.registry import Exercise
+
+EXERCISE = Exercise(
+    id=129,
+    slug="scheduler",
+    title="The scheduler: decodes, prefill chunks and new requests within a token budget",
+    difficulty="medium",
+    practice_file="practice/scheduler.py",
+    reference="solutions.scheduler",
+    tests="judge.hidden.scheduler",
+    api={"Scheduler": ("kv_cache_manager",)},
+    statement="practice/exercises/129-scheduler.md",
+    case_timeout=10.0,
+)
