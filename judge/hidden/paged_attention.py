@@ -68,26 +68,26 @@ def dense_reference(s: Spec, inp: dict[str, Any], *, causal: bool = True, offset
     q_all, kc, vc = inp["query"].double(), inp["key_cache"].double(), inp["value_cache"].double()
     bs, rep = s.block_size, s.n_heads // s.n_kv_heads
     scale = scale if scale is not None else (s.scale if s.scale is not None else 1 / math.sqrt(s.head_dim))
+    heads = torch.arange(s.n_heads)
+    kv_of_head = heads // rep if gqa == "interleave" else heads % s.n_kv_heads
     out, start = [], 0
     for r in s.reqs:
-        table = sorted(r.table) if sort_tables else r.table
+        table = torch.tensor(sorted(r.table) if sort_tables else r.table, dtype=torch.long)
         ctx = -(-r.seq_len // bs) * bs if whole_blocks else r.seq_len
-        k = torch.stack([kc[table[p // bs], p % bs] for p in range(ctx)])  # [ctx, n_kv, D]
-        v = torch.stack([vc[table[p // bs], p % bs] for p in range(ctx)])
+        pos = torch.arange(ctx)
+        k = kc[table[pos // bs], pos % bs][:, kv_of_head]  # position p: block table[p // bs], row p % bs -> [ctx, H, D]
+        v = vc[table[pos // bs], pos % bs][:, kv_of_head]
         q = q_all[start: start + r.t]
         start += r.t
-        rows = []
-        for h in range(s.n_heads):
-            kv = h // rep if gqa == "interleave" else h % s.n_kv_heads
-            scores = (q[:, h] @ k[:, kv].T) * scale  # [t, ctx]
-            if causal:
-                first = (ctx - r.t) if offset else 0
-                allowed = torch.arange(ctx)[None, :] <= first + torch.arange(r.t)[:, None]
-                scores = scores.masked_fill(~allowed, float("-inf"))
-            w = torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
-            rows.append((w / w.sum(dim=-1, keepdim=True)) @ v[:, kv])
-        if r.t:
-            out.append(torch.stack(rows, dim=1))
+        if not r.t:
+            continue
+        scores = torch.einsum("thd,khd->htk", q, k) * scale  # [H, t, ctx]
+        if causal:
+            first = (ctx - r.t) if offset else 0
+            allowed = pos[None, :] <= first + torch.arange(r.t)[:, None]  # query j sees keys 0 .. first + j
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        w = torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
+        out.append(torch.einsum("htk,khd->thd", w / w.sum(dim=-1, keepdim=True), v))
     return torch.cat(out) if out else torch.zeros(0, s.n_heads, s.head_dim, dtype=torch.float64)
 
 
@@ -144,7 +144,9 @@ def invoke(fn, inp: dict[str, Any]) -> Any:
                          inp["seq_lens"], inp["block_tables"], inp["scale"])
 
 
-def diff(s: Spec, fn) -> CaseFailure | None:
+def diff(s: Spec, fn, explain: bool = False) -> CaseFailure | None:
+    """None if fn agrees with dense attention on this input, else the failure (with a diagnosis if `explain`:
+    it costs a dozen reference runs, so shrinking goes without)."""
     text = show(s)
     inp = make_inputs(s)
     saved = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
@@ -185,9 +187,9 @@ def diff(s: Spec, fn) -> CaseFailure | None:
                        f"{err:.3g}, tolerance {tol_text}", input=text, field=f"out[{row}, {head}, :4]",
                        expected=[round(x, 5) for x in exp[row, head, :4].tolist()],
                        got=[round(x, 5) for x in got[row, head, :4].tolist()],
-                       hint=_diagnose(s, inp, got, tol) if bool(got[qsl[i]: qsl[i + 1]].any()) else
-                       f"request {i}'s output rows are all zero: compute every request of the batch (rows "
-                       "query_start_loc[i] .. query_start_loc[i+1]-1 for i = 0 .. B-1)")
+                       hint=None if not explain else _diagnose(s, inp, got, tol) if bool(got[qsl[i]: qsl[i + 1]].any())
+                       else f"request {i}'s output rows are all zero: compute every request of the batch (rows "
+                            "query_start_loc[i] .. query_start_loc[i+1]-1 for i = 0 .. B-1)")
 
 
 def candidates(s: Spec):
@@ -221,8 +223,8 @@ def check(impl, specs: list[Spec]) -> None:
             continue
         if failure.kind == "not implemented":
             raise failure
-        smallest = shrink(s, lambda v: diff(v, fn) is not None, candidates, max_calls=250)
-        raise diff(smallest, fn) or failure
+        smallest = shrink(s, lambda v: diff(v, fn) is not None, candidates, max_calls=120)
+        raise diff(smallest, fn, explain=True) or failure
 
 
 # ----------------------------------------------------------------------------------------------------------
