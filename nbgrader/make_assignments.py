@@ -1,0 +1,370 @@
+"""Generate the nbgrader source notebooks of the course from the judge's exercise registry.
+
+    python nbgrader/make_assignments.py                       # every registered exercise, into nbgrader/source/
+    python nbgrader/make_assignments.py --course DIR          # into DIR/source/ (DIR gets nbgrader_config.py)
+    python nbgrader/make_assignments.py --exercise 128 --exercise 130
+
+One assignment per exercise, named `ex<id>-<slug>`, holding one notebook of the same name:
+- the statement (practice/exercises/<id>-<slug>.md);
+- the solution cell: the learner's stub (practice/...py) whose `raise NotImplementedError` bodies are replaced by
+  the reference's bodies (solutions/...py) between `### BEGIN SOLUTION` / `### END SOLUTION`, so that
+  `nbgrader generate_assignment` releases exactly the stub the practice/ folder has;
+- a locked cell that grades the code of the solution cell with the judge, in its sandbox (a subprocess with
+  per-case time limits and a memory limit), and one autograded cell of 1 point per hidden test case.
+The hidden tests stay in the installed `judge` package: nothing of them is released. See docs/instructors.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:  # when run as `python nbgrader/make_assignments.py` without the course installed
+    sys.path.insert(0, str(REPO))
+
+import judge  # noqa: E402
+from judge.registry import Exercise  # noqa: E402
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+HELPER_DOC = '"""A helper of the reference solution: implement it, or delete it if your code does not use it."""'
+
+
+def assignment_name(ex: Exercise) -> str:
+    return f"ex{ex.id}-{ex.slug}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The solution cell: the stub, with the reference's function bodies in solution regions
+
+
+def _docstring_end(fn: ast.FunctionDef) -> int | None:
+    first = fn.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return first.end_lineno
+    return None
+
+
+def _is_not_implemented(fn: ast.FunctionDef) -> ast.Raise | None:
+    """The `raise NotImplementedError(...)` that is the whole body of a stub function (after its docstring)."""
+    body = fn.body[1:] if _docstring_end(fn) else fn.body
+    if len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0]):
+        return body[0]
+    return None
+
+
+def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """Module-level functions and methods of module-level classes, by qualified name ("Class.method")."""
+    found: dict[str, ast.FunctionDef] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            found.update({f"{node.name}.{m.name}": m for m in node.body if isinstance(m, ast.FunctionDef)})
+    return found
+
+
+def _param_names(fn: ast.FunctionDef) -> list[str]:
+    a = fn.args
+    return [p.arg for p in [*a.posonlyargs, *a.args, *([a.vararg] if a.vararg else []), *a.kwonlyargs,
+                            *([a.kwarg] if a.kwarg else [])]]
+
+
+def _absolute(module: str | None, level: int, package: str) -> str:
+    if not level:
+        return module or ""
+    base = package.rsplit(".", level - 1)[0] if level > 1 else package
+    return f"{base}.{module}" if module else base
+
+
+def _module_bindings(tree: ast.Module, module: str) -> dict[str, str]:
+    """Each module-level name of `module` -> the import statement that binds it in another namespace."""
+    package = module.rsplit(".", 1)[0]
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                name = a.asname or a.name.split(".")[0]
+                out[name] = f"import {a.name} as {a.asname}" if a.asname else f"import {a.name.split('.')[0]}"
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            src = _absolute(node.module, node.level, package)
+            for a in node.names:
+                out[a.asname or a.name] = f"from {src} import {a.name}" + (f" as {a.asname}" if a.asname else "")
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out[node.name] = f"from {module} import {node.name}"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        out[n.id] = f"from {module} import {n.id}"
+    return out
+
+
+def _body_lines(fn: ast.FunctionDef, lines: list[str], indent: str) -> list[str]:
+    """The source lines of fn's body after its docstring (comments kept), re-indented to `indent`."""
+    start = _docstring_end(fn) or fn.body[0].lineno - 1
+    col = fn.body[-1].col_offset
+    out = []
+    for line in lines[start:fn.end_lineno]:
+        if not line.strip():
+            out.append("")
+        elif line[:col].strip():
+            raise ValueError(f"{fn.name}: a line less indented than its body: {line!r}")
+        else:
+            out.append(indent + line[col:])
+    while out and not out[0]:
+        out.pop(0)
+    return out
+
+
+def _needed_imports(fns: list[ast.FunctionDef], ref_bindings: dict[str, str], stub_names: set[str]) -> list[str]:
+    """Import lines for the reference's module-level names that these functions use and the stub lacks."""
+    used = {n.id for fn in fns for stmt in fn.body for n in ast.walk(stmt)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    lines = {ref_bindings[n] for n in used if n in ref_bindings and n not in stub_names}
+    return sorted(lines, key=lambda line: (line.startswith("from "), line))
+
+
+def _self_attributes(fns: list[ast.FunctionDef]) -> set[str]:
+    return {n.attr for fn in fns for n in ast.walk(fn)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
+
+
+def _stub_class(ex: Exercise, name: str) -> type | None:
+    """The stub's class object (to see what it inherits), or None if it cannot be imported."""
+    module = ex.practice_file[:-3].replace("/", ".")
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except Exception:  # noqa: BLE001 - a stub that does not import: then nothing is inherited
+        return None
+
+
+def solution_code(ex: Exercise) -> str:
+    """The solution cell's code: the stub with each unimplemented body replaced by the reference's, in a solution
+    region; reference helper methods the stub class lacks are appended to it (their bodies in regions too)."""
+    stub_text = ex.practice_path.read_text()
+    ref_text = ex.reference_path.read_text()
+    stub, ref = ast.parse(stub_text), ast.parse(ref_text)
+    stub_lines, ref_lines = stub_text.splitlines(), ref_text.splitlines()
+    stub_package = ex.practice_file.rsplit("/", 1)[0].replace("/", ".")
+    ref_fns, stub_fns = _functions(ref), _functions(stub)
+    ref_bindings = _module_bindings(ref, ex.reference)
+    stub_names = set(_module_bindings(stub, stub_package + ".stub"))
+
+    edits: dict[int, tuple[int, list[str]]] = {}  # first line (0-based) -> (last line, replacement lines)
+    filled: dict[str, list[ast.FunctionDef]] = {}  # class name -> reference methods put in it
+    for qual, fn in stub_fns.items():
+        raise_stmt = _is_not_implemented(fn)
+        if raise_stmt is None:
+            continue
+        ref_fn = ref_fns.get(qual)
+        if ref_fn is None:
+            raise ValueError(f"exercise {ex.id}: {ex.reference} has no {qual} for the stub's {qual}")
+        if _param_names(ref_fn) != _param_names(fn):
+            raise ValueError(f"exercise {ex.id}: {qual} has parameters {_param_names(fn)} in the stub but "
+                             f"{_param_names(ref_fn)} in {ex.reference}")
+        indent = " " * raise_stmt.col_offset
+        region = [indent + BEGIN, *(indent + i for i in _needed_imports([ref_fn], ref_bindings, stub_names)),
+                  *_body_lines(ref_fn, ref_lines, indent), indent + END]
+        edits[raise_stmt.lineno - 1] = (raise_stmt.end_lineno - 1, region)
+        if "." in qual:
+            filled.setdefault(qual.split(".")[0], []).append(ref_fn)
+
+    for cls_name, fns in filled.items():
+        helpers = _missing_helpers(ex, cls_name, fns, ref_fns, stub_fns)
+        if helpers:
+            cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+            extra = [line for h in helpers for line in ["", *_helper_lines(h, ref_lines, ref_bindings, stub_names)]]
+            last, region = edits.get(cls.end_lineno - 1, (cls.end_lineno - 1, [stub_lines[cls.end_lineno - 1]]))
+            edits[cls.end_lineno - 1] = (last, region + extra)
+
+    out: list[str] = []
+    i = _code_start(stub)
+    while i < len(stub_lines):
+        if i in edits:
+            last, region = edits[i]
+            out += region
+            i = last + 1
+        else:
+            out.append(_absolute_import(stub_lines[i], stub_package))
+            i += 1
+    return "\n".join(out).strip("\n") + "\n"
+
+
+def _missing_helpers(ex: Exercise, cls_name: str, fns: list[ast.FunctionDef], ref_fns: dict[str, ast.FunctionDef],
+                     stub_fns: dict[str, ast.FunctionDef]) -> list[ast.FunctionDef]:
+    """Reference methods of `cls_name` that the filled-in methods call (transitively) but the stub class neither
+    defines nor inherits."""
+    cls = _stub_class(ex, cls_name)
+    helpers: list[ast.FunctionDef] = []
+    todo = list(fns)
+    while todo:
+        for attr in sorted(_self_attributes([todo.pop()])):
+            qual = f"{cls_name}.{attr}"
+            ref_fn = ref_fns.get(qual)
+            if ref_fn is None or qual in stub_fns or ref_fn in helpers or (cls is not None and hasattr(cls, attr)):
+                continue
+            helpers.append(ref_fn)
+            todo.append(ref_fn)
+    return sorted(helpers, key=lambda f: f.lineno)
+
+
+def _helper_lines(fn: ast.FunctionDef, ref_lines: list[str], ref_bindings: dict[str, str],
+                  stub_names: set[str]) -> list[str]:
+    first = min([d.lineno for d in fn.decorator_list] + [fn.lineno]) - 1
+    indent = " " * fn.body[0].col_offset
+    header = ref_lines[first:fn.body[0].lineno - 1]
+    doc = ref_lines[fn.body[0].lineno - 1:_docstring_end(fn)] if _docstring_end(fn) else [indent + HELPER_DOC]
+    region = [indent + BEGIN, *(indent + i for i in _needed_imports([fn], ref_bindings, stub_names)),
+              *_body_lines(fn, ref_lines, indent), indent + END]
+    return [*header, *doc, *region]
+
+
+def _code_start(tree: ast.Module) -> int:
+    """The first line after the module docstring (the statement is in the notebook's markdown)."""
+    first = tree.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return first.end_lineno
+    return 0
+
+
+def _absolute_import(line: str, package: str) -> str:
+    """`from .x import y` -> `from practice.x import y`: the cell is graded as a file outside the package."""
+    return re.sub(r"^(\s*)from \.(\S*) import ", lambda m: f"{m[1]}from {package}{'.' if m[2] else ''}{m[2]} import ",
+                  line)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The notebook
+
+
+def api_names(ex: Exercise) -> list[str]:
+    return list(ex.api)
+
+
+def case_names(ex: Exercise) -> list[str]:
+    return importlib.import_module(ex.tests).CASES.names()
+
+
+RUN_CELL = '''\
+# Grades the code of the solution cell above with the course's hidden tests (the installed `judge` package), in
+# the judge's sandbox: a separate process with a time limit per case and a memory limit, so an endless loop or a
+# crash in that code fails cases instead of stopping this notebook. Keep all your code in that one cell (no
+# %magics): it is graded as a file. The cells below award 1 point per test case passed.
+# Grading options (environment variables): JUDGE_TIMEOUT (seconds per case), JUDGE_MEMORY_MB, JUDGE_MODEL.
+import linecache
+import os
+
+import judge
+
+
+def _cell_code(*objs) -> str:
+    """The code of the notebook cells that defined objs (IPython keeps each cell's code in linecache)."""
+    files = []
+    for obj in objs:
+        for member in vars(obj).values() if isinstance(obj, type) else [obj]:
+            member = getattr(member, "fget", None) or getattr(member, "__func__", None) or member
+            name = getattr(getattr(member, "__code__", None), "co_filename", None)
+            entry = linecache.cache.get(name)
+            if entry and entry[1] is None and name not in files:  # mtime None: a cell, not a file
+                files.append(name)
+    return "\\n".join("".join(linecache.cache[name][2]) for name in files)
+
+
+_env = os.environ.get
+_report = judge.grade(
+    {id}, source=_cell_code(*[globals().get(name) for name in {names!r}]),
+    time_limit=float(_env("JUDGE_TIMEOUT")) if _env("JUDGE_TIMEOUT") else None,
+    memory_limit_mb=int(_env("JUDGE_MEMORY_MB")) if _env("JUDGE_MEMORY_MB") else None,
+    options={{"model": _env("JUDGE_MODEL")}} if _env("JUDGE_MODEL") else None,
+)
+print(_report.text())
+
+
+def _case(name: str) -> None:
+    """Raise AssertionError (0 points) unless the hidden test case `name` passed."""
+    found = [r for r in _report.results if r.name == name]
+    if not found:
+        raise AssertionError(_report.fatal or f"no test case {{name!r}}: regenerate the assignment")
+    if not found[0].passed:
+        raise AssertionError(f"[{{found[0].verdict}}] {{found[0].message}}\\n{{found[0].details or ''}}")
+'''
+
+
+def _meta(grade_id: str, *, solution: bool = False, grade: bool = False, locked: bool = True,
+          points: int | None = None) -> dict:
+    meta = {"grade_id": grade_id, "grade": grade, "solution": solution, "locked": locked, "schema_version": 3}
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def make_notebook(ex: Exercise) -> nbformat.NotebookNode:
+    statement = (judge.ROOT / ex.statement).read_text().strip() if ex.statement else ""
+    names = api_names(ex)
+    intro = (f"# Exercise {ex.id}: {ex.title}\n\n*Difficulty: {ex.difficulty}.* Graded by the course judge: "
+             f"1 point per hidden test case.\n\n{statement}")
+    how = (f"## Your code\n\nWrite {', '.join(f'`{n}`' for n in names)} in the next cell. Keep all your code in that "
+           "cell (helpers and imports included, no `%magics`): the grader runs that cell's code, as a file, in a "
+           f"separate process. Outside this notebook the same tests are `python practice/judge.py {ex.id}`.")
+    grading = ("## Grading\n\nThe next cell runs the hidden tests on your code and prints the report; each cell "
+               "after it is one test case (1 point). Run them to check your work before you submit.")
+    cells = [
+        nbformat.v4.new_markdown_cell(intro, metadata=_meta("statement")),
+        nbformat.v4.new_markdown_cell(how, metadata=_meta("instructions")),
+        nbformat.v4.new_code_cell(solution_code(ex), metadata=_meta("solution", solution=True, locked=False)),
+        nbformat.v4.new_markdown_cell(grading, metadata=_meta("grading")),
+        nbformat.v4.new_code_cell(RUN_CELL.format(id=ex.id, names=tuple(names)), metadata=_meta("judge")),
+    ]
+    for i, name in enumerate(case_names(ex), 1):
+        cells.append(nbformat.v4.new_code_cell(f"# hidden test case {i}: {name}\n_case({name!r})",
+                                               metadata=_meta(f"case_{i:02d}", grade=True, points=1)))
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    for cell in nb.cells:  # stable ids, so that regenerating an unchanged exercise gives the same file
+        cell["id"] = cell.metadata["nbgrader"]["grade_id"].replace("_", "-")
+    return nb
+
+
+def write_course(course: Path, ids: list[int] | None = None) -> list[Path]:
+    """Write source/<assignment>/<assignment>.ipynb for the exercises (default: every registered one) under
+    `course`, and the course's nbgrader_config.py if it has none. Returns the notebooks written."""
+    course.mkdir(parents=True, exist_ok=True)
+    config = course / "nbgrader_config.py"
+    if not config.exists():
+        shutil.copyfile(HERE / "nbgrader_config.py", config)
+    exercises = judge.load_exercises()
+    unknown = sorted(set(ids or []) - set(exercises))
+    if unknown:
+        raise SystemExit(f"no exercise {unknown}; registered: {sorted(exercises)}")
+    written = []
+    for ex in exercises.values():
+        if ids and ex.id not in ids:
+            continue
+        path = course / "source" / assignment_name(ex) / f"{assignment_name(ex)}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(make_notebook(ex), path)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--course", type=Path, default=HERE, help="the course folder (default: nbgrader/ in the repo)")
+    ap.add_argument("--exercise", type=int, action="append", metavar="ID", help="only this exercise (repeatable)")
+    args = ap.parse_args(argv)
+    for path in write_course(args.course, args.exercise):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
