@@ -90,7 +90,7 @@ def script(w: Workload) -> str:
              f"enable_prefix_caching={c.prefix})",
              f"s = Scheduler(kv, token_budget={c.token_budget}, max_num_seqs={c.max_num_seqs}, "
              f"enable_chunked_prefill={c.chunked})"]
-    for sp in w.requests:
+    for sp in sorted(w.requests, key=lambda sp: -1 if sp.computed is not None else sp.arrival):
         req = f"Request({list(sp.prompt)}, SamplingParams(max_tokens={sp.max_tokens}, ignore_eos=True), " \
               f"request_id={sp.rid!r})"
         if sp.computed is None:
@@ -304,7 +304,8 @@ def history_text(history: list[tuple[Plan, list[str]]]) -> str:
 HintFn = Callable[[dict[str, Any], Config, Plan, Plan, list[str], list[str]], str]
 
 
-def run_lockstep(w: Workload, learner_cls: type, hint: HintFn, max_steps: int = 400) -> CaseFailure | None:
+def run_lockstep(w: Workload, learner_cls: type, hint: HintFn, field_hints: dict[str, str] = FIELD_HINTS,
+                 name: str = "Scheduler.schedule", max_steps: int = 400) -> CaseFailure | None:
     """None if the learner's scheduler does what the reference does on `w` at every step, else the failure."""
     want, got = World(ref.Scheduler, w), World(learner_cls, w)
     text = script(w)
@@ -319,7 +320,7 @@ def run_lockstep(w: Workload, learner_cls: type, hint: HintFn, max_steps: int = 
         where = text + ("\n" + history_text(history) if history else "")
         exp_out = want.sched.schedule()
         try:
-            out = learner_call(got.sched.schedule, "Scheduler.schedule", input=where)
+            out = learner_call(got.sched.schedule, name, input=where)
             plan, pre = read_output(out)
             check_invariants(got, out, label)
         except CaseFailure as f:
@@ -337,7 +338,7 @@ def run_lockstep(w: Workload, learner_cls: type, hint: HintFn, max_steps: int = 
         if diff:
             key, e, g = diff
             return CaseFailure(f"{label}: after schedule(), {key} differs", input=where, field=key, expected=e,
-                               got=g, hint=FIELD_HINTS.get(key.rsplit(".", 1)[-1], None)
+                               got=g, hint=field_hints.get(key.rsplit(".", 1)[-1], None)
                                or hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
         history.append((plan, pre))
         want.update(exp_out.scheduled)
@@ -374,16 +375,19 @@ def workload_candidates(w: Workload) -> Iterator[Workload]:
             yield replace(w, requests=reqs[:i] + (t,) + reqs[i + 1:])
 
 
-def check_workloads(workloads: list[Workload], learner_cls: type, hint: HintFn) -> None:
+def check_workloads(workloads: list[Workload], learner_cls: type, hint: HintFn,
+                    field_hints: dict[str, str] = FIELD_HINTS, name: str = "Scheduler.schedule") -> None:
+    def run(v: Workload) -> CaseFailure | None:
+        return run_lockstep(v, learner_cls, hint, field_hints, name)
+
     for w in workloads:
-        failure = run_lockstep(w, learner_cls, hint)
+        failure = run(w)
         if failure is None:
             continue
         if failure.kind != "fail" or any(s.computed is not None for s in w.requests):
             raise failure  # not implemented / an exception / a hand-built state: shown as is
-        small = shrink(w, lambda v: v.valid() and run_lockstep(v, learner_cls, hint) is not None,
-                       workload_candidates, max_calls=300)
-        raise run_lockstep(small, learner_cls, hint) or failure
+        small = shrink(w, lambda v: v.valid() and run(v) is not None, workload_candidates, max_calls=300)
+        raise run(small) or failure
 
 
 # ----------------------------------------------------------------------------------------------------------

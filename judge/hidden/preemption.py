@@ -1,0 +1,260 @@
+"""Hidden tests of exercise 131 (preempt and allocate_or_preempt), and the reference the judge grades with
+`--reference`: solutions/ keeps these two as methods of `solutions.scheduler.Scheduler`, so the module-level
+`preempt` and `allocate_or_preempt` below call those methods.
+
+The learner's two functions run inside the REFERENCE `schedule` (so 131 is graded whatever the learner did in
+129). Hand-built states check each function alone against the reference on a twin scheduler; seeded workloads
+with small KV caches run in lockstep with the reference (judge/hidden/scheduler.py); a last case generates on
+the embedded model with a pool too small for every request at once: each greedy output must equal generating
+that request alone, and preemptions must have happened.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from judge.harness import CaseFailure, Cases
+from judge.hidden.scheduler import (
+    Config, Plan, Workload, World, check_blocks, check_workloads, first_difference, learner_call,
+    random_workloads, script, snapshot, spec_new, spec_running,
+)
+from solutions import scheduler as ref
+from solutions.scheduler import SchedulerOutput, ScheduledRequest
+
+CASES = Cases()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The reference (what `python practice/judge.py 131 --reference` grades)
+
+
+def preempt(scheduler, request) -> None:
+    ref.Scheduler.preempt(scheduler, request)
+
+
+def allocate_or_preempt(scheduler, request, num_new_tokens: int, out) -> bool:
+    return ref.Scheduler.allocate_or_preempt(scheduler, request, num_new_tokens, out)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The learner's functions inside the reference scheduler
+
+
+def learner_scheduler(impl) -> type:
+    class Graded(ref.Scheduler):
+        def allocate_or_preempt(self, request, num_new_tokens, out):
+            return impl.allocate_or_preempt(self, request, num_new_tokens, out)
+
+        def preempt(self, request):
+            impl.preempt(self, request)
+
+    return Graded
+
+
+LEARNER_FNS = "preempt / allocate_or_preempt"  # how failures inside the reference schedule name the culprit
+FIELD_HINTS = {
+    "running": "the victim leaves scheduler.running (and only the victim)",
+    "waiting": "a preempted request goes to the HEAD of scheduler.waiting (appendleft), to be readmitted first",
+    "blocks held": "scheduler.kv.free(request) returns the victim's blocks to the pool and empties its block table",
+    "free blocks": "scheduler.kv.free(request) returns the victim's blocks to the pool",
+    "num_computed_tokens": "reset the victim's num_computed_tokens to 0: its KV cache is gone, it is recomputed",
+    "output_token_ids": "keep the victim's output_token_ids: recomputation replays prompt + outputs",
+    "status": "a preempted request's status is RequestStatus.WAITING",
+    "num_preemptions": "count it: request.num_preemptions += 1",
+    "num_cached_tokens": "preemption does not change num_cached_tokens",
+}
+
+
+def hint_131(before: dict[str, Any], c: Config, exp: Plan, got: Plan, exp_pre: list[str], got_pre: list[str]) -> str:
+    if exp_pre != got_pre:
+        if got_pre and before["running"] and got_pre[0] == before["running"][0] != exp_pre[:1] and exp_pre:
+            return "the victim is the most recently admitted running request, scheduler.running[-1], not the oldest"
+        if not got_pre and exp_pre:
+            return "when allocate_slots fails, preempt scheduler.running[-1] and record it in out.preempted"
+        return ("preempt (and record in out.preempted) one victim at a time, the newest running request, until "
+                "allocate_slots succeeds or the request itself was the victim")
+    if set(got) - set(exp) and exp_pre:
+        return "a victim already scheduled in this step must be removed from out.scheduled"
+    return ("allocate_or_preempt returns True when the allocation succeeded, False when the request preempted "
+            "itself (then it is not scheduled)")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One call on a hand-built state, against the reference on a twin scheduler
+
+
+def plan_of(out: SchedulerOutput) -> tuple[Plan, list[str]]:
+    return [(s.request.request_id, s.num_new_tokens) for s in out.scheduled], [r.request_id for r in out.preempted]
+
+
+def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tuple[str, ...] = ()) -> None:
+    """Call `fn` ('preempt' or 'allocate_or_preempt') on request `rid` in both worlds and compare everything."""
+    want, got = World(ref.Scheduler, w), World(learner_scheduler(impl), w)
+    outs = []
+    for world in (want, got):
+        out = SchedulerOutput()
+        for other in scheduled:  # requests already scheduled in this step, one token each
+            r = world.requests[other]
+            assert world.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
+            out.scheduled.append(ScheduledRequest(r, 1))
+        outs.append(out)
+    text = script(w).rsplit("\n", 1)[0]
+    if scheduled:
+        text += f"\nalready scheduled in this step (one token each, blocks allocated): {list(scheduled)}"
+    if fn == "preempt":
+        text += f"\npreempt(s, {rid})"
+        ref.Scheduler.preempt(want.sched, want.requests[rid])
+        exp_ret, ret = None, learner_call(impl.preempt, "preempt", got.sched, got.requests[rid], input=text)
+    else:
+        text += f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
+        exp_ret = ref.Scheduler.allocate_or_preempt(want.sched, want.requests[rid], n, outs[0])
+        ret = learner_call(impl.allocate_or_preempt, "allocate_or_preempt", got.sched, got.requests[rid], n,
+                           outs[1], input=text)
+    if fn != "preempt" and ret != exp_ret:
+        hint = ("the request was its own victim (it is scheduler.running[-1]): it is preempted and the function "
+                "returns False" if exp_ret is False else "return True once scheduler.kv.allocate_slots succeeds")
+        raise CaseFailure(f"allocate_or_preempt returned {ret!r}", input=text, field="return value",
+                          expected=exp_ret, got=ret, hint=hint)
+    (exp_plan, exp_pre), (plan, pre) = plan_of(outs[0]), plan_of(outs[1])
+    if pre != exp_pre:
+        raise CaseFailure("wrong out.preempted", input=text, field="out.preempted", expected=exp_pre, got=pre,
+                          hint=hint_131(snapshot(World(ref.Scheduler, w)), w.config, exp_plan, plan, exp_pre, pre))
+    if plan != exp_plan:
+        raise CaseFailure("wrong out.scheduled after the call", input=text, field="out.scheduled", expected=exp_plan,
+                          got=plan, hint="a victim already scheduled in this step must be removed from "
+                                         "out.scheduled; the others stay, in order")
+    diff = first_difference(snapshot(want), snapshot(got))
+    if diff:
+        key, e, g = diff
+        raise CaseFailure(f"after the call, {key} differs", input=text, field=key, expected=e, got=g,
+                          hint=FIELD_HINTS.get(key.rsplit(".", 1)[-1]))
+    try:
+        check_blocks(got, "after the call")
+    except CaseFailure as f:
+        f.input = text
+        raise
+
+
+def check_131(impl, workloads: list[Workload]) -> None:
+    check_workloads(workloads, learner_scheduler(impl), hint_131, FIELD_HINTS, LEARNER_FNS)
+
+
+# Running requests, oldest first, with every block in use. TWO: a (1 block, a decode) and b (2 blocks,
+# mid-prefill). THREE: a (1 block, a decode), b (2 blocks, a decode with 2 outputs) and c (1 block, mid-prefill).
+TWO = Workload(Config(3, 4, 64, 8), (spec_running("a", 4, 4, outputs=1, max_tokens=5),
+                                     spec_running("b", 10, 8, outputs=0, max_tokens=2, first=20)))
+THREE = Workload(Config(4, 4, 64, 8), (spec_running("a", 4, 4, outputs=1, max_tokens=5),
+                                       spec_running("b", 6, 6, outputs=2, max_tokens=5, first=20),
+                                       spec_running("c", 12, 4, outputs=0, max_tokens=2, first=40)))
+
+
+@CASES("preempt: back to the head of the queue, blocks freed, outputs kept")
+def _(impl):
+    check_call(impl, TWO, "preempt", "b")
+    check_call(impl, THREE, "preempt", "b")  # a request with output tokens, from the middle of running
+    w = Workload(THREE.config, THREE.requests + (spec_new("w", 3),))
+    check_call(impl, w, "preempt", "c")  # ahead of a request already waiting
+
+
+@CASES("allocate_or_preempt: enough free blocks, nobody preempted")
+def _(impl):
+    check_call(impl, Workload(Config(8, 4, 64, 8), TWO.requests), "allocate_or_preempt", "a", 1)
+    check_call(impl, Workload(Config(8, 4, 64, 8), THREE.requests), "allocate_or_preempt", "c", 8)
+
+
+@CASES("allocate_or_preempt: the most recently admitted request is the victim")
+def _(impl):
+    check_call(impl, TWO, "allocate_or_preempt", "a", 1)
+    check_call(impl, THREE, "allocate_or_preempt", "a", 1)
+
+
+@CASES("allocate_or_preempt: several victims until the blocks fit")
+def _(impl):
+    check_call(impl, THREE, "allocate_or_preempt", "a", 9)  # a needs 3 more blocks: c, then b, go
+
+
+@CASES("allocate_or_preempt: a victim already scheduled this step leaves out.scheduled")
+def _(impl):
+    w = Workload(Config(2, 4, 64, 8), (spec_running("p", 6, 4, max_tokens=2),
+                                       spec_running("d", 4, 3, outputs=0, max_tokens=2, first=20)))
+    check_call(impl, w, "allocate_or_preempt", "p", 2, scheduled=("d",))
+
+
+@CASES("allocate_or_preempt: the request is its own victim, returns False", timeout=5)
+def _(impl):
+    check_call(impl, TWO, "allocate_or_preempt", "b", 2)
+    check_call(impl, THREE, "allocate_or_preempt", "c", 5)  # c needs 2 more blocks: it is the newest
+
+
+@CASES("workloads: the reference schedule with your preemption, small KV caches")
+def _(impl):
+    check_131(impl, random_workloads(1310, 40, lambda rng: Config(rng.randint(5, 10), rng.choice([2, 4]),
+                                                                   rng.choice([6, 8, 16, 32]), rng.choice([3, 4, 8])),
+                                     (2, 6), (1, 14), (1, 10), last_arrival=4))
+
+
+@CASES("workloads: preempted requests with output tokens are recomputed, preempted again")
+def _(impl):
+    check_131(impl, random_workloads(1311, 30, lambda rng: Config(rng.randint(4, 7), 2, rng.choice([4, 8, 64]), 8),
+                                     (3, 5), (1, 4), (4, 8), last_arrival=2))
+
+
+@CASES("workloads: preemption with prefix caching")
+def _(impl):
+    check_131(impl, random_workloads(1312, 30, lambda rng: Config(rng.randint(7, 12), rng.choice([2, 4]),
+                                                                   rng.choice([8, 16, 32]), 8, prefix=True),
+                                     (3, 6), (1, 8), (2, 8), last_arrival=3, shared_prefixes=True))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end on the embedded model
+
+
+@CASES("end to end: a small KV cache, preemptions, every output equals generating it alone", timeout=120)
+def _(impl):
+    import torch
+
+    from judge.hidden.inference_loop import alone, load_model
+    from solutions.engine import EngineConfig, LLMEngine
+    from solutions.sampling import SamplingParams
+
+    model = load_model()
+
+    class Engine(LLMEngine):
+        scheduler_cls = learner_scheduler(impl)
+
+    config = EngineConfig(num_blocks=14, block_size=4, token_budget=16, max_num_seqs=4)
+    engine = Engine(model, config, eos_token_id=None)
+    rng = random.Random(131)
+    lengths, params = (11, 7, 14, 5, 9), SamplingParams(max_tokens=12, ignore_eos=True)
+    prompts = [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
+    text = (f"LLMEngine(model, EngineConfig(num_blocks=14, block_size=4, token_budget=16, max_num_seqs=4)) with "
+            f"your preemption; generate({prompts}, SamplingParams(max_tokens=12, ignore_eos=True))")
+    requests = engine.add_requests(prompts, params)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is fastest
+    try:
+        for _ in range(300):
+            if not engine.has_unfinished_requests():
+                break
+            learner_call(engine.step, LEARNER_FNS, input=text)
+    finally:
+        torch.set_num_threads(threads)
+    if engine.has_unfinished_requests():
+        raise CaseFailure("requests still unfinished after 300 steps", input=text,
+                          hint="a preempted request must come back (head of scheduler.waiting) and finish")
+    for i, (p, r) in enumerate(zip(prompts, requests)):
+        want = alone(model, p, params, None)
+        if r.output_token_ids != want:
+            raise CaseFailure(f"request {i}: its tokens differ from generating it alone", input=text,
+                              field=f"request {i} output_token_ids", expected=want, got=r.output_token_ids,
+                              hint="a preempted request restarts from scratch: num_computed_tokens 0, blocks freed, "
+                                   "output tokens kept (they are recomputed with the prompt)")
+    if sum(r.num_preemptions for r in requests) == 0:
+        raise CaseFailure("no request was preempted, although the KV cache cannot hold them all", input=text,
+                          hint="when allocate_slots fails, preempt scheduler.running[-1]; count it in "
+                               "num_preemptions")
+    if engine.kv_cache_manager.num_free_blocks != config.num_blocks:
+        raise CaseFailure(f"at the end {engine.kv_cache_manager.num_free_blocks} of {config.num_blocks} blocks are "
+                          "free", input=text, hint="scheduler.kv.free(request) returns a victim's blocks")
