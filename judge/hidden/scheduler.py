@@ -229,8 +229,11 @@ def check_invariants(world: World, out: Any, label: str) -> None:
                               hint="schedule a request only when it gets at least one token (stop once the budget "
                                    "is spent)")
         if id(r) not in running:
+            preempted = r.status == RequestStatus.WAITING and r.num_preemptions > 0
             raise CaseFailure(f"{label}: request {r.request_id} is scheduled but not in self.running",
-                              hint="an admitted request moves from self.waiting to the end of self.running")
+                              hint="it was preempted earlier in this step: skip a request that is no longer in "
+                                   "self.running" if preempted else
+                                   "an admitted request moves from self.waiting to the end of self.running")
         if r.num_computed_tokens + n > r.num_tokens:
             raise CaseFailure(f"{label}: request {r.request_id} is scheduled for {n} tokens but has only "
                               f"{r.num_tokens - r.num_computed_tokens} left to compute",
@@ -424,15 +427,13 @@ def random_workloads(seed: int, count: int, configs: Callable[[random.Random], C
 
 def learner_scheduler(impl) -> type:
     learner = getattr(impl, "Scheduler", None)
-    if not (isinstance(learner, type) and issubclass(learner, ref.Scheduler)):
-        raise CaseFailure("Scheduler must be a class deriving from solutions.scheduler.Scheduler, as in the starter "
-                          "file", hint="keep `class Scheduler(_ReferenceScheduler):` and write schedule")
-
-    class Graded(learner):
-        allocate_or_preempt = ref.Scheduler.allocate_or_preempt
-        preempt = ref.Scheduler.preempt
-
-    return Graded
+    if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
+        raise CaseFailure("Scheduler must be a class with a schedule method, as in the starter file",
+                          hint="keep `class Scheduler(_ReferenceScheduler):` and write schedule")
+    # A copy of the reference class (a file graded on its own) has the reference's state and helpers too.
+    bases = (learner,) if issubclass(learner, ref.Scheduler) else (learner, ref.Scheduler)
+    return type("Graded", bases, {"allocate_or_preempt": ref.Scheduler.allocate_or_preempt,
+                                  "preempt": ref.Scheduler.preempt})
 
 
 def kinds(before: dict[str, Any]) -> dict[str, str]:
@@ -448,28 +449,24 @@ def kinds(before: dict[str, Any]) -> dict[str, str]:
 
 def hint_129(before: dict[str, Any], c: Config, exp: Plan, got: Plan, exp_pre: list[str], got_pre: list[str]) -> str:
     kind = kinds(before)
-    rank = {"decode": 0, "chunk": 1, "new": 2}
-    got_kinds = [rank.get(kind.get(rid), 3) for rid, _ in got]
+    got_kinds = [kind.get(rid, "?") for rid, _ in got]
+    running_kinds = [k for k in got_kinds if k in ("decode", "chunk")]
+    if "chunk" in running_kinds and "decode" in running_kinds[running_kinds.index("chunk"):]:
+        return "decodes (one token left) go first, then running prompts still being prefilled"
+    if "new" in got_kinds and any(k in ("decode", "chunk") for k in got_kinds[got_kinds.index("new"):]):
+        return "running requests (decodes, then prompts still being prefilled) go before waiting ones"
+    if exp_pre and any(rid not in dict(exp) for rid, _ in got):
+        return "nothing is admitted in a step that preempted a request (not even the victim)"
     if sorted(exp) == sorted(got):
-        if got_kinds != sorted(got_kinds):
-            if any(kind.get(rid) == "new" for rid, _ in got[: got_kinds.index(max(got_kinds))]):
-                return "running requests (decodes, then prompts still being prefilled) go before waiting ones"
-            return "decodes (one token left) go first, then running prompts still being prefilled"
-        if [r for r, _ in got if kind.get(r) == "new"] != [r for r, _ in exp if kind.get(r) == "new"]:
-            return "waiting requests are admitted first come first served: self.waiting[0] first"
         return "within decodes and within prefill chunks, keep admission order (the order of self.running)"
     new_exp = {rid: n for rid, n in exp if kind.get(rid) == "new"}
     new_got = {rid: n for rid, n in got if kind.get(rid) == "new"}
-    if exp_pre and new_got:
-        return "nothing is admitted in a step that preempted a request"
     if len(before["running"]) + len(new_got) > c.max_num_seqs:
         return f"at most max_num_seqs={c.max_num_seqs} requests run at once"
-    for rid in set(new_exp) & set(new_got):
-        if new_got[rid] > new_exp[rid] and c.prefix:
-            return ("prefix-cache hits are not recomputed: tokens to compute = num_tokens - num_computed_tokens - "
-                    "len(computed) * block_size, with computed = self.kv.get_computed_blocks(request)")
-    order = [rid for rid in before["waiting"]]
-    if new_got and order and list(new_got)[0] != order[0]:
+    if c.prefix and any(new_got[rid] > new_exp[rid] for rid in set(new_exp) & set(new_got)):
+        return ("prefix-cache hits are not recomputed: tokens to compute = num_tokens - num_computed_tokens - "
+                "len(computed) * block_size, with computed = self.kv.get_computed_blocks(request)")
+    if new_got and list(new_got)[0] != before["waiting"][0]:
         if not c.chunked:
             return ("first come first served: without chunked prefill a prompt that does not fit the budget left "
                     "stops admission; later, smaller requests do not overtake it")
@@ -482,7 +479,7 @@ def hint_129(before: dict[str, Any], c: Config, exp: Plan, got: Plan, exp_pre: l
     if len(new_got) < len(new_exp):
         return "keep admitting waiting requests while budget, max_num_seqs and blocks allow"
     return ("each running request gets min(tokens it has left, budget left) tokens; the budget left is "
-            "token_budget minus the tokens already in out.scheduled")
+            "token_budget minus the tokens already in out.scheduled (a preempted victim's tokens come back)")
 
 
 def check_129(impl, workloads: list[Workload]) -> None:
@@ -581,7 +578,8 @@ def _(impl):
         Workload(Config(4, 4, 64, 8), (spec_new("a", 7, 4), spec_new("b", 7, 4, first=20),
                                        spec_new("c", 2, 4, arrival=2, first=40))),
         # the victim (admitted last) is a decode already scheduled this step: its token returns to the budget
-        Workload(Config(4, 4, 6, 8), (spec_running("p", 12, 6, max_tokens=2, first=40),
+        Workload(Config(5, 4, 6, 8), (spec_running("p", 12, 6, max_tokens=2, first=40),
+                                      spec_running("q", 8, 2, max_tokens=2, first=20),
                                       spec_running("d", 4, 4, outputs=1, max_tokens=2, first=60))),
     ])
 

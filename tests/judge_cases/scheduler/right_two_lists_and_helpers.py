@@ -1,0 +1,47 @@
+"""Correct: decodes and prefill chunks gathered in two lists, admission in a helper method, the budget read
+from what is scheduled so far.
+"""
+
+from solutions.request import Request, RequestStatus
+from solutions.scheduler import ScheduledRequest, Scheduler as _ReferenceScheduler, SchedulerOutput
+
+
+class Scheduler(_ReferenceScheduler):
+    def _budget_left(self, out: SchedulerOutput) -> int:
+        return self.token_budget - sum(s.num_new_tokens for s in out.scheduled)
+
+    def _try_admit(self, request: Request, out: SchedulerOutput) -> bool:
+        hits = self.kv.get_computed_blocks(request)
+        cached = len(hits) * self.kv.block_size
+        todo = request.num_tokens - request.num_computed_tokens - cached
+        left = self._budget_left(out)
+        if todo > left:
+            if not self.enable_chunked_prefill:
+                return False
+            todo = left
+        if not self.kv.allocate_slots(request, todo, hits):
+            return False
+        self.waiting.popleft()
+        request.status, request.num_cached_tokens = RequestStatus.RUNNING, cached
+        self.running.append(request)
+        out.scheduled.append(ScheduledRequest(request, todo))
+        return True
+
+    def schedule(self):
+        out = SchedulerOutput()
+        decodes = [r for r in self.running if not r.is_prefilling]
+        chunks = [r for r in self.running if r.is_prefilling]
+        for request in decodes + chunks:
+            left = self._budget_left(out)
+            if left <= 0:
+                break
+            if request in self.running:
+                n = min(left, request.num_tokens - request.num_computed_tokens)
+                if self.allocate_or_preempt(request, n, out):
+                    out.scheduled.append(ScheduledRequest(request, n))
+        if out.preempted:
+            return out
+        while self.waiting and len(self.running) < self.max_num_seqs and self._budget_left(out) > 0:
+            if not self._try_admit(self.waiting[0], out):
+                break
+        return out

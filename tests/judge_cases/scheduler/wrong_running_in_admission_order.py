@@ -1,0 +1,38 @@
+"""Wrong: running requests in admission order, decodes not put first.
+
+EXPECT: decodes (one token left) go first
+"""
+
+from solutions.request import RequestStatus
+from solutions.scheduler import ScheduledRequest, Scheduler as _ReferenceScheduler, SchedulerOutput
+
+
+class Scheduler(_ReferenceScheduler):
+    def schedule(self):
+        out = SchedulerOutput()
+        for request in list(self.running):
+            budget = self.token_budget - out.num_scheduled_tokens
+            if budget == 0:
+                break
+            if request not in self.running:
+                continue
+            n = min(request.num_tokens - request.num_computed_tokens, budget)
+            if self.allocate_or_preempt(request, n, out):
+                out.scheduled.append(ScheduledRequest(request, n))
+        budget = self.token_budget - out.num_scheduled_tokens
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not out.preempted:
+            request = self.waiting[0]
+            computed = self.kv.get_computed_blocks(request)
+            n = request.num_tokens - request.num_computed_tokens - len(computed) * self.kv.block_size
+            if n > budget and not self.enable_chunked_prefill:
+                break
+            n = min(n, budget)
+            if not self.kv.allocate_slots(request, n, computed):
+                break
+            self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            request.num_cached_tokens = len(computed) * self.kv.block_size
+            self.running.append(request)
+            out.scheduled.append(ScheduledRequest(request, n))
+            budget -= n
+        return out
