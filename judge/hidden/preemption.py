@@ -111,11 +111,6 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
         exp_ret = ref.Scheduler.allocate_or_preempt(want.sched, want.requests[rid], n, outs[0])
         ret = learner_call(impl.allocate_or_preempt, "allocate_or_preempt", got.sched, got.requests[rid], n,
                            outs[1], input=text)
-    if fn != "preempt" and ret != exp_ret:
-        hint = ("the request was its own victim (it is scheduler.running[-1]): it is preempted and the function "
-                "returns False" if exp_ret is False else "return True once scheduler.kv.allocate_slots succeeds")
-        raise CaseFailure(f"allocate_or_preempt returned {ret!r}", input=text, field="return value",
-                          expected=exp_ret, got=ret, hint=hint)
     (exp_plan, exp_pre), (plan, pre) = plan_of(outs[0]), plan_of(outs[1])
     if pre != exp_pre:
         raise CaseFailure("wrong out.preempted", input=text, field="out.preempted", expected=exp_pre, got=pre,
@@ -124,6 +119,11 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
         raise CaseFailure("wrong out.scheduled after the call", input=text, field="out.scheduled", expected=exp_plan,
                           got=plan, hint="a victim already scheduled in this step must be removed from "
                                          "out.scheduled; the others stay, in order")
+    if fn != "preempt" and ret != exp_ret:
+        hint = ("the request was its own victim (it is scheduler.running[-1]): it is preempted and the function "
+                "returns False" if exp_ret is False else "return True once scheduler.kv.allocate_slots succeeds")
+        raise CaseFailure(f"allocate_or_preempt returned {ret!r}", input=text, field="return value",
+                          expected=exp_ret, got=ret, hint=hint)
     diff = first_difference(snapshot(want), snapshot(got))
     if diff:
         key, e, g = diff

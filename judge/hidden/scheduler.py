@@ -232,7 +232,8 @@ def check_invariants(world: World, out: Any, label: str) -> None:
             preempted = r.status == RequestStatus.WAITING and r.num_preemptions > 0
             raise CaseFailure(f"{label}: request {r.request_id} is scheduled but not in self.running",
                               hint="it was preempted earlier in this step: skip a request that is no longer in "
-                                   "self.running" if preempted else
+                                   "self.running (allocate_or_preempt returns False when the request preempted "
+                                   "itself)" if preempted else
                                    "an admitted request moves from self.waiting to the end of self.running")
         if r.num_computed_tokens + n > r.num_tokens:
             raise CaseFailure(f"{label}: request {r.request_id} is scheduled for {n} tokens but has only "
