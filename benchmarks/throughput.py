@@ -103,12 +103,13 @@ class PerRequestEngine(LLMEngine):
 
 
 def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
-               per_request_attention: bool = False) -> tuple[SystemResult, dict]:
-    """(a) The reference engine; also returns its KV-memory figures."""
+               per_request_attention: bool = False, engine_cls: type[LLMEngine] = LLMEngine
+               ) -> tuple[SystemResult, dict]:
+    """(a) The engine (`engine_cls`, e.g. `course.use("engine").LLMEngine`); also returns its KV-memory figures."""
     blocks_per_seq = -(-workload.max_len // block_size)
     config = EngineConfig(num_blocks=max_batch * blocks_per_seq, block_size=block_size, token_budget=token_budget,
                           max_num_seqs=max_batch)
-    engine = (PerRequestEngine if per_request_attention else LLMEngine)(model, config)
+    engine = (PerRequestEngine if per_request_attention else engine_cls)(model, config)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.output_lens]
     requests = engine.add_requests(workload.prompts, params)
     index = {r.request_id: i for i, r in enumerate(requests)}
@@ -218,8 +219,8 @@ def summarize(result: SystemResult) -> dict:
 def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, token_budget: int = 256,
                   device: str | None = None, model: str | None = None, dtype: str = "float32",
                   prompt_lens: tuple[int, int] = (16, 256), output_lens: tuple[int, int] = (16, 128),
-                  systems: tuple[str, ...] = SYSTEMS, warmup: bool = True, per_request_attention: bool = False
-                  ) -> dict:
+                  systems: tuple[str, ...] = SYSTEMS, warmup: bool = True, per_request_attention: bool = False,
+                  engine_cls: type[LLMEngine] = LLMEngine) -> dict:
     """Run the workload through `systems`; the first is the reference for the token comparison."""
     from transformers import Qwen3ForCausalLM
 
@@ -229,7 +230,8 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
     kv: dict = {}
 
     def engine(w: Workload) -> SystemResult:
-        result, figures = run_engine(ours, w, max_batch, token_budget, per_request_attention=per_request_attention)
+        result, figures = run_engine(ours, w, max_batch, token_budget, per_request_attention=per_request_attention,
+                                     engine_cls=engine_cls)
         kv.update(figures)
         return result
 
