@@ -30,6 +30,18 @@ def expect_of(path: Path) -> str:
     return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """As in the sandbox (OMP_NUM_THREADS=1): tiny matrices gain nothing from threads, and lose much when the
+    CPU is shared."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> str:
     """The embedded checkpoint, or (until it is committed) a small random Qwen3 checkpoint."""
@@ -111,7 +123,8 @@ def test_130_step_only_without_generate_names_generate(model_dir):
 
 
 def test_132_wrong_evict_caught_end_to_end(model_dir):
-    """Evicting nothing serves stale blocks in the engine: the outputs differ from generating alone."""
+    """Evicting nothing leaves stale hashes in the engine: stale hits (wrong outputs or hit counts)."""
     report = judge.grade_inprocess(132, load_file(FIXTURES[132] / "wrong_evict_noop.py"),
                                    cases=["end to end: a small KV cache"], options={"model": model_dir})
-    assert report.failed == 1 and "differ from generating it alone" in report.results[0].message, report.text()
+    assert report.failed == 1, report.text()
+    assert any(m in report.results[0].message for m in ("differ from generating it alone", "num_cached_tokens"))

@@ -539,7 +539,7 @@ def _(impl):
 @CASES("a small KV cache: blocks are freed and reused", timeout=60)
 def _(impl):
     model = load_model()
-    prompts = random_prompts(model, 9, [9, 6, 11, 7, 5, 10])
+    prompts = random_prompts(model, 9, [9, 6, 11, 7, 10])
     params = SamplingParams(max_tokens=7, ignore_eos=True)
     # 6 blocks of 4 hold at most about one and a half requests: later ones need blocks of finished ones.
     run_generate(impl, model, prompts, params, num_blocks=6, block_size=4, step_limit=200)
@@ -565,7 +565,7 @@ def _(impl):
 def _(impl):
     model = load_model()
     rng = random.Random(11)
-    prompts = random_prompts(model, 11, [rng.randint(1, 30) for _ in range(10)])
-    params = [SamplingParams(max_tokens=rng.randint(1, 12), ignore_eos=rng.random() < 0.5) for _ in prompts]
-    run_generate(impl, model, prompts, params, num_blocks=20, block_size=4, token_budget=16, max_num_seqs=4,
+    prompts = random_prompts(model, 11, [rng.randint(1, 24) for _ in range(8)])
+    params = [SamplingParams(max_tokens=rng.randint(1, 10), ignore_eos=rng.random() < 0.5) for _ in prompts]
+    run_generate(impl, model, prompts, params, num_blocks=16, block_size=4, token_budget=16, max_num_seqs=4,
                  step_limit=300)
