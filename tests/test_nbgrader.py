@@ -1,0 +1,212 @@
+"""nbgrader grading from the judge's hidden tests (nbgrader/, docs/instructors.md).
+
+A temporary course gets the generated assignments of exercises 128 and 130; nbgrader releases them, autogrades a
+correct, a wrong, a crashing and an endlessly looping submission of each, and the gradebook must hold full marks,
+less than full marks, zero and zero. Cheaper checks cover every registered exercise: its generated solution cell
+(the reference in solution regions) passes the judge, and clearing the solutions gives back the learner's stub.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import judge
+from mini_llm.settings import EMBEDDED_MODEL
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "judge_cases"
+HAS_EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file()
+GRADED = (128, 130)
+STUDENTS = ("correct", "wrong", "crash", "loop")
+JUDGE_TIMEOUT = "20"  # seconds per case while grading here (the loop submissions time out 3 times each)
+
+
+def _load_generator() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("make_assignments", ROOT / "nbgrader" / "make_assignments.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    """The embedded checkpoint, or (until it is committed) a small random Qwen3 checkpoint."""
+    if HAS_EMBEDDED:
+        return str(EMBEDDED_MODEL)
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    out = tmp_path_factory.mktemp("ckpt")
+    Qwen3ForCausalLM(cfg).save_pretrained(out)
+    return str(out)
+
+
+def _cell(nb, grade_id: str):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The generator, for every registered exercise
+
+
+@pytest.mark.parametrize("ex", list(judge.load_exercises().values()), ids=lambda e: str(e.id))
+def test_generated_notebook_matches_the_judge(ex):
+    nb = gen.make_notebook(ex)
+    nbformat.validate(nb)
+    names = [c.source.split("\n")[0] for c in nb.cells if c.metadata["nbgrader"]["grade"]]
+    assert names == [f"# hidden test case {i}: {n}" for i, n in enumerate(gen.case_names(ex), 1)]
+    assert all(c.metadata["nbgrader"]["points"] == 1 for c in nb.cells if c.metadata["nbgrader"]["grade"])
+    judge_cell = _cell(nb, "judge").source
+    assert f"judge.grade(\n    {ex.id}, source=_cell_code(" in judge_cell
+    assert all(c.source.rstrip().endswith(")") and c.source.count("\n") == 1  # `_case(...)`: returns None
+               for c in nb.cells if c.metadata["nbgrader"]["grade"])
+
+
+def _released(code: str) -> str:
+    """What nbgrader's ClearSolutions makes of a solution cell (its default stub)."""
+    from nbgrader.preprocessors import ClearSolutions
+
+    cell = nbformat.v4.new_code_cell(code, metadata={"nbgrader": {"solution": True}})
+    ClearSolutions()._replace_solution_region(cell, "python")
+    return cell.source
+
+
+@pytest.mark.parametrize("ex", list(judge.load_exercises().values()), ids=lambda e: str(e.id))
+def test_released_code_is_the_stub(ex):
+    """Clearing the solutions gives the learner's stub back (docstrings, signatures, imports made absolute): the
+    notebook cannot drift from practice/. The only additions are helper methods of the reference."""
+    stub = ex.practice_path.read_text()
+    stub = "\n".join(stub.splitlines()[gen._code_start(ast.parse(stub)):])
+    package = ex.practice_file.split("/")[0]
+    stub = re.sub(r"(?m)^from \.(\S*) import", lambda m: f"from {package}{'.' if m[1] else ''}{m[1]} import", stub)
+    stub_lines = re.sub(r"raise NotImplementedError\(.*\)", "raise NotImplementedError()", stub).strip().splitlines()
+    released = [line for line in _released(gen.solution_code(ex)).strip().splitlines() if "# YOUR CODE HERE" not in line]
+    ops = difflib.SequenceMatcher(a=stub_lines, b=released, autojunk=False).get_opcodes()
+    assert ops, "empty solution cell"
+    for tag, a0, a1, b0, b1 in ops:
+        assert tag in ("equal", "insert"), f"{ex.practice_file} differs: {stub_lines[a0:a1]} -> {released[b0:b1]}"
+        if tag == "insert":
+            assert re.match(r"\s+(@|def )", next(line for line in released[b0:b1] if line.strip())), released[b0:b1]
+
+
+@pytest.mark.parametrize("ex", list(judge.load_exercises().values()), ids=lambda e: str(e.id))
+def test_solution_cell_passes_the_judge(ex, model_dir):
+    """The reference code in the solution regions (the source notebook's solution cell) passes every case."""
+    module = types.ModuleType(f"_nbgrader_solution_{ex.id}")
+    exec(compile(gen.solution_code(ex), f"<solution {ex.id}>", "exec"), module.__dict__)  # noqa: S102
+    report = judge.grade_inprocess(ex, module, options={"model": model_dir})
+    assert report.ok, report.text()
+
+
+def test_config_timeouts_and_memory():
+    ns: dict = {"get_config": lambda: _Config()}
+    exec((ROOT / "nbgrader" / "nbgrader_config.py").read_text(), ns)  # noqa: S102
+    c = ns["c"]
+    judge_cell = {"metadata": {"nbgrader": {"grade_id": "judge"}}}
+    case_cell = {"metadata": {"nbgrader": {"grade_id": "case_01"}}}
+    assert c.Execute.timeout_func(judge_cell) == ns["JUDGE_CELL_TIMEOUT"] >= 3 * 120 + 12 * 60 + 60
+    assert c.Execute.timeout_func(case_cell) == c.Execute.timeout == ns["CELL_TIMEOUT"] > 30
+    assert c.Execute.interrupt_on_timeout is True
+
+
+class _Config:
+    def __getattr__(self, name):
+        value = types.SimpleNamespace()
+        setattr(self, name, value)
+        return value
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A course autograded by nbgrader
+
+
+def _submissions(ex_id: int, solution: str) -> dict[str, str]:
+    if ex_id == 128:
+        wrong = (CASES / "batch_layout" / "wrong_positions_from_zero.py").read_text()
+        crash = "import ctypes\n\n\ndef build_batch(items, block_size):\n    return ctypes.string_at(0)\n"
+        loop = "def build_batch(items, block_size):\n    while True:\n        pass\n"
+    else:
+        wrong = (CASES / "inference_loop" / "wrong_max_tokens_off_by_one.py").read_text()
+        engine = ("from solutions.engine import LLMEngine as _ReferenceEngine\n\n\n"
+                  "class LLMEngine(_ReferenceEngine):\n    def step(self):\n{body}\n\n"
+                  "    def generate(self, prompts, params=None):\n        return super().generate(prompts, params)\n")
+        crash = "import ctypes\n\n" + engine.format(body="        return ctypes.string_at(0)")
+        loop = engine.format(body="        while True:\n            pass")
+    return {"correct": solution, "wrong": wrong, "crash": crash, "loop": loop}
+
+
+def _nbgrader(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    bin_dir = os.path.dirname(sys.executable)  # nbgrader runs `alembic` from the venv's bin
+    return subprocess.run([os.path.join(bin_dir, "nbgrader"), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def graded_course(tmp_path_factory, model_dir) -> Path:
+    course = tmp_path_factory.mktemp("course")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               JUDGE_TIMEOUT=JUDGE_TIMEOUT, JUDGE_MODEL=model_dir, NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    gen.write_course(course, list(GRADED))
+    for ex_id in GRADED:
+        name = gen.assignment_name(judge.get_exercise(ex_id))
+        run = _nbgrader(["generate_assignment", name], course, env)
+        assert run.returncode == 0, run.stdout + run.stderr
+        released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+        solution = _cell(nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4), "solution").source
+        for student, code in _submissions(ex_id, solution).items():
+            nb = nbformat.from_dict(released)
+            _cell(nb, "solution").source = code
+            path = course / "submitted" / student / name / f"{name}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, path)
+        run = _nbgrader(["autograde", name], course, env)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return course
+
+
+@pytest.mark.parametrize("ex_id", GRADED)
+def test_autograded_scores(graded_course, ex_id):
+    from nbgrader.api import Gradebook
+
+    name = gen.assignment_name(judge.get_exercise(ex_id))
+    with Gradebook(f"sqlite:///{graded_course / 'gradebook.db'}") as gb:
+        scores = {s: gb.find_submission(name, s).score for s in STUDENTS}
+        max_score = gb.find_assignment(name).max_score
+    assert max_score == len(gen.case_names(judge.get_exercise(ex_id)))
+    assert scores["correct"] == max_score, scores
+    assert 0 <= scores["wrong"] < max_score, scores
+    assert scores["crash"] == 0 and scores["loop"] == 0, scores
+
+
+def test_feedback_and_grades_csv(graded_course):
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    run = _nbgrader(["generate_feedback", gen.assignment_name(judge.get_exercise(128))], graded_course, env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    html = (graded_course / "feedback" / "loop" / "ex128-batch-layout" / "ex128-batch-layout.html").read_text()
+    assert "timeout" in html
+    run = _nbgrader(["export"], graded_course, env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    import csv
+
+    rows = list(csv.DictReader((graded_course / "grades.csv").open()))
+    by = {(r["assignment"], r["student_id"]): float(r["score"]) for r in rows}
+    assert by[("ex128-batch-layout", "correct")] == float(len(gen.case_names(judge.get_exercise(128))))
+    assert by[("ex130-inference-loop", "loop")] == 0.0
