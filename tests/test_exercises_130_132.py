@@ -23,7 +23,8 @@ MODULES = {130: inference_loop, 132: prefix_caching}
 
 
 def fixtures(kind: str) -> list:
-    return [pytest.param(ex, p, id=f"{ex}-{p.stem}") for ex, d in FIXTURES.items() for p in sorted(d.glob(f"{kind}_*.py"))]
+    return [pytest.param(ex, p, id=f"{ex}-{p.stem}")
+            for ex, d in FIXTURES.items() for p in sorted(d.glob(f"{kind}_*.py"))]
 
 
 def expect_of(path: Path) -> str:

@@ -24,7 +24,7 @@ from judge.hidden.batch_layout import _load_model
 from solutions import engine as ref
 from solutions.kv_cache_manager import KVCacheManager
 from solutions.model_runner import ModelRunner
-from solutions.request import Request, RequestStatus
+from solutions.request import Request
 from solutions.sampling import SamplingParams
 from solutions.scheduler import Scheduler
 
