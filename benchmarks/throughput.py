@@ -140,6 +140,9 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
     from transformers import GenerationConfig
     from transformers.generation.streamers import BaseStreamer
 
+    # generate() fills the fields we leave at None from the checkpoint's generation_config, EOS included: switch
+    # EOS off at the source, or a request that samples EOS stops early and its row is padded.
+    hf_model.generation_config.eos_token_id = None
     device = hf_model.device
     outputs: list[list[int]] = []
     stamps: list[list[float]] = []
