@@ -1,9 +1,10 @@
 """nbgrader grading from the judge's hidden tests (nbgrader/, docs/instructors.md).
 
-A temporary course gets the generated assignments of exercises 128 and 130; nbgrader releases them, autogrades a
-correct, a wrong, a crashing and an endlessly looping submission of each, and the gradebook must hold full marks,
-less than full marks, zero and zero. Cheaper checks cover every registered exercise: its generated solution cell
-(the reference in solution regions) passes the judge, and clearing the solutions gives back the learner's stub.
+A temporary course gets the generated assignments of exercises 128 and 130; nbgrader releases them and autogrades
+a correct, a wrong, a crashing and an endlessly looping submission of each: the gradebook must hold full marks,
+less than full marks, zero and zero (and zero for a kernel that dies). Cheaper checks cover every registered
+exercise: its generated solution cell (the reference in solution regions) passes the judge, and clearing the
+solutions gives back the learner's stub.
 """
 
 from __future__ import annotations
@@ -186,6 +187,14 @@ def graded_course(tmp_path_factory, model_dir) -> Path:
             nbformat.write(nb, path)
         run = _nbgrader(["autograde", name], course, env)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # A kernel that dies in the solution cell: nbgrader reports an error for that student and keeps a 0.
+    name = gen.assignment_name(judge.get_exercise(128))
+    nb = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+    _cell(nb, "solution").source = "import os\n\nos._exit(1)\n"
+    (course / "submitted" / "dies" / name).mkdir(parents=True)
+    nbformat.write(nb, course / "submitted" / "dies" / name / f"{name}.ipynb")
+    run = _nbgrader(["autograde", name, "--student", "dies"], course, env)
+    assert run.returncode != 0 and "Kernel died" in run.stdout + run.stderr, run.stdout[-3000:] + run.stderr[-3000:]
     return course
 
 
@@ -201,6 +210,9 @@ def test_autograded_scores(graded_course, ex_id):
     assert scores["correct"] == max_score, scores
     assert 0 <= scores["wrong"] < max_score, scores
     assert scores["crash"] == 0 and scores["loop"] == 0, scores
+    if ex_id == 128:
+        with Gradebook(f"sqlite:///{graded_course / 'gradebook.db'}") as gb:
+            assert gb.find_submission(name, "dies").score == 0
 
 
 def test_feedback_and_grades_csv(graded_course):
@@ -217,3 +229,4 @@ def test_feedback_and_grades_csv(graded_course):
     by = {(r["assignment"], r["student_id"]): float(r["score"]) for r in rows}
     assert by[("ex128-batch-layout", "correct")] == float(len(gen.case_names(judge.get_exercise(128))))
     assert by[("ex130-inference-loop", "loop")] == 0.0
+    assert by[("ex128-batch-layout", "dies")] == 0.0
