@@ -254,7 +254,18 @@ def case_names(ex: Exercise) -> list[str]:
     return importlib.import_module(ex.tests).CASES.names()
 
 
+def judge_cell_limit(ex: Exercise) -> int:
+    """Seconds the judge cell may take: the judge's worst case (up to three grading processes, each with its
+    start-up and import limits, plus every case's limit) and a margin. nbgrader_config.py reads it."""
+    from judge.runner import STARTUP_TIMEOUT
+
+    cases = list(importlib.import_module(ex.tests).CASES)
+    worst = 3 * (STARTUP_TIMEOUT + ex.case_timeout) + sum(c.timeout or ex.case_timeout for c in cases)
+    return int(worst) + 60
+
+
 RUN_CELL = '''\
+# Time limit of this cell (read by nbgrader_config.py): {limit} s for {num_cases} cases.
 # Grades the code of the solution cell above with the course's hidden tests (the installed `judge` package), in
 # the judge's sandbox: a separate process with a time limit per case and a memory limit, so an endless loop or a
 # crash in that code fails cases instead of stopping this notebook. Keep all your code in that one cell (no
@@ -322,7 +333,8 @@ def make_notebook(ex: Exercise) -> nbformat.NotebookNode:
         nbformat.v4.new_markdown_cell(how, metadata=_meta("instructions")),
         nbformat.v4.new_code_cell(solution_code(ex), metadata=_meta("solution", solution=True, locked=False)),
         nbformat.v4.new_markdown_cell(grading, metadata=_meta("grading")),
-        nbformat.v4.new_code_cell(RUN_CELL.format(id=ex.id, names=tuple(names)), metadata=_meta("judge")),
+        nbformat.v4.new_code_cell(RUN_CELL.format(id=ex.id, names=tuple(names), limit=judge_cell_limit(ex),
+                                                num_cases=len(case_names(ex))), metadata=_meta("judge")),
     ]
     for i, name in enumerate(case_names(ex), 1):
         cells.append(nbformat.v4.new_code_cell(f"# hidden test case {i}: {name}\n_case({name!r})",

@@ -123,18 +123,30 @@ def test_solution_cell_passes_the_judge(ex, model_dir):
     assert report.ok, report.text()
 
 
-def test_config_timeouts_and_memory():
-    ns: dict = {"get_config": lambda: _Config()}
+@pytest.mark.parametrize("ex", list(judge.load_exercises().values()), ids=lambda e: str(e.id))
+def test_config_time_limits(ex, monkeypatch):
+    """The judge cell may run longer than the judge's worst case (so its verdicts come through); other cells get
+    the short limit."""
+    from judge.runner import STARTUP_TIMEOUT
+
+    monkeypatch.delenv("JUDGE_TIMEOUT", raising=False)
+    ns: dict = {"get_config": _Config}
     exec((ROOT / "nbgrader" / "nbgrader_config.py").read_text(), ns)  # noqa: S102
     c = ns["c"]
-    judge_cell = {"metadata": {"nbgrader": {"grade_id": "judge"}}}
-    case_cell = {"metadata": {"nbgrader": {"grade_id": "case_01"}}}
-    assert c.Execute.timeout_func(judge_cell) == ns["JUDGE_CELL_TIMEOUT"] >= 3 * 120 + 12 * 60 + 60
-    assert c.Execute.timeout_func(case_cell) == c.Execute.timeout == ns["CELL_TIMEOUT"] > 30
+    nb = gen.make_notebook(ex)
+    cases = list(importlib.import_module(ex.tests).CASES)
+    worst = 3 * (STARTUP_TIMEOUT + ex.case_timeout) + sum(k.timeout or ex.case_timeout for k in cases)
+    assert c.Execute.timeout_func(_cell(nb, "judge")) > worst
+    monkeypatch.setenv("JUDGE_TIMEOUT", "100")
+    assert c.Execute.timeout_func(_cell(nb, "judge")) > 3 * (STARTUP_TIMEOUT + 100) + 100 * len(cases)
+    for cell in (_cell(nb, "solution"), _cell(nb, "case_01")):
+        assert c.Execute.timeout_func(cell) == c.Execute.timeout == ns["CELL_TIMEOUT"] > 30
     assert c.Execute.interrupt_on_timeout is True
 
 
 class _Config:
+    """Enough of traitlets' Config for nbgrader_config.py: attributes spring into being."""
+
     def __getattr__(self, name):
         value = types.SimpleNamespace()
         setattr(self, name, value)
