@@ -157,7 +157,7 @@ def solution_code(ex: Exercise) -> str:
     stub_package = ex.practice_file.rsplit("/", 1)[0].replace("/", ".")
     ref_fns, stub_fns = _functions(ref), _functions(stub)
     ref_bindings = _module_bindings(ref, ex.reference)
-    stub_names = set(_module_bindings(stub, stub_package + ".stub"))
+    stub_names = set(_module_bindings(stub, ex.practice_file[:-3].replace("/", ".")))
 
     edits: dict[int, tuple[int, list[str]]] = {}  # first line (0-based) -> (last line, replacement lines)
     filled: dict[str, list[ast.FunctionDef]] = {}  # class name -> reference methods put in it
@@ -183,8 +183,10 @@ def solution_code(ex: Exercise) -> str:
         if helpers:
             cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
             extra = [line for h in helpers for line in ["", *_helper_lines(h, ref_lines, ref_bindings, stub_names)]]
-            last, region = edits.get(cls.end_lineno - 1, (cls.end_lineno - 1, [stub_lines[cls.end_lineno - 1]]))
-            edits[cls.end_lineno - 1] = (last, region + extra)
+            end = cls.end_lineno - 1  # append after the class's last line, or after the region that covers it
+            start = next((k for k, (last, _) in edits.items() if k <= end <= last), end)
+            last, region = edits.get(start, (end, [stub_lines[end]]))
+            edits[start] = (last, region + extra)
 
     out: list[str] = []
     i = _code_start(stub)
