@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from . import preemption
 from .kv_cache_manager import KVCacheManager
 from .request import Request, RequestStatus
 
@@ -99,25 +100,10 @@ class Scheduler:
         return out
 
     def allocate_or_preempt(self, request: Request, num_new_tokens: int, out: SchedulerOutput) -> bool:
-        """Find blocks for a running request's next tokens, preempting the most recently admitted running
-        requests until they fit. False when the request had to preempt itself."""
-        while not self.kv.allocate_slots(request, num_new_tokens):
-            victim = self.running[-1]
-            self.preempt(victim)
-            out.preempted.append(victim)
-            out.scheduled = [s for s in out.scheduled if s.request is not victim]
-            if victim is request:
-                return False
-        return True
+        return preemption.allocate_or_preempt(self, request, num_new_tokens, out)
 
     def preempt(self, request: Request) -> None:
-        """Free a running request's blocks and put it back at the head of the queue, to be recomputed."""
-        self.running.remove(request)
-        self.kv.free(request)
-        request.num_computed_tokens = 0
-        request.status = RequestStatus.WAITING
-        request.num_preemptions += 1
-        self.waiting.appendleft(request)
+        preemption.preempt(self, request)
 
     def finish(self, request: Request, reason: str) -> None:
         """Retire a finished request and return its blocks to the pool."""

@@ -39,20 +39,6 @@ PROBE = (
     "print(json.dumps({'executable': sys.executable, 'impl': course.IMPL, "
     "'batch': course.use('batch').__file__, 'block_pool': course.use('block_pool').__file__}))"
 )
-# Modules of practice/ without a namesake in solutions/, filled with the reference behaviour they stand for.
-PRACTICE_ONLY = {
-    "preemption.py": '''"""Exercise 131 filled with the reference: the reference scheduler's own methods."""
-from .scheduler import Scheduler
-
-
-def preempt(scheduler, request) -> None:
-    Scheduler.preempt(scheduler, request)
-
-
-def allocate_or_preempt(scheduler, request, num_new_tokens: int, out) -> bool:
-    return Scheduler.allocate_or_preempt(scheduler, request, num_new_tokens, out)
-''',
-}
 _solution_runs: dict[str, nbformat.NotebookNode] = {}
 
 
@@ -78,11 +64,9 @@ def filled_practice(tmp_path_factory) -> Path:
     pkg.mkdir()
     for src in (ROOT / "solutions").glob("*.py"):
         shutil.copy(src, pkg / src.name)
-    for name, text in PRACTICE_ONLY.items():
-        (pkg / name).write_text(text)
     learner_modules = {p.name for p in (ROOT / "practice").glob("*.py")} - {"judge.py"}
     missing = learner_modules - {p.name for p in pkg.glob("*.py")}
-    assert not missing, f"practice modules with no reference to fill them from: {sorted(missing)} (add to PRACTICE_ONLY)"
+    assert not missing, f"practice modules with no namesake in solutions/: {sorted(missing)}"
     return root
 
 

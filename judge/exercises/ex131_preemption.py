@@ -7,9 +7,7 @@ EXERCISE = Exercise(
     title="When memory runs out: preemption by recomputation",
     difficulty="medium",
     practice_file="practice/preemption.py",
-    # solutions/ has these two as methods of solutions.scheduler.Scheduler; the hidden test module defines the
-    # module-level reference functions that call them.
-    reference="judge.hidden.preemption",
+    reference="solutions.preemption",
     tests="judge.hidden.preemption",
     api={"preempt": ("scheduler", "request"), "allocate_or_preempt": ("scheduler", "request", "num_new_tokens", "out")},
     statement="practice/exercises/131-preemption.md",

@@ -1,6 +1,4 @@
-"""Hidden tests of exercise 131 (preempt and allocate_or_preempt), and the reference the judge grades with
-`--reference`: solutions/ keeps these two as methods of `solutions.scheduler.Scheduler`, so the module-level
-`preempt` and `allocate_or_preempt` below call those methods.
+"""Hidden tests of exercise 131 (preempt and allocate_or_preempt); the reference is solutions/preemption.py.
 
 The learner's two functions run inside the REFERENCE `schedule` (so 131 is graded whatever the learner did in
 129). Hand-built states check each function alone against the reference on a twin scheduler; seeded workloads
@@ -23,18 +21,6 @@ from solutions import scheduler as ref
 from solutions.scheduler import SchedulerOutput, ScheduledRequest
 
 CASES = Cases()
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The reference (what `python practice/judge.py 131 --reference` grades)
-
-
-def preempt(scheduler, request) -> None:
-    ref.Scheduler.preempt(scheduler, request)
-
-
-def allocate_or_preempt(scheduler, request, num_new_tokens: int, out) -> bool:
-    return ref.Scheduler.allocate_or_preempt(scheduler, request, num_new_tokens, out)
 
 
 # ----------------------------------------------------------------------------------------------------------
