@@ -81,6 +81,10 @@ class LLMEngine:
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams | None = None) -> Request:
         params = params or SamplingParams()
+        limit = self.model.cfg.max_position_embeddings
+        if len(prompt_token_ids) + params.max_tokens > limit:
+            raise ValueError(f"prompt ({len(prompt_token_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+                             f"the model's max_position_embeddings ({limit}): shorten the prompt or lower max_tokens")
         request = Request(list(prompt_token_ids), params, generator=make_generator(params, self.model.device))
         self.scheduler.add_request(request)
         self.requests[request.request_id] = request

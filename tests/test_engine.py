@@ -193,4 +193,6 @@ def test_bad_input_is_refused_clearly(model):
         engine.add_request([1, 2, 3], SamplingParams(max_tokens=0))
     with pytest.raises(ValueError, match="whole cache holds 16"):
         engine.add_request(list(range(1, 15)), SamplingParams(max_tokens=3))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        engine.add_request([1] * model.cfg.max_position_embeddings, SamplingParams(max_tokens=1))
     assert not engine.has_unfinished_requests() and not engine.requests
