@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 import mini_llm
-from judge.harness import CaseFailure, Cases, LearnerRaised, is_memory_error, option, raised_failure, short
+from judge.harness import CaseFailure, Cases, LearnerRaised, learner_call, option, raised_failure, short
 from judge.hidden.batch_layout import _load_model
 from solutions import engine as ref
 from solutions.kv_cache_manager import KVCacheManager
@@ -64,24 +64,6 @@ def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None)
 def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Calling learner code: exceptions become readable failures; the checker's own failures pass through
-
-
-def learner_call(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
-    try:
-        return fn(*args)
-    except (CaseFailure, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if is_memory_error(exc):
-            raise
-        inner = exc.exc if isinstance(exc, LearnerRaised) else exc
-        if isinstance(inner, CaseFailure):
-            raise inner from None
-        raise raised_failure(LearnerRaised(inner), name, input=input) from None
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -15,8 +15,7 @@ from typing import Any
 
 import torch
 
-from judge.harness import CaseFailure, Cases, LearnerRaised, option, raised_failure, shrink
-from judge.hidden.slot_mapping import call_in_place
+from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, option, raised_failure, shrink
 
 CASES = Cases()
 ATOL, RTOL = 1e-5, 1e-5  # float32 against a float64 reference; contexts are at most ~100 keys
@@ -140,7 +139,7 @@ def show(s: Spec) -> str:
 
 def invoke(fn, inp: dict[str, Any]) -> Any:
     """The learner's function on the given tensors (no copies: `diff` checks afterwards that none changed)."""
-    return call_in_place(fn, inp["query"], inp["key_cache"], inp["value_cache"], inp["query_start_loc"],
+    return call_live(fn, inp["query"], inp["key_cache"], inp["value_cache"], inp["query_start_loc"],
                          inp["seq_lens"], inp["block_tables"], inp["scale"])
 
 

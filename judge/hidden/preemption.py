@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from judge.harness import CaseFailure, Cases
+from judge.harness import CaseFailure, Cases, learner_call
 from judge.hidden.scheduler import (
-    Config, Plan, Workload, World, check_blocks, check_workloads, first_difference, learner_call,
+    Config, Plan, Workload, World, check_blocks, check_workloads, first_difference,
     random_workloads, script, snapshot, spec_new, spec_running,
 )
 from solutions import scheduler as ref

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
-from judge.harness import CaseFailure, Cases, LearnerRaised, is_memory_error, raised_failure, shrink, short
+from judge.harness import CaseFailure, Cases, learner_call, shrink, short
 from solutions import scheduler as ref
 from solutions.kv_cache_manager import KVCacheManager, blocks_needed
 from solutions.request import Request, RequestStatus
@@ -165,19 +165,6 @@ def snapshot(world: World) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------------------------
 # Calling learner code and reading what it returned
-
-
-def learner_call(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
-    """Call learner code on the live objects (no copies: the scheduler's state is the point)."""
-    try:
-        return fn(*args)
-    except (CaseFailure, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if is_memory_error(exc):
-            raise
-        inner = exc.exc if isinstance(exc, LearnerRaised) else exc
-        raise raised_failure(LearnerRaised(inner), name, input=input) from None
 
 
 def read_output(out: Any) -> tuple[Plan, list[str]]:

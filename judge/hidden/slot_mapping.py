@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, is_memory_error, raised_failure, shrink, short
+from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, raised_failure, shrink, short
 
 CASES = Cases()
 
@@ -163,18 +163,6 @@ def _(impl):
 # ----------------------------------------------------------------------------------------------------------
 # write_kv
 
-def call_in_place(fn, *args):
-    """`call` without the deep copies: write_kv works in place, and copies would hide what it wrote."""
-    try:
-        return fn(*args)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if is_memory_error(exc):
-            raise
-        raise LearnerRaised(exc) from exc
-
-
 def make_write(spec: tuple) -> dict[str, Any]:
     """Deterministic tensors for spec = (seed, num_blocks, block_size, n_kv_heads, head_dim, slots, dtype, idx)."""
     seed, nb, bs, heads, hd, slots, dtype, idx_dtype = spec
@@ -229,7 +217,7 @@ def write_diff(spec: tuple, fn) -> CaseFailure | None:
     before = (t["key_cache"].clone(), t["value_cache"].clone())
     k_in, v_in, s_in = t["key"].clone(), t["value"].clone(), t["slot_mapping"].clone()
     try:
-        ret = call_in_place(fn, t["key_cache"], t["value_cache"], t["key"], t["value"], t["slot_mapping"])
+        ret = call_live(fn, t["key_cache"], t["value_cache"], t["key"], t["value"], t["slot_mapping"])
     except LearnerRaised as err:
         return raised_failure(err, "write_kv", input=text)
     exp_k, exp_v = expected_caches({**t, "key_cache": before[0], "value_cache": before[1]})
@@ -333,7 +321,7 @@ def _(impl):
     text = (f"caches [layers={layers}, num_blocks={nb}, block_size={bs}, n_kv_heads={heads}, head_dim={hd}]; "
             f"write_kv(key_caches[1], value_caches[1], key, value, slot_mapping=torch.tensor({slots.tolist()}))")
     try:
-        call_in_place(impl.write_kv, big_k[1], big_v[1], key, value, slots)
+        call_live(impl.write_kv, big_k[1], big_v[1], key, value, slots)
     except LearnerRaised as err:
         raise raised_failure(err, "write_kv", input=text) from None
     for name, got, exp in (("key_caches", big_k, exp_k), ("value_caches", big_v, exp_v)):
