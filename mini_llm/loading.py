@@ -43,7 +43,9 @@ def load_transformer(path: str | os.PathLike | None = None, dtype: torch.dtype |
     state = load_state_dict(folder)
     dtype = dtype or next(iter(state.values())).dtype
     device = pick_device(str(device) if device is not None else None)
-    with torch.device("meta"):
+    # Built for real on the device and overwritten below. (On the meta device, the parameters' random init is
+    # dispatched through torch's compiler stack, whose first import costs seconds.)
+    with torch.device(device):
         model = Transformer(cfg)
     if cfg.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # tied: the head is the embedding matrix
@@ -59,8 +61,8 @@ def load_transformer(path: str | os.PathLike | None = None, dtype: torch.dtype |
             raise CheckpointError(
                 f"weight {name} has shape {tuple(state[name].shape)} but config.json implies {tuple(p.shape)}"
             )
-    model = model.to_empty(device=device).to(dtype)
-    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False, assign=False)
+    model = model.to(dtype)
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()

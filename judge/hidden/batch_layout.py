@@ -372,27 +372,11 @@ def _as_reference_batch(fn):
     return build
 
 
-def _load_model(path):
-    """The checkpoint in fp32 on the CPU. Built directly on the CPU: mini_llm.load_transformer's meta-device
-    construction costs seconds of one-off torch imports, which the tiny model does not need."""
-    from pathlib import Path
+def load_fp32_model(path):
+    """The checkpoint in fp32 on the CPU (the sandbox has no GPU)."""
+    from mini_llm import load_transformer
 
-    from mini_llm import Qwen3Config, Transformer, load_transformer
-    from mini_llm.loading import load_state_dict
-
-    folder = Path(path)
-    cfg = Qwen3Config.from_json(folder / "config.json")
-    if cfg.hidden_size * cfg.vocab_size > 50_000_000:  # a real model: the regular loader
-        return load_transformer(folder, dtype=torch.float32, device="cpu")
-    torch.manual_seed(0)
-    model = Transformer(cfg)
-    state = load_state_dict(folder)
-    if cfg.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
-    res = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-    if res.unexpected_keys or set(res.missing_keys) - ({"lm_head.weight"} if cfg.tie_word_embeddings else set()):
-        return load_transformer(folder, dtype=torch.float32, device="cpu")
-    return model.float().eval()
+    return load_transformer(path, dtype=torch.float32, device="cpu")
 
 
 @CASES("end to end: ModelRunner logits equal each request run alone", timeout=120)
@@ -402,7 +386,7 @@ def _(impl):
 
     path = option("model") or EMBEDDED_MODEL
     try:
-        model = _load_model(path)
+        model = load_fp32_model(path)
     except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
         raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
                           kind="error") from None

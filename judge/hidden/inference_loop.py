@@ -20,7 +20,7 @@ import torch
 
 import mini_llm
 from judge.harness import CaseFailure, Cases, LearnerRaised, learner_call, option, raised_failure, short
-from judge.hidden.batch_layout import _load_model
+from judge.hidden.batch_layout import load_fp32_model
 from solutions import engine as ref
 from solutions.kv_cache_manager import KVCacheManager
 from solutions.model_runner import ModelRunner
@@ -37,7 +37,7 @@ CASES = Cases()
 
 @functools.lru_cache(maxsize=2)
 def _model_at(path: str):
-    return _load_model(path)
+    return load_fp32_model(path)
 
 
 def load_model():
