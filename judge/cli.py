@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import cache
-from .registry import ROOT, Exercise, get_exercise, load_exercises
+from .registry import Exercise, get_exercise, load_exercises
 from .report import Report
 from .runner import grade
 
