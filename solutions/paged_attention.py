@@ -100,22 +100,42 @@ def build_padded_groups(query_start_loc: Sequence[int], seq_lens: Sequence[int],
 
 
 def paged_attention_batched(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                            groups: list[PaddedGroup], scale: float | None = None) -> torch.Tensor:
+                            groups: list[PaddedGroup], scale: float | None = None,
+                            workspace: GatherWorkspace | None = None) -> torch.Tensor:
     """`paged_attention` with one SDPA call per group instead of one per request (same result up to float
-    rounding): gather each group's blocks through its padded block table and mask what a row may not see."""
+    rounding): gather each group's blocks through its padded block table and mask what a row may not see.
+    Pass the same `workspace` to every call to gather into reused memory instead of fresh tensors."""
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    workspace = workspace or GatherWorkspace()
     out = torch.empty_like(query)
     for g in groups:
-        k, v = (_gather_blocks(c, g.block_tables).transpose(1, 2) for c in (key_cache, value_cache))
+        k, v = (workspace.gather(name, cache, g.block_tables).transpose(1, 2)
+                for name, cache in (("key", key_cache), ("value", value_cache)))
         o = F.scaled_dot_product_attention(query[g.token_index].transpose(1, 2), k, v, attn_mask=g.mask,
                                            scale=scale, enable_gqa=True)
         out[g.out_index] = o.transpose(1, 2).flatten(0, 1)[g.padded_row]
     return out
 
 
-def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
-    """`[G, W * block_size, n_kv_heads, head_dim]`: each row's blocks, in order. index_select on whole flattened
-    blocks copies contiguous rows, several times faster on CPU than advanced indexing `cache[block_tables]`."""
-    n_seqs, width = block_tables.shape
-    rows = cache.view(cache.shape[0], -1).index_select(0, block_tables.flatten())
-    return rows.view(n_seqs, width * cache.shape[1], *cache.shape[2:])
+class GatherWorkspace:
+    """Reused destinations for gathered blocks, one per name, grown when a step needs more rows.
+
+    A gathered group is megabytes. Allocated afresh for every layer of every step, it comes straight from the
+    operating system on CPU and every page faults on first touch, which cost more than the copy itself
+    (docs/performance.md). GPU engines avoid this with a caching allocator and preallocated buffers.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def gather(self, name: str, cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+        """`[G, W * block_size, n_kv_heads, head_dim]`: each row's blocks, in order. index_select on whole
+        flattened blocks copies contiguous rows, several times faster on CPU than `cache[block_tables]`."""
+        n_rows = block_tables.numel()
+        blocks = cache.view(cache.shape[0], -1)
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.shape[0] < n_rows or buffer.shape[1] != blocks.shape[1] \
+                or buffer.dtype != blocks.dtype or buffer.device != blocks.device:
+            buffer = self._buffers[name] = blocks.new_empty((n_rows, blocks.shape[1]))
+        rows = torch.index_select(blocks, 0, block_tables.flatten(), out=buffer[:n_rows])
+        return rows.view(*block_tables.shape[:1], block_tables.shape[1] * cache.shape[1], *cache.shape[2:])

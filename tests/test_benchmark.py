@@ -20,7 +20,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.throughput import SYSTEMS, format_report, make_workload, mismatches, run_benchmark  # noqa: E402
 from mini_llm import EMBEDDED_MODEL, load_transformer  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
-from solutions.paged_attention import build_padded_groups, paged_attention, paged_attention_batched  # noqa: E402
+from solutions.paged_attention import (  # noqa: E402
+    GatherWorkspace, build_padded_groups, paged_attention, paged_attention_batched)
 
 TOL = 1e-5  # fp32: the same dot products summed in a different order
 
@@ -105,6 +106,18 @@ def test_batched_kernel_equals_per_request_kernel(seed, block_size, n_heads, n_k
     assert len(groups) == 2  # decodes and the rest
     expected = paged_attention(q, kc, vc, qsl, ctx, tables)
     torch.testing.assert_close(paged_attention_batched(q, kc, vc, groups), expected, atol=TOL, rtol=TOL)
+
+
+def test_gather_workspace_reused_across_calls_of_different_sizes():
+    """One workspace serves every layer and step: a small batch after a large one reads no stale rows, and a
+    larger one after that grows it."""
+    workspace = GatherWorkspace()
+    batches = [([1, 6, 1], [40, 6, 25]), ([1], [3]), ([1, 1, 9, 1], [50, 33, 20, 64])]
+    for seed, (q_lens, ctx_lens) in enumerate(batches):
+        q, kc, vc, qsl, ctx, tables = random_batch(seed, 4, 4, 2, q_lens, ctx_lens)
+        groups = build_padded_groups(qsl, ctx, tables, 4, torch.device("cpu"))
+        torch.testing.assert_close(paged_attention_batched(q, kc, vc, groups, workspace=workspace),
+                                   paged_attention(q, kc, vc, qsl, ctx, tables), atol=TOL, rtol=TOL)
 
 
 def test_runner_batched_and_per_request_kernels_give_the_same_logits():
