@@ -223,8 +223,10 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                   device: str | None = None, model: str | None = None, dtype: str = "float32",
                   prompt_lens: tuple[int, int] = (16, 256), output_lens: tuple[int, int] = (16, 128),
                   systems: tuple[str, ...] = SYSTEMS, warmup: bool = True, per_request_attention: bool = False,
-                  engine_cls: type[LLMEngine] = LLMEngine) -> dict:
-    """Run the workload through `systems`; the first is the reference for the token comparison."""
+                  engine_cls: type[LLMEngine] = LLMEngine, rounds: int = 1) -> dict:
+    """Run the workload through `systems`, `rounds` times, alternating their order; the first system is the
+    reference for the token comparison. Each system is reported from its median round; the ratios are the
+    medians of the per-round ratios, each measured between runs minutes apart at most."""
     from transformers import Qwen3ForCausalLM
 
     folder, dev, torch_dtype = model_path(model), pick_device(device), DTYPES[dtype]
@@ -246,24 +248,32 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
         tiny = make_workload(2, seed + 1, list(range(ours.cfg.vocab_size)), (8, 16), (2, 4))
         for name in systems:
             runners[name](tiny)
-    results = {name: runners[name](workload) for name in systems}
+    runs: dict[str, list[SystemResult]] = {name: [] for name in systems}
+    for r in range(rounds):
+        for name in systems if r % 2 == 0 else systems[::-1]:  # no system always runs first
+            runs[name].append(runners[name](workload))
+    results = {name: sorted(rs, key=lambda x: x.seconds)[(len(rs) - 1) // 2] for name, rs in runs.items()}
     reference = results[systems[0]].outputs
     report = {
         "config": {"num_requests": num_requests, "seed": seed, "max_batch": max_batch, "token_budget": token_budget,
                    "device": str(dev), "model": str(folder), "dtype": dtype, "prompt_lens": list(prompt_lens),
                    "output_lens": list(output_lens), "torch_threads": torch.get_num_threads(),
-                   "per_request_attention": per_request_attention},
-        "systems": {name: summarize(r) for name, r in results.items()},
-        "mismatches": {name: mismatches(reference, r.outputs) for name, r in results.items() if name != systems[0]},
+                   "per_request_attention": per_request_attention, "rounds": rounds},
+        "systems": {name: summarize(r) | {"round_seconds": [x.seconds for x in runs[name]]}
+                    for name, r in results.items()},
+        "mismatches": {name: [m for r in runs[name] for m in mismatches(reference, r.outputs)]
+                       for name in systems if name != systems[0]},
         "kv_memory": kv if "engine" in systems else None,
         "outputs": {name: r.outputs for name, r in results.items()},
     }
     if "engine" in results:
-        mine = report["systems"]["engine"]
-        report["ratios"] = {f"engine/{name}": mine["tokens_per_s"] / s["tokens_per_s"]
-                            for name, s in report["systems"].items() if name != "engine"}
-        report["cpu_ratios"] = {f"engine/{name}": mine["tokens_per_cpu_s"] / s["tokens_per_cpu_s"]
-                                for name, s in report["systems"].items() if name != "engine"}
+        # Same tokens in every run, so a throughput ratio is a ratio of seconds.
+        per_round = lambda name, clock: [getattr(o, clock) / getattr(e, clock)  # noqa: E731
+                                         for e, o in zip(runs["engine"], runs[name])]
+        others = [name for name in systems if name != "engine"]
+        report["round_ratios"] = {f"engine/{n}": per_round(n, "seconds") for n in others}
+        report["ratios"] = {k: float(np.median(v)) for k, v in report["round_ratios"].items()}
+        report["cpu_ratios"] = {f"engine/{n}": float(np.median(per_round(n, "cpu_seconds"))) for n in others}
     return report
 
 
@@ -277,8 +287,10 @@ def format_report(report: dict) -> str:
                      f"{s['cpu_seconds']:>8.2f}{s['tokens_per_cpu_s']:>10.1f}{ms(s['ttft_median_s']):>10}"
                      f"{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>9}{ms(s['tbt_p99_s']):>9}")
     lines.append("")
-    lines += [f"ratio {k}: {v:.2f}x wall-clock throughput, {report['cpu_ratios'][k]:.2f}x per CPU-second"
-              for k, v in report.get("ratios", {}).items()]
+    for k, v in report.get("ratios", {}).items():
+        rounds = report["round_ratios"][k]
+        lines.append(f"ratio {k}: {v:.2f}x wall-clock throughput, {report['cpu_ratios'][k]:.2f}x per CPU-second"
+                     + (f" (medians; rounds: {', '.join(f'{x:.2f}x' for x in rounds)})" if len(rounds) > 1 else ""))
     for name, bad in report["mismatches"].items():
         lines.append(f"tokens {name} vs engine: " + ("identical for every request" if not bad else
                                                       f"{len(bad)} request(s) differ: {bad[:5]}"))
@@ -304,13 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
     ap.add_argument("--per-request-attention", action="store_true",
                     help="engine with the per-request attention kernel (the 'before' of docs/performance.md)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="run every system this many times, alternating the order; report medians")
     ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     systems = tuple(args.systems.split(","))
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
-                           args.dtype, systems=systems, per_request_attention=args.per_request_attention)
+                           args.dtype, systems=systems, per_request_attention=args.per_request_attention,
+                           rounds=args.rounds)
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
