@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from mini_llm import generate, load_transformer, model_path, pick_device  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
-from solutions.paged_attention import paged_attention  # noqa: E402
+from solutions.paged_attention import GatherWorkspace, paged_attention  # noqa: E402
 from solutions.sampling import SamplingParams  # noqa: E402
 
 SYSTEMS = ("engine", "hf", "sequential")
@@ -58,6 +58,7 @@ class SystemResult:
     outputs: list[list[int]]
     seconds: float  # wall clock
     cpu_seconds: float  # this process's CPU time: more robust than wall time on a machine shared with other jobs
+    page_faults: int | None  # memory touched for the first time (fresh allocations), where the OS counts it
     # Per request: seconds from submission to its first token, and between its consecutive tokens (may be empty).
     ttft: list[float] = field(default_factory=list)
     tbt: list[float] = field(default_factory=list)
@@ -86,6 +87,29 @@ def prompt_vocab(folder, vocab_size: int) -> list[int]:
     return [i for i in range(min(len(tok), vocab_size)) if i not in special]
 
 
+class Stopwatch:
+    """Wall clock, this process's CPU time and its minor page faults, from `start()` to `stop()`."""
+
+    def start(self, device: torch.device) -> float:
+        sync(device)
+        self.wall, self.cpu, self.faults = time.perf_counter(), time.process_time(), page_faults()
+        return self.wall
+
+    def stop(self, device: torch.device) -> tuple[float, float, int | None]:
+        sync(device)
+        faults = page_faults()
+        return (time.perf_counter() - self.wall, time.process_time() - self.cpu,
+                None if faults is None else faults - self.faults)
+
+
+def page_faults() -> int | None:
+    try:
+        import resource
+    except ImportError:  # Windows has no getrusage
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def sync(device: torch.device) -> None:
     """Wait for queued device work, so that a timestamp means the work is done."""
     if device.type == "cuda":
@@ -102,28 +126,50 @@ class PerRequestEngine(LLMEngine):
     runner_cls = PerRequestRunner
 
 
+class FreshGatherBuffers(GatherWorkspace):
+    """A workspace that keeps nothing: every gather gets newly allocated memory."""
+    def gather(self, name: str, cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+        self._buffers.clear()
+        return super().gather(name, cache, block_tables)
+
+
+class FreshBuffersRunner(ModelRunner):
+    """The runner before its gather workspace: every layer of every step gathers into fresh memory."""
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gather_workspace = FreshGatherBuffers()
+
+
+class FreshBuffersEngine(LLMEngine):
+    runner_cls = FreshBuffersRunner
+
+
+# The engine as it was before each of chapter 9's fixes, for before/after runs of the same workload.
+ENGINE_VARIANTS = {"current": LLMEngine, "per-request-attention": PerRequestEngine,
+                   "fresh-gather-buffers": FreshBuffersEngine}
+
+
 def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
-               per_request_attention: bool = False, engine_cls: type[LLMEngine] = LLMEngine
-               ) -> tuple[SystemResult, dict]:
+               engine_cls: type[LLMEngine] = LLMEngine) -> tuple[SystemResult, dict]:
     """(a) The engine (`engine_cls`, e.g. `course.use("engine").LLMEngine`); also returns its KV-memory figures."""
     blocks_per_seq = -(-workload.max_len // block_size)
     config = EngineConfig(num_blocks=max_batch * blocks_per_seq, block_size=block_size, token_budget=token_budget,
                           max_num_seqs=max_batch)
-    engine = (PerRequestEngine if per_request_attention else engine_cls)(model, config)
+    engine = engine_cls(model, config)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.output_lens]
     requests = engine.add_requests(workload.prompts, params)
     index = {r.request_id: i for i, r in enumerate(requests)}
     stamps: list[list[float]] = [[] for _ in requests]
     pool, peak_blocks = engine.kv_cache_manager.block_pool, 0
-    sync(model.device)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    watch = Stopwatch()
+    start = watch.start(model.device)
     while engine.has_unfinished_requests():
         outputs = engine.step()
         now = time.perf_counter()  # the sampled tokens are Python ints: the step's device work is done
         peak_blocks = max(peak_blocks, pool.num_blocks - pool.num_free_blocks)
         for out in outputs:
             stamps[index[out.request_id]].append(now - start)
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    clocks = watch.stop(model.device)
     cache = engine.runner.kv_cache
     block_bytes = cache.bytes // cache.num_blocks
     kv = {"block_size": block_size, "block_bytes": block_bytes, "peak_blocks": peak_blocks,
@@ -131,7 +177,7 @@ def run_engine(model, workload: Workload, max_batch: int, token_budget: int, blo
           # A contiguous cache reserves max_len slots for each of max_batch sequences, whatever they use.
           "contiguous_bytes": max_batch * workload.max_len * block_bytes // block_size,
           "used_token_slots_peak": peak_blocks * block_size}
-    return _result([list(r.output_token_ids) for r in requests], seconds, cpu_seconds, stamps), kv
+    return _result([list(r.output_token_ids) for r in requests], clocks, stamps), kv
 
 
 def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> SystemResult:
@@ -146,8 +192,8 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
     device = hf_model.device
     outputs: list[list[int]] = []
     stamps: list[list[float]] = []
-    sync(device)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    watch = Stopwatch()
+    start = watch.start(device)
 
     class Clock(BaseStreamer):
         """Stamps every generated token; the first `put` is the prompt."""
@@ -174,29 +220,28 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
         token_times = clock.times[1:]
         outputs += [row[:n] for row, n in zip(rows, lens)]
         stamps += [token_times[:n] for n in lens]
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    return _result(outputs, seconds, cpu_seconds, stamps)
+    return _result(outputs, watch.stop(device), stamps)
 
 
 def run_sequential(model, workload: Workload) -> SystemResult:
     """(c) One request at a time with the contiguous-cache generator; per-request wall times only."""
     outputs, stamps = [], []
-    sync(model.device)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    watch = Stopwatch()
+    start = watch.start(model.device)
     for prompt, n in zip(workload.prompts, workload.output_lens):
         begin = time.perf_counter() - start
         outputs.append(generate(model, prompt, max_new_tokens=n, eos_token_id=None))
         sync(model.device)
         stamps.append([begin, time.perf_counter() - start])
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    clocks = watch.stop(model.device)
     # mini_llm.generate has no per-token hook: report each request's mean time per token as its "TBT".
     tbt = [(t[1] - t[0]) / n for t, n in zip(stamps, workload.output_lens)]
-    return SystemResult(outputs, seconds, cpu_seconds, ttft=[], tbt=tbt)
+    return SystemResult(outputs, *clocks, ttft=[], tbt=tbt)
 
 
-def _result(outputs: list[list[int]], seconds: float, cpu_seconds: float, stamps: list[list[float]]
+def _result(outputs: list[list[int]], clocks: tuple[float, float, int | None], stamps: list[list[float]]
             ) -> SystemResult:
-    return SystemResult(outputs, seconds, cpu_seconds, ttft=[s[0] for s in stamps],
+    return SystemResult(outputs, *clocks, ttft=[s[0] for s in stamps],
                         tbt=[b - a for s in stamps for a, b in zip(s, s[1:])])
 
 
@@ -216,13 +261,13 @@ def summarize(result: SystemResult) -> dict:
     return {"output_tokens": tokens, "seconds": result.seconds, "tokens_per_s": tokens / result.seconds,
             "cpu_seconds": result.cpu_seconds, "tokens_per_cpu_s": tokens / result.cpu_seconds,
             "ttft_median_s": stat(result.ttft, 50), "ttft_p99_s": stat(result.ttft, 99),
-            "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99)}
+            "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99), "page_faults": result.page_faults}
 
 
 def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, token_budget: int = 256,
                   device: str | None = None, model: str | None = None, dtype: str = "float32",
                   prompt_lens: tuple[int, int] = (16, 256), output_lens: tuple[int, int] = (16, 128),
-                  systems: tuple[str, ...] = SYSTEMS, warmup: bool = True, per_request_attention: bool = False,
+                  systems: tuple[str, ...] = SYSTEMS, warmup: bool = True,
                   engine_cls: type[LLMEngine] = LLMEngine, rounds: int = 1) -> dict:
     """Run the workload through `systems`, `rounds` times, alternating their order; the first system is the
     reference for the token comparison. Each system is reported from its median round; the ratios are the
@@ -235,8 +280,7 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
     kv: dict = {}
 
     def engine(w: Workload) -> SystemResult:
-        result, figures = run_engine(ours, w, max_batch, token_budget, per_request_attention=per_request_attention,
-                                     engine_cls=engine_cls)
+        result, figures = run_engine(ours, w, max_batch, token_budget, engine_cls=engine_cls)
         kv.update(figures)
         return result
 
@@ -258,7 +302,7 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
         "config": {"num_requests": num_requests, "seed": seed, "max_batch": max_batch, "token_budget": token_budget,
                    "device": str(dev), "model": str(folder), "dtype": dtype, "prompt_lens": list(prompt_lens),
                    "output_lens": list(output_lens), "torch_threads": torch.get_num_threads(),
-                   "per_request_attention": per_request_attention, "rounds": rounds},
+                   "engine": engine_cls.__name__, "rounds": rounds},
         "systems": {name: summarize(r) | {"round_seconds": [x.seconds for x in runs[name]]}
                     for name, r in results.items()},
         "mismatches": {name: [m for r in runs[name] for m in mismatches(reference, r.outputs)]
@@ -281,11 +325,12 @@ def format_report(report: dict) -> str:
     ms = lambda x: "-" if x is None else f"{1000 * x:.1f}"  # noqa: E731
     lines = [f"config: {json.dumps(report['config'])}", "",
              f"{'system':<11}{'tokens':>8}{'wall s':>8}{'tok/s':>8}{'cpu s':>8}{'tok/cpu-s':>10}{'TTFT p50':>10}"
-             f"{'TTFT p99':>10}{'TBT p50':>9}{'TBT p99':>9}   (TTFT, TBT in ms)"]
+             f"{'TTFT p99':>10}{'TBT p50':>9}{'TBT p99':>9}{'faults':>9}   (TTFT, TBT in ms; minor page faults)"]
     for name, s in report["systems"].items():
         lines.append(f"{name:<11}{s['output_tokens']:>8}{s['seconds']:>8.2f}{s['tokens_per_s']:>8.1f}"
                      f"{s['cpu_seconds']:>8.2f}{s['tokens_per_cpu_s']:>10.1f}{ms(s['ttft_median_s']):>10}"
-                     f"{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>9}{ms(s['tbt_p99_s']):>9}")
+                     f"{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>9}{ms(s['tbt_p99_s']):>9}"
+                     f"{'-' if s['page_faults'] is None else s['page_faults']:>9}")
     lines.append("")
     for k, v in report.get("ratios", {}).items():
         rounds = report["round_ratios"][k]
@@ -314,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
-    ap.add_argument("--per-request-attention", action="store_true",
-                    help="engine with the per-request attention kernel (the 'before' of docs/performance.md)")
+    ap.add_argument("--engine-variant", default="current", choices=sorted(ENGINE_VARIANTS),
+                    help="the engine before one of chapter 9's fixes, for the 'before' of docs/performance.md")
     ap.add_argument("--rounds", type=int, default=3,
                     help="run every system this many times, alternating the order; report medians")
     ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
@@ -324,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     systems = tuple(args.systems.split(","))
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
-                           args.dtype, systems=systems, per_request_attention=args.per_request_attention,
+                           args.dtype, systems=systems, engine_cls=ENGINE_VARIANTS[args.engine_variant],
                            rounds=args.rounds)
     print(format_report(report))
     if args.json:
