@@ -144,9 +144,8 @@ class FreshBuffersEngine(LLMEngine):
     runner_cls = FreshBuffersRunner
 
 
-# The engine as it was before each of chapter 9's fixes, for before/after runs of the same workload.
-ENGINE_VARIANTS = {"current": LLMEngine, "per-request-attention": PerRequestEngine,
-                   "fresh-gather-buffers": FreshBuffersEngine}
+# The engine as it was before each of chapter 9's fixes: extra systems, for before/after ratios in one run.
+ENGINE_VARIANTS = {"engine-per-request-attention": PerRequestEngine, "engine-fresh-gather-buffers": FreshBuffersEngine}
 
 
 def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
@@ -285,6 +284,8 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
         return result
 
     runners = {"engine": engine, "sequential": lambda w: run_sequential(ours, w)}
+    runners |= {name: lambda w, cls=cls: run_engine(ours, w, max_batch, token_budget, engine_cls=cls)[0]
+                for name, cls in ENGINE_VARIANTS.items()}
     if "hf" in systems:
         hf_model = Qwen3ForCausalLM.from_pretrained(str(folder), dtype=torch_dtype).to(dev).eval()
         runners["hf"] = lambda w: run_hf(hf_model, w, max_batch, pad_token_id=0)
@@ -305,6 +306,7 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                    "engine": engine_cls.__name__, "rounds": rounds},
         "systems": {name: summarize(r) | {"round_seconds": [x.seconds for x in runs[name]]}
                     for name, r in results.items()},
+        "reference": systems[0],
         "mismatches": {name: [m for r in runs[name] for m in mismatches(reference, r.outputs)]
                        for name in systems if name != systems[0]},
         "kv_memory": kv if "engine" in systems else None,
@@ -323,11 +325,12 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
 
 def format_report(report: dict) -> str:
     ms = lambda x: "-" if x is None else f"{1000 * x:.1f}"  # noqa: E731
+    width = max(11, *(len(name) + 2 for name in report["systems"]))
     lines = [f"config: {json.dumps(report['config'])}", "",
-             f"{'system':<11}{'tokens':>8}{'wall s':>8}{'tok/s':>8}{'cpu s':>8}{'tok/cpu-s':>10}{'TTFT p50':>10}"
+             f"{'system':<{width}}{'tokens':>8}{'wall s':>8}{'tok/s':>8}{'cpu s':>8}{'tok/cpu-s':>10}{'TTFT p50':>10}"
              f"{'TTFT p99':>10}{'TBT p50':>9}{'TBT p99':>9}{'faults':>9}   (TTFT, TBT in ms; minor page faults)"]
     for name, s in report["systems"].items():
-        lines.append(f"{name:<11}{s['output_tokens']:>8}{s['seconds']:>8.2f}{s['tokens_per_s']:>8.1f}"
+        lines.append(f"{name:<{width}}{s['output_tokens']:>8}{s['seconds']:>8.2f}{s['tokens_per_s']:>8.1f}"
                      f"{s['cpu_seconds']:>8.2f}{s['tokens_per_cpu_s']:>10.1f}{ms(s['ttft_median_s']):>10}"
                      f"{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>9}{ms(s['tbt_p99_s']):>9}"
                      f"{'-' if s['page_faults'] is None else s['page_faults']:>9}")
@@ -337,7 +340,7 @@ def format_report(report: dict) -> str:
         lines.append(f"ratio {k}: {v:.2f}x wall-clock throughput, {report['cpu_ratios'][k]:.2f}x per CPU-second"
                      + (f" (medians; rounds: {', '.join(f'{x:.2f}x' for x in rounds)})" if len(rounds) > 1 else ""))
     for name, bad in report["mismatches"].items():
-        lines.append(f"tokens {name} vs engine: " + ("identical for every request" if not bad else
+        lines.append(f"tokens {name} vs {report['reference']}: " + ("identical for every request" if not bad else
                                                       f"{len(bad)} request(s) differ: {bad[:5]}"))
     kv = report["kv_memory"]
     if kv:
@@ -358,9 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="checkpoint folder; default: $MINI_LLM_MODEL, else embedded")
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
-    ap.add_argument("--engine-variant", default="current", choices=sorted(ENGINE_VARIANTS),
-                    help="the engine before one of chapter 9's fixes, for the 'before' of docs/performance.md")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help=f"comma-separated, from {', '.join(SYSTEMS + tuple(ENGINE_VARIANTS))} (the last ones are the "
+                         "engine before one of chapter 9's fixes); the first is the reference for the token check")
     ap.add_argument("--rounds", type=int, default=3,
                     help="run every system this many times, alternating the order; report medians")
     ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
@@ -368,9 +371,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     systems = tuple(args.systems.split(","))
+    unknown = [name for name in systems if name not in SYSTEMS + tuple(ENGINE_VARIANTS)]
+    if unknown or len(set(systems)) != len(systems):
+        ap.error(f"--systems {args.systems}: give each system once, from {', '.join(SYSTEMS + tuple(ENGINE_VARIANTS))}")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
-                           args.dtype, systems=systems, engine_cls=ENGINE_VARIANTS[args.engine_variant],
-                           rounds=args.rounds)
+                           args.dtype, systems=systems, rounds=args.rounds)
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

@@ -17,7 +17,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.throughput import SYSTEMS, format_report, make_workload, mismatches, run_benchmark  # noqa: E402
+from benchmarks.throughput import (  # noqa: E402
+    ENGINE_VARIANTS, SYSTEMS, format_report, main, make_workload, mismatches, run_benchmark)
 from mini_llm import EMBEDDED_MODEL, load_transformer  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
 from solutions.paged_attention import (  # noqa: E402
@@ -60,6 +61,24 @@ def test_report_has_every_field(report):
     assert kv["paged_peak_bytes"] == kv["peak_blocks"] * kv["block_bytes"] <= kv["contiguous_bytes"]
     assert 0 < kv["peak_blocks"]
     assert "identical for every request" in format_report(report)
+
+
+def test_engine_variants_run_side_by_side_over_rounds():
+    """The engine before each of chapter 9's fixes runs as an extra system: same tokens, ratios from every round."""
+    report = run_benchmark(num_requests=3, seed=4, max_batch=2, token_budget=24, device="cpu",
+                           model=str(EMBEDDED_MODEL), prompt_lens=(4, 30), output_lens=(2, 6), warmup=False,
+                           systems=("engine", *ENGINE_VARIANTS), rounds=2)
+    assert report["mismatches"] == {name: [] for name in ENGINE_VARIANTS}
+    assert set(report["ratios"]) == {f"engine/{name}" for name in ENGINE_VARIANTS}
+    assert all(len(r) == 2 for r in report["round_ratios"].values())
+    assert all(len(s["round_seconds"]) == 2 for s in report["systems"].values())
+
+
+def test_cli_rejects_unknown_or_repeated_systems(capsys):
+    for systems in ("engine,vllm", "engine,engine"):
+        with pytest.raises(SystemExit):
+            main(["--systems", systems])
+        assert "give each system once" in capsys.readouterr().err
 
 
 def test_workload_is_seeded_and_in_range():
