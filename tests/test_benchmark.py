@@ -156,3 +156,13 @@ def test_runner_batched_and_per_request_kernels_give_the_same_logits():
                                       (prompts[2][10:], 10, [6, 7, 8, 10, 11], True)])
         logits.append(step2)
     torch.testing.assert_close(logits[0], logits[1], atol=1e-4, rtol=1e-4)
+
+
+def test_decode_step_benchmark_reports_every_part():
+    """benchmarks/decode_step.py on 3 requests: the parts of the engine's step add up to the whole."""
+    from benchmarks import decode_step
+
+    r = decode_step.run(batch=3, steps=3, rounds=1, device="cpu", model=str(EMBEDDED_MODEL))
+    assert r["engine_step_s"] > 0 and r["generate_step_s"] > 0 and r["engine_body_s"] > 0
+    assert r["engine_body_s"] + r["engine_attention_s"] + r["engine_python_s"] == pytest.approx(r["engine_step_s"])
+    assert "ratio generate/engine per step" in decode_step.format_report(r)
