@@ -59,6 +59,7 @@ class SystemResult:
     seconds: float  # wall clock
     cpu_seconds: float  # this process's CPU time: more robust than wall time on a machine shared with other jobs
     page_faults: int | None  # memory touched for the first time (fresh allocations), where the OS counts it
+    forward_passes: int  # model forward passes (engine steps; generate's prefills and decode steps)
     # Per request: seconds from submission to its first token, and between its consecutive tokens (may be empty).
     ttft: list[float] = field(default_factory=list)
     tbt: list[float] = field(default_factory=list)
@@ -176,7 +177,7 @@ def run_engine(model, workload: Workload, max_batch: int, token_budget: int, blo
           # A contiguous cache reserves max_len slots for each of max_batch sequences, whatever they use.
           "contiguous_bytes": max_batch * workload.max_len * block_bytes // block_size,
           "used_token_slots_peak": peak_blocks * block_size}
-    return _result([list(r.output_token_ids) for r in requests], clocks, stamps), kv
+    return _result([list(r.output_token_ids) for r in requests], clocks, stamps, engine.runner.num_forward_passes), kv
 
 
 def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> SystemResult:
@@ -219,7 +220,9 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
         token_times = clock.times[1:]
         outputs += [row[:n] for row, n in zip(rows, lens)]
         stamps += [token_times[:n] for n in lens]
-    return _result(outputs, watch.stop(device), stamps)
+    # A batch runs one prefill pass, then one pass per further token of its longest request.
+    passes = sum(max(workload.output_lens[lo: lo + max_batch]) for lo in range(0, len(workload.prompts), max_batch))
+    return _result(outputs, watch.stop(device), stamps, passes)
 
 
 def run_sequential(model, workload: Workload) -> SystemResult:
@@ -235,12 +238,12 @@ def run_sequential(model, workload: Workload) -> SystemResult:
     clocks = watch.stop(model.device)
     # mini_llm.generate has no per-token hook: report each request's mean time per token as its "TBT".
     tbt = [(t[1] - t[0]) / n for t, n in zip(stamps, workload.output_lens)]
-    return SystemResult(outputs, *clocks, ttft=[], tbt=tbt)
+    return SystemResult(outputs, *clocks, forward_passes=sum(workload.output_lens), ttft=[], tbt=tbt)
 
 
-def _result(outputs: list[list[int]], clocks: tuple[float, float, int | None], stamps: list[list[float]]
-            ) -> SystemResult:
-    return SystemResult(outputs, *clocks, ttft=[s[0] for s in stamps],
+def _result(outputs: list[list[int]], clocks: tuple[float, float, int | None], stamps: list[list[float]],
+            forward_passes: int) -> SystemResult:
+    return SystemResult(outputs, *clocks, forward_passes=forward_passes, ttft=[s[0] for s in stamps],
                         tbt=[b - a for s in stamps for a, b in zip(s, s[1:])])
 
 
@@ -260,7 +263,8 @@ def summarize(result: SystemResult) -> dict:
     return {"output_tokens": tokens, "seconds": result.seconds, "tokens_per_s": tokens / result.seconds,
             "cpu_seconds": result.cpu_seconds, "tokens_per_cpu_s": tokens / result.cpu_seconds,
             "ttft_median_s": stat(result.ttft, 50), "ttft_p99_s": stat(result.ttft, 99),
-            "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99), "page_faults": result.page_faults}
+            "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99), "page_faults": result.page_faults,
+            "forward_passes": result.forward_passes}
 
 
 def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, token_budget: int = 256,
@@ -328,12 +332,13 @@ def format_report(report: dict) -> str:
     width = max(11, *(len(name) + 2 for name in report["systems"]))
     lines = [f"config: {json.dumps(report['config'])}", "",
              f"{'system':<{width}}{'tokens':>8}{'wall s':>8}{'tok/s':>8}{'cpu s':>8}{'tok/cpu-s':>10}{'TTFT p50':>10}"
-             f"{'TTFT p99':>10}{'TBT p50':>9}{'TBT p99':>9}{'faults':>9}   (TTFT, TBT in ms; minor page faults)"]
+             f"{'TTFT p99':>10}{'TBT p50':>9}{'TBT p99':>9}{'passes':>8}{'faults':>9}"
+             "   (TTFT, TBT in ms; forward passes; minor page faults)"]
     for name, s in report["systems"].items():
         lines.append(f"{name:<{width}}{s['output_tokens']:>8}{s['seconds']:>8.2f}{s['tokens_per_s']:>8.1f}"
                      f"{s['cpu_seconds']:>8.2f}{s['tokens_per_cpu_s']:>10.1f}{ms(s['ttft_median_s']):>10}"
                      f"{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>9}{ms(s['tbt_p99_s']):>9}"
-                     f"{'-' if s['page_faults'] is None else s['page_faults']:>9}")
+                     f"{s['forward_passes']:>8}{'-' if s['page_faults'] is None else s['page_faults']:>9}")
     lines.append("")
     for k, v in report.get("ratios", {}).items():
         rounds = report["round_ratios"][k]

@@ -47,6 +47,9 @@ def test_every_request_generates_its_drawn_length(report):
     for name in SYSTEMS:
         assert [len(o) for o in report["outputs"][name]] == workload.output_lens
         assert report["systems"][name]["output_tokens"] == sum(workload.output_lens)
+    lens = workload.output_lens  # static batches of 2: one prefill pass, then one per further token of the longest
+    assert report["systems"]["hf"]["forward_passes"] == max(lens[0:2]) + max(lens[2:4]) + lens[4]
+    assert report["systems"]["engine"]["forward_passes"] >= sum(lens) / 2  # at most 2 tokens a pass
 
 
 def test_report_has_every_field(report):
