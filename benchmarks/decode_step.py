@@ -41,13 +41,15 @@ def engine_after_prefill(model, prompts: list[list[int]], steps: int) -> LLMEngi
 
 
 def time_engine_steps(model, prompts: list[list[int]], steps: int) -> dict[str, float]:
-    """Seconds per decode step, in all and in the model's forward, and the same forward without attention."""
+    """Seconds per decode step, in all and in the model's forward, and the same forward without attention; and
+    whether every timed step was what it claims, one new token for each request."""
     engine = engine_after_prefill(model, prompts, steps)
-    runner, forward_seconds = engine.runner, 0.0
+    runner, forward_seconds, pure_decode = engine.runner, 0.0, True
     execute = runner.execute_model
 
     def timed_execute(items):
-        nonlocal forward_seconds
+        nonlocal forward_seconds, pure_decode
+        pure_decode &= len(items) == len(prompts) and all(len(item[0]) == 1 for item in items)
         start = time.perf_counter()
         logits = execute(items)
         sync(model.device)
@@ -69,7 +71,7 @@ def time_engine_steps(model, prompts: list[list[int]], steps: int) -> dict[str, 
         for _ in range(steps):
             model.compute_logits(model.hidden_states(ids, positions, lambda _, q, k, v: q)).argmax(-1).tolist()
         body = (time.perf_counter() - start) / steps
-    return {"step": step, "forward": forward_seconds / steps, "body": body}
+    return {"step": step, "forward": forward_seconds / steps, "body": body, "pure_decode": pure_decode}
 
 
 def time_generate_steps(hf_model, prompts: list[list[int]], steps: int) -> float:
@@ -108,12 +110,13 @@ def run(batch: int = 16, steps: int = 60, rounds: int = 5, seed: int = 0, device
         engine.append(time_engine_steps(ours, prompts, steps))
         hf.append(time_generate_steps(hf_model, prompts, steps))
     med = lambda xs: statistics.median(xs)  # noqa: E731
-    e = {key: med([r[key] for r in engine]) for key in engine[0]}
+    e = {key: med([r[key] for r in engine]) for key in ("step", "forward", "body")}
     return {"batch": batch, "steps": steps, "rounds": rounds, "device": str(dev), "dtype": dtype,
             "context_lens": [len(p) for p in prompts], "torch_threads": torch.get_num_threads(),
             "engine_step_s": e["step"], "engine_body_s": e["body"], "engine_attention_s": e["forward"] - e["body"],
             "engine_python_s": e["step"] - e["forward"], "generate_step_s": med(hf),
-            "generate_over_engine": med([h / r["step"] for h, r in zip(hf, engine)])}
+            "generate_over_engine": med([h / r["step"] for h, r in zip(hf, engine)]),
+            "pure_decode": all(r["pure_decode"] for r in engine)}
 
 
 def format_report(r: dict) -> str:

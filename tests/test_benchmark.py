@@ -162,10 +162,12 @@ def test_runner_batched_and_per_request_kernels_give_the_same_logits():
 
 
 def test_decode_step_benchmark_reports_every_part():
-    """benchmarks/decode_step.py on 3 requests: the parts of the engine's step add up to the whole."""
+    """benchmarks/decode_step.py on 3 requests: every timed engine step is a pure decode of all of them (what the
+    script claims to measure), and the report has every part."""
     from benchmarks import decode_step
 
     r = decode_step.run(batch=3, steps=3, rounds=1, device="cpu", model=str(EMBEDDED_MODEL))
+    assert r["pure_decode"]
     assert r["engine_step_s"] > 0 and r["generate_step_s"] > 0 and r["engine_body_s"] > 0
-    assert r["engine_body_s"] + r["engine_attention_s"] + r["engine_python_s"] == pytest.approx(r["engine_step_s"])
+    assert r["engine_python_s"] >= 0  # the forward is timed inside the step
     assert "ratio generate/engine per step" in decode_step.format_report(r)
