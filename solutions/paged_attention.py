@@ -120,9 +120,10 @@ def paged_attention_batched(query: torch.Tensor, key_cache: torch.Tensor, value_
 class GatherWorkspace:
     """Reused destinations for gathered blocks, one per name, grown when a step needs more rows.
 
-    A gathered group is megabytes. Allocated afresh for every layer of every step, it comes straight from the
-    operating system on CPU and every page faults on first touch, which cost more than the copy itself
-    (docs/performance.md). GPU engines avoid this with a caching allocator and preallocated buffers.
+    A gathered group is megabytes. Allocated afresh for every layer of every step, it can come straight from the
+    operating system on CPU (glibc does so until its thresholds have adapted to blocks that large), and then every
+    page faults on first touch, which costs more than the copy. A reused buffer makes the engine independent of
+    the allocator's history (docs/performance.md); GPU engines get the same from a caching allocator.
     """
 
     def __init__(self) -> None:
@@ -138,4 +139,4 @@ class GatherWorkspace:
                 or buffer.dtype != blocks.dtype or buffer.device != blocks.device:
             buffer = self._buffers[name] = blocks.new_empty((n_rows, blocks.shape[1]))
         rows = torch.index_select(blocks, 0, block_tables.flatten(), out=buffer[:n_rows])
-        return rows.view(*block_tables.shape[:1], block_tables.shape[1] * cache.shape[1], *cache.shape[2:])
+        return rows.view(block_tables.shape[0], block_tables.shape[1] * cache.shape[1], *cache.shape[2:])
