@@ -13,13 +13,11 @@ import pytest
 import judge
 from judge.hidden import preemption, scheduler
 from judge.loader import load_file
-from mini_llm.settings import EMBEDDED_MODEL
 from solutions import scheduler as ref
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases"
 EXERCISES = {129: ("scheduler", scheduler), 131: ("preemption", preemption)}
-HAS_EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file()
 LOOPS = CASES_DIR / "preemption" / "wrong_loops_forever_on_self.py"
 E2E = next(n for n in preemption.CASES.names() if n.startswith("end to end"))
 
@@ -34,22 +32,6 @@ WRONG, RIGHT = fixtures("wrong"), fixtures("right")
 
 def expect_of(path: Path) -> str:
     return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    """The embedded checkpoint, or (until it is committed) a small random Qwen3 checkpoint."""
-    if HAS_EMBEDDED:
-        return str(EMBEDDED_MODEL)
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
-    out = tmp_path_factory.mktemp("ckpt")
-    Qwen3ForCausalLM(cfg).save_pretrained(out)
-    return str(out)
 
 
 @pytest.mark.parametrize("ex_id", EXERCISES)

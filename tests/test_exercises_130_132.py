@@ -12,11 +12,9 @@ import pytest
 import judge
 from judge.hidden import inference_loop, prefix_caching
 from judge.loader import load_file
-from mini_llm.settings import EMBEDDED_MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases"
-HAS_EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file()
 FIXTURES = {130: CASES_DIR / "inference_loop", 132: CASES_DIR / "prefix_caching"}
 STARTERS = {130: ("practice/engine.py", "LLMEngine.step"), 132: ("practice/prefix_cache.py", "hash_block")}
 MODULES = {130: inference_loop, 132: prefix_caching}
@@ -41,23 +39,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    """The embedded checkpoint, or (until it is committed) a small random Qwen3 checkpoint."""
-    if HAS_EMBEDDED:
-        return str(EMBEDDED_MODEL)
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
-                      eos_token_id=0)
-    out = tmp_path_factory.mktemp("ckpt")
-    Qwen3ForCausalLM(cfg).save_pretrained(out)
-    return str(out)
 
 
 @pytest.mark.parametrize("ex", [130, 132])

@@ -15,7 +15,6 @@ import pytest
 import judge
 from judge.hidden import batch_layout
 from judge.loader import load_file
-from mini_llm.settings import EMBEDDED_MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases" / "batch_layout"
@@ -23,27 +22,10 @@ WRONG = sorted(CASES_DIR.glob("wrong_*.py"))
 RIGHT = sorted(CASES_DIR.glob("right_*.py"))
 E2E = next(n for n in batch_layout.CASES.names() if n.startswith("end to end"))
 FAST = [n for n in batch_layout.CASES.names() if n != E2E]
-HAS_EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file()
 
 
 def expect_of(path: Path) -> str:
     return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    """The embedded checkpoint, or (until it is committed) a small random Qwen3 checkpoint."""
-    if HAS_EMBEDDED:
-        return str(EMBEDDED_MODEL)
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
-    out = tmp_path_factory.mktemp("ckpt")
-    Qwen3ForCausalLM(cfg).save_pretrained(out)
-    return str(out)
 
 
 def test_registered():
@@ -54,7 +36,6 @@ def test_registered():
     assert len(WRONG) >= 10 and len(RIGHT) >= 3
 
 
-@pytest.mark.skipif(not HAS_EMBEDDED, reason="the embedded model mini_llm/models/tiny-qwen3 is not there yet")
 def test_reference_passes_every_case_in_the_sandbox():
     report = judge.grade(128, reference=True)
     assert report.ok, report.text()

@@ -23,11 +23,9 @@ import nbformat
 import pytest
 
 import judge
-from mini_llm.settings import EMBEDDED_MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
-HAS_EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file()
 GRADED = (128, 130)
 STUDENTS = ("correct", "wrong", "crash", "loop")
 JUDGE_TIMEOUT = "20"  # seconds per case while grading here (the loop submissions time out 3 times each)
@@ -41,22 +39,6 @@ def _load_generator() -> types.ModuleType:
 
 
 gen = _load_generator()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    """The embedded checkpoint, or (until it is committed) a small random Qwen3 checkpoint."""
-    if HAS_EMBEDDED:
-        return str(EMBEDDED_MODEL)
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
-    out = tmp_path_factory.mktemp("ckpt")
-    Qwen3ForCausalLM(cfg).save_pretrained(out)
-    return str(out)
 
 
 def _cell(nb, grade_id: str):
