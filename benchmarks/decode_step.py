@@ -23,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.throughput import DTYPES, make_workload, prompt_vocab, sync  # noqa: E402
+from benchmarks.throughput import DTYPES, left_padded, make_workload, prompt_vocab, sync  # noqa: E402
 from mini_llm import load_transformer, model_path, pick_device  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
 from solutions.sampling import SamplingParams  # noqa: E402
@@ -79,9 +79,7 @@ def time_generate_steps(hf_model, prompts: list[list[int]], steps: int) -> float
     2 tokens), over `steps`; prefill and start-up cancel out."""
     from transformers import GenerationConfig
 
-    width = max(map(len, prompts))
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=hf_model.device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=hf_model.device)
+    ids, mask = left_padded(prompts, 0, hf_model.device)
     hf_model.generation_config.eos_token_id = None
 
     def run(new_tokens: int) -> float:

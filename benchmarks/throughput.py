@@ -208,9 +208,8 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
 
     for lo in range(0, len(workload.prompts), max_batch):
         prompts, lens = workload.prompts[lo: lo + max_batch], workload.output_lens[lo: lo + max_batch]
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        ids, mask = left_padded(prompts, pad_token_id, device)
+        width = ids.shape[1]
         gen = GenerationConfig(max_new_tokens=max(lens), do_sample=False, eos_token_id=None,
                                pad_token_id=pad_token_id)
         clock = Clock()
@@ -223,6 +222,16 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
     # A batch runs one prefill pass, then one pass per further token of its longest request.
     passes = sum(max(workload.output_lens[lo: lo + max_batch]) for lo in range(0, len(workload.prompts), max_batch))
     return _result(outputs, watch.stop(device), stamps, passes)
+
+
+def left_padded(prompts: list[list[int]], pad_token_id: int, device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`generate`'s inputs for a static batch: token ids padded on the left to the longest prompt, and the
+    attention mask that hides the padding."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    return ids, mask
 
 
 def run_sequential(model, workload: Workload) -> SystemResult:
