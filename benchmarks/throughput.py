@@ -1,18 +1,21 @@
-"""Throughput of the course's engine against transformers' `generate` and one-request-at-a-time generation.
+"""Throughput of the course's engine against transformers (static and continuous batching) and one request at a time.
 
-One seeded workload runs through three systems, greedy, each forced to generate every request's drawn number of
+One seeded workload runs through four systems, greedy, each forced to generate every request's drawn number of
 tokens (end-of-sequence ignored), so they do the same useful work:
 
   (a) engine      solutions.engine.LLMEngine: continuous batching, paged KV cache, mixed prefill/decode steps
   (b) hf          transformers' Qwen3ForCausalLM.generate on the same checkpoint and dtype: static batches of
                   `--max-batch` requests, left padding; a batch runs until its longest request is done
-  (c) sequential  mini_llm.generate, one request at a time
+  (c) hf-cb       transformers' own continuous batching (ContinuousBatchingManager: paged cache, a background
+                  thread), same model object, with the engine's limits (requests and tokens per step, blocks)
+  (d) sequential  mini_llm.generate, one request at a time
 
-It checks that all three produce the same tokens for every request, then reports output tokens/s, the ratios
-(a)/(b) and (a)/(c) from this run, time to first token and time between tokens, and the engine's KV memory.
+It checks that all of them produce the same tokens for every request, then reports output tokens/s, the ratios of
+(a) to each other system from this run, time to first token and time between tokens, and the engine's KV memory.
 
     python benchmarks/throughput.py                       # 64 requests, embedded model, CPU, fp32
     python benchmarks/throughput.py --num-requests 16 --seed 1
+    python benchmarks/throughput.py --shape qwen3-0.6b --num-requests 8   # random weights, Qwen3-0.6B's shape
     MINI_LLM_MODEL=~/models/Qwen3-0.6B python benchmarks/throughput.py --device cuda --dtype bfloat16
 
 TTFT counts from the moment the whole workload is submitted (an offline batch), so it includes queueing.
@@ -23,9 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -33,13 +39,17 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.shapes import SHAPES, write_shape_checkpoint  # noqa: E402
 from mini_llm import generate, load_transformer, model_path, pick_device  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
 from solutions.paged_attention import GatherWorkspace, paged_attention  # noqa: E402
 from solutions.sampling import SamplingParams  # noqa: E402
 
-SYSTEMS = ("engine", "hf", "sequential")
+SYSTEMS = ("engine", "hf", "hf-cb", "sequential")
+# With --shape, a model where a step costs arithmetic: one request at a time would take most of the run.
+SHAPE_SYSTEMS = ("engine", "hf", "hf-cb")
+SHAPE_OUTPUT_LENS = (16, 48)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -234,8 +244,45 @@ def left_padded(prompts: list[list[int]], pad_token_id: int, device: torch.devic
     return ids, mask
 
 
+def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16
+              ) -> SystemResult:
+    """(c) transformers' own continuous batching (`ContinuousBatchingManager`, a paged cache served by a background
+    thread), given the engine's limits: `max_batch` requests and `token_budget` tokens per step, blocks of
+    `block_size` tokens, as many blocks as the engine gets. `generate_batch` takes one `max_new_tokens` for all its
+    prompts, so each request goes through `add_request` with its own; `eos_token_id=-1` switches EOS off."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=max(workload.output_lens))
+    cb = ContinuousBatchingConfig(max_requests_per_batch=max_batch, max_batch_tokens=token_budget,
+                                  page_size=block_size, num_blocks=max_batch * -(-workload.max_len // block_size),
+                                  allow_block_sharing=False)  # as the engine: no prefix caching
+    passes = [0]
+    hook = hf_model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
+    device, watch, results = hf_model.device, Stopwatch(), {}
+    try:
+        with torch.inference_mode(), hf_model.continuous_batching_context_manager(
+                generation_config=gen, continuous_batching_config=cb, warmup=False) as manager:
+            passes[0] = 0
+            start = watch.start(device)
+            ids = [manager.add_request(prompt, request_id=f"r{i}", max_new_tokens=n, eos_token_id=-1,
+                                       record_timestamps=True)
+                   for i, (prompt, n) in enumerate(zip(workload.prompts, workload.output_lens))]
+            while len(results) < len(ids):
+                out = manager.get_result(timeout=60)
+                if out is None or out.error is not None:
+                    raise RuntimeError(f"transformers' continuous batching failed: {out and out.error or 'no result'}")
+                if out.is_finished():
+                    results[out.request_id] = out
+            clocks = watch.stop(device)
+    finally:
+        hook.remove()
+    outputs = [results[i] for i in ids]
+    stamps = [[t - start for t in o.timestamps] for o in outputs]
+    return _result([list(o.generated_tokens) for o in outputs], clocks, stamps, passes[0])
+
+
 def run_sequential(model, workload: Workload) -> SystemResult:
-    """(c) One request at a time with the contiguous-cache generator; per-request wall times only."""
+    """(d) One request at a time with the contiguous-cache generator; per-request wall times only."""
     outputs, stamps = [], []
     watch = Stopwatch()
     start = watch.start(model.device)
@@ -276,19 +323,50 @@ def summarize(result: SystemResult) -> dict:
             "forward_passes": result.forward_passes}
 
 
+def load_hf_model(folder: str | Path, dtype: torch.dtype, device: torch.device):
+    """transformers' Qwen3ForCausalLM on the same folder, dtype and device, without its loading progress bar."""
+    from transformers import Qwen3ForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return Qwen3ForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device).eval()
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+@contextmanager
+def checkpoint_folder(model: str | None, shape: str | None, num_layers: int | None = None) -> Iterator[Path]:
+    """The checkpoint to load: `model` (default: $MINI_LLM_MODEL, else the embedded one), or a random-initialised
+    checkpoint of `shape` written to a temporary folder that lives as long as the context."""
+    if shape is None:
+        yield model_path(model)
+        return
+    if model is not None:
+        raise ValueError(f"give a checkpoint folder ({model}) or a shape ({shape}), not both")
+    with tempfile.TemporaryDirectory(prefix=f"{shape}-random-") as tmp:
+        yield write_shape_checkpoint(shape, tmp, num_layers=num_layers)
+
+
 def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, token_budget: int = 256,
                   device: str | None = None, model: str | None = None, dtype: str = "float32",
                   prompt_lens: tuple[int, int] = (16, 256), output_lens: tuple[int, int] = (16, 128),
                   systems: tuple[str, ...] = SYSTEMS, warmup: bool = True,
-                  engine_cls: type[LLMEngine] = LLMEngine, rounds: int = 1) -> dict:
+                  engine_cls: type[LLMEngine] = LLMEngine, rounds: int = 1, shape: str | None = None,
+                  shape_layers: int | None = None) -> dict:
     """Run the workload through `systems`, `rounds` times, alternating their order; the first system is the
     reference for the token comparison. Each system is reported from its median round; the ratios are the
-    medians of the per-round ratios, each measured between runs minutes apart at most."""
-    from transformers import Qwen3ForCausalLM
-
-    folder, dev, torch_dtype = model_path(model), pick_device(device), DTYPES[dtype]
-    ours = load_transformer(folder, dtype=torch_dtype, device=dev)
-    workload = make_workload(num_requests, seed, prompt_vocab(folder, ours.cfg.vocab_size), prompt_lens, output_lens)
+    medians of the per-round ratios, each measured between runs minutes apart at most. `shape` (one of
+    `benchmarks.shapes.SHAPES`) replaces the checkpoint with random weights of that shape, `shape_layers` layers
+    deep if given."""
+    dev, torch_dtype = pick_device(device), DTYPES[dtype]
+    with checkpoint_folder(model, shape, shape_layers) as folder:
+        ours = load_transformer(folder, dtype=torch_dtype, device=dev)
+        vocab = prompt_vocab(folder, ours.cfg.vocab_size)
+        hf_model = load_hf_model(folder, torch_dtype, dev) if {"hf", "hf-cb"} & set(systems) else None
+    workload = make_workload(num_requests, seed, vocab, prompt_lens, output_lens)
     kv: dict = {}
 
     def engine(w: Workload) -> SystemResult:
@@ -296,14 +374,13 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
         kv.update(figures)
         return result
 
-    runners = {"engine": engine, "sequential": lambda w: run_sequential(ours, w)}
+    runners = {"engine": engine, "sequential": lambda w: run_sequential(ours, w),
+               "hf": lambda w: run_hf(hf_model, w, max_batch, pad_token_id=0),
+               "hf-cb": lambda w: run_hf_cb(hf_model, w, max_batch, token_budget)}
     runners |= {name: lambda w, cls=cls: run_engine(ours, w, max_batch, token_budget, engine_cls=cls)[0]
                 for name, cls in ENGINE_VARIANTS.items()}
-    if "hf" in systems:
-        hf_model = Qwen3ForCausalLM.from_pretrained(str(folder), dtype=torch_dtype).to(dev).eval()
-        runners["hf"] = lambda w: run_hf(hf_model, w, max_batch, pad_token_id=0)
     if warmup:  # first calls pay for allocator growth and lazy initialisation
-        tiny = make_workload(2, seed + 1, list(range(ours.cfg.vocab_size)), (8, 16), (2, 4))
+        tiny = make_workload(2, seed + 1, vocab, (8, 16), (2, 4))
         for name in systems:
             runners[name](tiny)
     runs: dict[str, list[SystemResult]] = {name: [] for name in systems}
@@ -314,7 +391,8 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
     reference = results[systems[0]].outputs
     report = {
         "config": {"num_requests": num_requests, "seed": seed, "max_batch": max_batch, "token_budget": token_budget,
-                   "device": str(dev), "model": str(folder), "dtype": dtype, "prompt_lens": list(prompt_lens),
+                   "device": str(dev), "model": f"random {shape}" if shape else str(folder), "dtype": dtype,
+                   "layers": ours.cfg.num_hidden_layers, "prompt_lens": list(prompt_lens),
                    "output_lens": list(output_lens), "torch_threads": torch.get_num_threads(),
                    "engine": engine_cls.__name__, "rounds": rounds},
         "systems": {name: summarize(r) | {"round_seconds": [x.seconds for x in runs[name]]}
@@ -365,33 +443,58 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def length_range(text: str) -> tuple[int, int]:
+    """`LO,HI` on the command line: an inclusive range of lengths."""
+    try:
+        lo, hi = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give two integers LO,HI, e.g. 16,128") from None
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 1 <= LO <= HI")
+    return lo, hi
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num-requests", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-batch", type=int, default=16, help="engine max_num_seqs and HF static batch size")
-    ap.add_argument("--token-budget", type=int, default=256, help="engine tokens per step")
+    ap.add_argument("--max-batch", type=int, default=16, help="engine max_num_seqs, HF static batch size and "
+                                                              "hf-cb max_requests_per_batch")
+    ap.add_argument("--token-budget", type=int, default=256, help="tokens per step (engine, hf-cb)")
+    ap.add_argument("--prompt-lens", type=length_range, default=(16, 256), help="LO,HI (default 16,256)")
+    ap.add_argument("--output-lens", type=length_range, default=None,
+                    help=f"LO,HI (default 16,128; {','.join(map(str, SHAPE_OUTPUT_LENS))} with --shape)")
     ap.add_argument("--device", default=None, help="default: $MINI_LLM_DEVICE, else CUDA if available, else CPU")
     ap.add_argument("--model", default=None, help="checkpoint folder; default: $MINI_LLM_MODEL, else embedded")
+    ap.add_argument("--shape", default=None, choices=sorted(SHAPES),
+                    help="instead of a checkpoint: random weights of this model's shape, in a temporary folder")
+    ap.add_argument("--shape-layers", type=int, default=None, help="with --shape: this many layers (default all)")
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    ap.add_argument("--systems", default=",".join(SYSTEMS),
+    ap.add_argument("--systems", default=None,
                     help=f"comma-separated, from {', '.join(SYSTEMS + tuple(ENGINE_VARIANTS))} (the last ones are the "
-                         "engine before one of chapter 9's fixes); the first is the reference for the token check")
+                         "engine before one of chapter 9's fixes); the first is the reference for the token check. "
+                         f"Default: {','.join(SYSTEMS)}; {','.join(SHAPE_SYSTEMS)} with --shape")
     ap.add_argument("--rounds", type=int, default=3,
                     help="run every system this many times, alternating the order; report medians")
     ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    systems = tuple(args.systems.split(","))
+    systems = tuple(args.systems.split(",")) if args.systems else SHAPE_SYSTEMS if args.shape else SYSTEMS
     unknown = [name for name in systems if name not in SYSTEMS + tuple(ENGINE_VARIANTS)]
     if unknown or len(set(systems)) != len(systems):
         ap.error(f"--systems {args.systems}: give each system once, from {', '.join(SYSTEMS + tuple(ENGINE_VARIANTS))}")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.shape and args.model:
+        ap.error("--model and --shape both name the weights: give one")
+    if args.shape_layers is not None and (not args.shape or args.shape_layers < 1):
+        ap.error("--shape-layers needs --shape and at least 1")
+    output_lens = args.output_lens or (SHAPE_OUTPUT_LENS if args.shape else (16, 128))
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
-                           args.dtype, systems=systems, rounds=args.rounds)
+                           args.dtype, args.prompt_lens, output_lens, systems=systems, rounds=args.rounds,
+                           shape=args.shape, shape_layers=args.shape_layers)
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
