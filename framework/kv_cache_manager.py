@@ -8,6 +8,7 @@ solutions/kv_cache_manager.py plugs in the reference ones, practice/kv_cache_man
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .request import Request
@@ -15,6 +16,15 @@ from .request import Request
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
+
+
+@dataclass
+class BlockNames:
+    """What the manager knows of one request's full blocks. A request's tokens only grow, so the hash of a full
+    block never changes: it is computed once, when the block fills."""
+    hashes: list[int] = field(default_factory=list)  # chained hashes of its full blocks so far, in order
+    num_offered: int = 0  # blocks of its current block table offered to the prefix cache
+    unregistered: list[int] = field(default_factory=list)  # offered while another block held the same hash
 
 
 class KVCacheManagerBase:
@@ -26,6 +36,7 @@ class KVCacheManagerBase:
         self.block_size = block_size
         self.block_pool = self.block_pool_cls(num_blocks)
         self.prefix_cache = self.prefix_cache_cls() if enable_prefix_caching else None
+        self.block_names: dict[Request, BlockNames] = {}  # running requests, with prefix caching on
 
     @property
     def num_free_blocks(self) -> int:
@@ -49,6 +60,8 @@ class KVCacheManagerBase:
         num_free_hits = sum(1 for b in computed_blocks if pool.ref_cnt[b] == 0)
         if num_new_blocks + num_free_hits > pool.num_free_blocks:
             return False
+        if not request.block_table:  # admitted, or readmitted after its blocks were freed: a new table to name
+            self.block_names.pop(request, None)
         for b in computed_blocks:
             pool.incref(b)
         request.block_table.extend(computed_blocks)
@@ -65,11 +78,26 @@ class KVCacheManagerBase:
         """Return the request's blocks, tail first: the tail is the least likely to be shared by a later request."""
         self.block_pool.free(request.block_table[::-1])
         request.block_table = []
+        self.block_names.pop(request, None)
 
     def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
-        """Name every full block among the first `num_tokens` tokens, so later requests can find it."""
+        """Name every full block among the first `num_tokens` tokens, so later requests can find it.
+
+        Only blocks that filled since the last call are new; a block whose hash another block held when it filled
+        is offered again on every call, so that it takes over the name once that block is evicted."""
         if self.prefix_cache is None:
             return
-        hashes = self.block_hashes(request.all_token_ids[:num_tokens], self.block_size)
-        for block_hash, block_id in zip(hashes, request.block_table):
-            self.prefix_cache.insert(block_hash, block_id)
+        names = self.block_names.setdefault(request, BlockNames())
+        num_full = num_tokens // self.block_size
+        if num_full > len(names.hashes):
+            # `block_hashes` (exercise 132) chains from the first block, so naming new blocks costs one pass over
+            # the prefix, once per filled block; the decode steps in between hash nothing.
+            names.hashes = self.block_hashes(request.all_token_ids[: num_full * self.block_size], self.block_size)
+        offered = names.unregistered + list(range(names.num_offered, num_full))
+        names.num_offered = max(names.num_offered, num_full)
+        names.unregistered = [i for i in offered if not self._register(names.hashes[i], request.block_table[i])]
+
+    def _register(self, block_hash: int, block_id: int) -> bool:
+        """Offer the name to the prefix cache; whether `block_id` now holds it (the first holder wins)."""
+        self.prefix_cache.insert(block_hash, block_id)
+        return self.prefix_cache.lookup([block_hash]) == [block_id]

@@ -232,3 +232,113 @@ def test_random_workload_keeps_the_books(seed, prefix_caching):
     assert kv.num_free_blocks == kv.block_pool.num_blocks and not any(kv.block_pool.ref_cnt)
     if prefix_caching:
         assert hits > 0, "the workload never exercised a prefix hit"
+
+
+# ---------------------------------------------------------------- naming full blocks: only when a block fills
+
+def test_block_hashes_run_only_when_a_block_fills():
+    calls = []
+
+    class Counting(KVCacheManager):
+        block_hashes = staticmethod(lambda tokens, bs: calls.append(len(tokens)) or block_hashes(tokens, bs))
+
+    kv = Counting(num_blocks=16, block_size=BS, enable_prefix_caching=True)
+    request = Request(list(range(6)))
+    assert admit(kv, request)
+    calls.clear()  # admission looked the prompt up, then named its one full block
+    for t in range(100, 140):  # 40 decode steps: tokens 7..46 of the request
+        assert decode(kv, request, t)
+    assert calls == [4 * n for n in range(2, 12)], "hashed on a step where no block filled"
+    assert kv.prefix_cache.lookup(block_hashes(request.all_token_ids, BS)) == request.block_table[:11]
+
+
+def test_a_duplicate_block_takes_over_the_name_once_the_holder_is_evicted():
+    kv = KVCacheManager(num_blocks=6, block_size=BS, enable_prefix_caching=True)
+    a = Request(list(range(9)))  # blocks [0..3] [4..7] full, [8] partial
+    assert admit(kv, a)
+    twin = Request(list(range(8)))  # a hit on a's first block only: the last token is recomputed, so the twin
+    assert admit(kv, twin)  # computes the second block again, into a block of its own
+    shared, duplicate = twin.block_table
+    assert shared == a.block_table[0] and duplicate != a.block_table[1]
+    probe = block_hashes(list(range(8)), BS)
+    assert kv.prefix_cache.lookup(probe) == a.block_table[:2]  # the first holder keeps the name
+    kv.free(a)  # a's second block is free but still cached ...
+    filler = Request(list(range(500, 516)))  # ... until the pool hands it out again: the filler takes every free
+    assert admit(kv, filler)  # block, a's second one last (LRU)
+    assert duplicate not in filler.block_table and kv.prefix_cache.lookup(probe) == [shared]
+    kv.free(filler)
+    assert decode(kv, twin, 42)  # the twin's next step offers its duplicate again: it now holds the name
+    assert kv.prefix_cache.lookup(probe) == [shared, duplicate]
+    late = Request(list(range(8)) + [7, 7])
+    assert kv.get_computed_blocks(late) == [shared, duplicate]
+
+
+def test_readmitted_request_names_its_new_table_even_if_freed_behind_the_managers_back():
+    kv = KVCacheManager(num_blocks=8, block_size=BS, enable_prefix_caching=True)
+    a = Request(list(range(13)))
+    assert admit(kv, a)
+    kv.block_pool.free(a.block_table[::-1])  # what a preemption that bypasses kv.free does
+    a.block_table, a.num_computed_tokens = [], 0
+    filler = Request(list(range(100, 132)))
+    assert admit(kv, filler)  # every block: a's cached ones are handed out again
+    kv.free(filler)
+    assert kv.get_computed_blocks(Request(list(range(13)))) == []
+    assert admit(kv, a)
+    assert kv.get_computed_blocks(Request(list(range(13)))) == a.block_table[:3]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_prefix_cache_is_identical_to_rehashing_every_call(seed):
+    """Differential: the manager before (rehash and re-offer every full block on every call) and now, driven by the
+    same random admissions, chunks, decodes, frees and readmissions, hold the same names after every operation."""
+    from benchmarks.prefix_hashing import RehashingKVCacheManager
+
+    rng = random.Random(seed)
+    # Prompts from few block-aligned prefixes, often identical, so that duplicate blocks and evictions happen.
+    prefixes = [[rng.randrange(50) for _ in range(BS * rng.randrange(1, 4))] for _ in range(3)]
+    managers = [RehashingKVCacheManager(16, BS, True), KVCacheManager(16, BS, True)]
+    live: list[list[Request]] = []  # each entry: the same request in both managers
+    waiting: list[list[Request]] = []  # freed (preempted) requests, to be readmitted
+    for _ in range(300):
+        action = rng.random()
+        if action < 0.25 or (action < 0.35 and waiting):  # admit a new request or readmit a freed one
+            if action < 0.25:
+                prompt = rng.choice(prefixes) + [rng.randrange(50) for _ in range(rng.randrange(0, 6))]
+                pair = [Request(list(prompt)) for _ in managers]
+            else:
+                pair = waiting.pop(rng.randrange(len(waiting)))
+            computed = [kv.get_computed_blocks(r) for kv, r in zip(managers, pair)]
+            assert computed[0] == computed[1]
+            num_new = pair[0].num_tokens - len(computed[0]) * BS
+            num_new = rng.randrange(1, num_new + 1)  # sometimes only a first chunk
+            done = [kv.allocate_slots(r, num_new, c) for kv, r, c in zip(managers, pair, computed)]
+            assert done[0] == done[1]
+            if done[0]:
+                for r in pair:
+                    r.num_computed_tokens += num_new
+                live.append(pair)
+            elif action >= 0.25:
+                waiting.append(pair)
+        elif action < 0.8 and live:  # a step: the rest of a prompt, or a decode
+            pair = rng.choice(live)
+            token = rng.randrange(50)
+            for r in pair:
+                if r.num_computed_tokens == r.num_tokens:
+                    r.output_token_ids.append(token)
+            num_new = pair[0].num_tokens - pair[0].num_computed_tokens
+            done = [kv.allocate_slots(r, num_new) for kv, r in zip(managers, pair)]
+            assert done[0] == done[1]
+            if done[0]:
+                for r in pair:
+                    r.num_computed_tokens += num_new
+        elif live:  # finished, or preempted to be recomputed later
+            pair = live.pop(rng.randrange(len(live)))
+            for kv, r in zip(managers, pair):
+                kv.free(r)
+                r.num_computed_tokens = 0
+            if rng.random() < 0.5:
+                waiting.append(pair)
+        old, new = (kv.prefix_cache for kv in managers)
+        assert (new.hash_to_block, new.block_to_hash) == (old.hash_to_block, old.block_to_hash)
+        assert [r.block_table for r, _ in live] == [r.block_table for _, r in live]
+        check_invariants(managers[1], [r for _, r in live])
