@@ -23,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mini_llm import EMBEDDED_MODEL, Qwen3Config, Transformer  # noqa: E402
+from mini_llm import EMBEDDED_MODEL, Qwen3Config  # noqa: E402
 
 # The fields of Qwen/Qwen3-0.6B's and Qwen/Qwen3-1.7B's config.json that set the amount of work.
 SHAPES: dict[str, dict] = {
@@ -38,45 +38,56 @@ INIT_STD = 0.02
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
-def shape_config(name: str, num_layers: int | None = None) -> Qwen3Config:
-    """The config of shape `name`; `num_layers` overrides the depth (a cheap model of the same width for tests)."""
+def shape_config(name: str, **overrides) -> Qwen3Config:
+    """The config of shape `name`; `overrides` (e.g. `num_hidden_layers=1`) make a cheaper model for tests."""
     if name not in SHAPES:
         raise ValueError(f"unknown shape {name!r}: choose one of {', '.join(SHAPES)}")
     fields = QWEN3_COMMON | SHAPES[name]
-    if num_layers is not None:
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be at least 1, got {num_layers}")
-        fields["num_hidden_layers"] = num_layers
+    unknown = set(overrides) - set(fields)
+    if unknown:
+        raise ValueError(f"cannot override {sorted(unknown)}: the shape's fields are {sorted(fields)}")
+    if any(not isinstance(v, int) or v < 1 for k, v in overrides.items() if k != "rope_theta"):
+        raise ValueError(f"overrides must be positive integers, got {overrides}")
     # The embedded tokenizer's end-of-sequence id, so that EOS means the same to every loader.
     eos = json.loads((EMBEDDED_MODEL / "config.json").read_text())["eos_token_id"]
-    return Qwen3Config(**fields, bos_token_id=eos, eos_token_id=eos)
+    return Qwen3Config(**(fields | overrides), bos_token_id=eos, eos_token_id=eos)
+
+
+def weight_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
+    """The tensors of a Hugging Face Qwen3 checkpoint (tied head left out); mini_llm's loader checks every name and
+    shape against its own modules."""
+    h, hd, q, kv = cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+    layer = {"input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
+             "self_attn.q_proj.weight": (q * hd, h), "self_attn.k_proj.weight": (kv * hd, h),
+             "self_attn.v_proj.weight": (kv * hd, h), "self_attn.o_proj.weight": (h, q * hd),
+             "self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,),
+             "mlp.gate_proj.weight": (cfg.intermediate_size, h), "mlp.up_proj.weight": (cfg.intermediate_size, h),
+             "mlp.down_proj.weight": (h, cfg.intermediate_size)}
+    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
+    shapes |= {f"model.layers.{i}.{name}": shape for i in range(cfg.num_hidden_layers) for name, shape in layer.items()}
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, h)
+    return shapes
 
 
 def random_state_dict(cfg: Qwen3Config, seed: int, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
-    """Every weight a Qwen3 checkpoint of `cfg` stores (tied head left out), drawn from a seeded generator."""
-    with torch.device("meta"):  # names and shapes only, no memory
-        shapes = {k: v.shape for k, v in Transformer(cfg).state_dict().items()}
-    if cfg.tie_word_embeddings:
-        shapes.pop("lm_head.weight")
+    """Every weight of a Qwen3 checkpoint of `cfg`, drawn from a seeded generator; norm weights 1."""
     generator = torch.Generator().manual_seed(seed)
-    state = {}
-    for name, shape in shapes.items():
-        if name.endswith("norm.weight"):
-            state[name] = torch.ones(shape, dtype=dtype)
-        else:
-            state[name] = torch.empty(shape, dtype=dtype).normal_(0.0, INIT_STD, generator=generator)
-    return state
+    return {name: torch.ones(shape, dtype=dtype) if name.endswith("norm.weight")
+            else torch.empty(shape, dtype=dtype).normal_(0.0, INIT_STD, generator=generator)
+            for name, shape in weight_shapes(cfg).items()}
 
 
-def write_shape_checkpoint(name: str, folder: str | Path, seed: int = 0, num_layers: int | None = None) -> Path:
-    """Write a random-initialised checkpoint of shape `name` into `folder` (created; must be empty or absent)."""
+def write_shape_checkpoint(name: str, folder: str | Path, seed: int = 0, **overrides) -> Path:
+    """Write a random-initialised checkpoint of shape `name` (with `overrides`, as `shape_config`) into `folder`
+    (created; must be empty or absent)."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
     if folder.exists() and any(folder.iterdir()):
         raise FileExistsError(f"{folder} is not empty: give a new or empty folder for the checkpoint")
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = shape_config(name, num_layers)
+    cfg = shape_config(name, **overrides)
     save_file(random_state_dict(cfg, seed), str(folder / "model.safetensors"), metadata={"format": "pt"})
     hf = cfg.to_hf_dict()
     hf.update(rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, use_cache=True,
@@ -97,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num-layers", type=int, default=None, help="override the depth (default: the model's)")
     args = ap.parse_args(argv)
-    write_shape_checkpoint(args.shape, args.folder, args.seed, args.num_layers)
+    layers = {} if args.num_layers is None else {"num_hidden_layers": args.num_layers}
+    write_shape_checkpoint(args.shape, args.folder, args.seed, **layers)
     print(f"wrote {args.shape} (random weights, seed {args.seed}) to {args.folder}")
     return 0
 

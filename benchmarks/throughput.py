@@ -339,7 +339,7 @@ def load_hf_model(folder: str | Path, dtype: torch.dtype, device: torch.device):
 
 
 @contextmanager
-def checkpoint_folder(model: str | None, shape: str | None, num_layers: int | None = None) -> Iterator[Path]:
+def checkpoint_folder(model: str | None, shape: str | None, shape_overrides: dict | None = None) -> Iterator[Path]:
     """The checkpoint to load: `model` (default: $MINI_LLM_MODEL, else the embedded one), or a random-initialised
     checkpoint of `shape` written to a temporary folder that lives as long as the context."""
     if shape is None:
@@ -348,7 +348,7 @@ def checkpoint_folder(model: str | None, shape: str | None, num_layers: int | No
     if model is not None:
         raise ValueError(f"give a checkpoint folder ({model}) or a shape ({shape}), not both")
     with tempfile.TemporaryDirectory(prefix=f"{shape}-random-") as tmp:
-        yield write_shape_checkpoint(shape, tmp, num_layers=num_layers)
+        yield write_shape_checkpoint(shape, tmp, **(shape_overrides or {}))
 
 
 def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, token_budget: int = 256,
@@ -356,14 +356,14 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                   prompt_lens: tuple[int, int] = (16, 256), output_lens: tuple[int, int] = (16, 128),
                   systems: tuple[str, ...] = SYSTEMS, warmup: bool = True,
                   engine_cls: type[LLMEngine] = LLMEngine, rounds: int = 1, shape: str | None = None,
-                  shape_layers: int | None = None) -> dict:
+                  shape_overrides: dict | None = None) -> dict:
     """Run the workload through `systems`, `rounds` times, alternating their order; the first system is the
     reference for the token comparison. Each system is reported from its median round; the ratios are the
     medians of the per-round ratios, each measured between runs minutes apart at most. `shape` (one of
-    `benchmarks.shapes.SHAPES`) replaces the checkpoint with random weights of that shape, `shape_layers` layers
-    deep if given."""
+    `benchmarks.shapes.SHAPES`) replaces the checkpoint with random weights of that shape, changed by
+    `shape_overrides` if given (e.g. `{"num_hidden_layers": 2}`)."""
     dev, torch_dtype = pick_device(device), DTYPES[dtype]
-    with checkpoint_folder(model, shape, shape_layers) as folder:
+    with checkpoint_folder(model, shape, shape_overrides) as folder:
         ours = load_transformer(folder, dtype=torch_dtype, device=dev)
         vocab = prompt_vocab(folder, ours.cfg.vocab_size)
         hf_model = load_hf_model(folder, torch_dtype, dev) if {"hf", "hf-cb"} & set(systems) else None
@@ -495,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     output_lens = args.output_lens or (SHAPE_OUTPUT_LENS if args.shape else (16, 128))
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
                            args.dtype, args.prompt_lens, output_lens, systems=systems, rounds=args.rounds,
-                           shape=args.shape, shape_layers=args.shape_layers)
+                           shape=args.shape,
+                           shape_overrides=args.shape_layers and {"num_hidden_layers": args.shape_layers})
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

@@ -2,7 +2,7 @@
 the engine runs, against the per-request reference kernel.
 
 No timing is asserted here: speed is a ratio the benchmark measures, not a unit test. What is asserted is that
-the three systems produce the same tokens, that the workload is what was asked for, and that the report is whole.
+the systems produce the same tokens, that the workload is what was asked for, and that the report is whole.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.shapes import shape_config, write_shape_checkpoint  # noqa: E402
 from benchmarks.throughput import (  # noqa: E402
-    ENGINE_VARIANTS, SYSTEMS, format_report, main, make_workload, mismatches, run_benchmark)
+    ENGINE_VARIANTS, SHAPE_SYSTEMS, SYSTEMS, format_report, main, make_workload, mismatches, run_benchmark)
 from mini_llm import EMBEDDED_MODEL, load_transformer  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
 from framework.model_runner import ModelRunnerBase  # noqa: E402
@@ -35,11 +36,11 @@ def report():
                          prompt_lens=(4, 40), output_lens=(2, 9), warmup=False)
 
 
-def test_three_systems_produce_identical_tokens(report):
-    assert set(report["outputs"]) == set(SYSTEMS)
-    assert report["mismatches"] == {"hf": [], "sequential": []}
+def test_every_system_produces_identical_tokens(report):
+    assert set(report["outputs"]) == set(SYSTEMS) == {"engine", "hf", "hf-cb", "sequential"}
+    assert report["mismatches"] == {"hf": [], "hf-cb": [], "sequential": []}
     engine = report["outputs"]["engine"]
-    for name in ("hf", "sequential"):
+    for name in ("hf", "hf-cb", "sequential"):
         assert report["outputs"][name] == engine, name
 
 
@@ -51,6 +52,8 @@ def test_every_request_generates_its_drawn_length(report):
     lens = workload.output_lens  # static batches of 2: one prefill pass, then one per further token of the longest
     assert report["systems"]["hf"]["forward_passes"] == max(lens[0:2]) + max(lens[2:4]) + lens[4]
     assert report["systems"]["engine"]["forward_passes"] >= sum(lens) / 2  # at most 2 tokens a pass
+    # transformers' continuous batching got the same limit of 2 requests a step (its default is 1024).
+    assert report["systems"]["hf-cb"]["forward_passes"] >= sum(lens) / 2
 
 
 def test_report_has_every_field(report):
@@ -58,9 +61,9 @@ def test_report_has_every_field(report):
         s = report["systems"][name]
         assert s["seconds"] > 0 and s["tokens_per_s"] == pytest.approx(s["output_tokens"] / s["seconds"])
         assert s["tbt_median_s"] is not None and s["tbt_p99_s"] >= s["tbt_median_s"]
-    for name in ("engine", "hf"):
+    for name in ("engine", "hf", "hf-cb"):
         assert 0 < report["systems"][name]["ttft_median_s"] <= report["systems"][name]["ttft_p99_s"]
-    assert set(report["ratios"]) == {"engine/hf", "engine/sequential"}
+    assert list(report["ratios"]) == ["engine/hf", "engine/hf-cb", "engine/sequential"]
     kv = report["kv_memory"]
     assert kv["paged_peak_bytes"] == kv["peak_blocks"] * kv["block_bytes"] <= kv["contiguous_bytes"]
     assert 0 < kv["peak_blocks"]
@@ -76,6 +79,38 @@ def test_engine_variants_run_side_by_side_over_rounds():
     assert set(report["ratios"]) == {f"engine/{name}" for name in ENGINE_VARIANTS}
     assert all(len(r) == 2 for r in report["round_ratios"].values())
     assert all(len(s["round_seconds"]) == 2 for s in report["systems"].values())
+
+
+def test_shape_runs_random_weights_of_that_width_in_every_loader():
+    """--shape: a random checkpoint of Qwen3-0.6B's width (one layer and a small vocabulary, to stay fast) that
+    mini_llm and transformers both load; the identical tokens of the three systems show they hold the same weights."""
+    report = run_benchmark(num_requests=2, seed=1, max_batch=2, token_budget=32, device="cpu", prompt_lens=(4, 12),
+                           output_lens=(2, 4), systems=SHAPE_SYSTEMS, warmup=False, shape="qwen3-0.6b",
+                           shape_overrides={"num_hidden_layers": 1, "vocab_size": 2048})
+    assert report["mismatches"] == {"hf": [], "hf-cb": []}
+    assert report["config"]["model"] == "random qwen3-0.6b" and report["config"]["layers"] == 1
+    # 8 KV heads of 128 dims, K and V, 16 slots, 4 bytes (fp32), one layer
+    assert report["kv_memory"]["block_bytes"] == 8 * 128 * 2 * 16 * 4
+
+
+def test_shape_checkpoint_has_the_models_config_and_weights(tmp_path):
+    cfg = shape_config("qwen3-0.6b")
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers) == (151936, 1024, 3072, 28)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.tie_word_embeddings) == (16, 8, 128, True)
+    write_shape_checkpoint("qwen3-0.6b", tmp_path, num_hidden_layers=2, vocab_size=2048)
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+        assert f.get_slice("model.embed_tokens.weight").get_shape() == [2048, 1024]
+        assert f.get_slice("model.layers.1.mlp.down_proj.weight").get_shape() == [1024, 3072]
+    assert "lm_head.weight" not in names and not any(".layers.2." in n for n in names)
+    with pytest.raises(FileExistsError):
+        write_shape_checkpoint("qwen3-0.6b", tmp_path)
+    with pytest.raises(ValueError, match="unknown shape"):
+        shape_config("qwen3-70b")
+    with pytest.raises(ValueError, match="cannot override"):
+        shape_config("qwen3-0.6b", hidden_layers=2)
 
 
 def test_cli_rejects_unknown_or_repeated_systems(capsys):
