@@ -3,6 +3,9 @@ the engine runs, against the per-request reference kernel.
 
 No timing is asserted here: speed is a ratio the benchmark measures, not a unit test. What is asserted is that
 the systems produce the same tokens, that the workload is what was asked for, and that the report is whole.
+
+These tests run on `pick_device()`: MINI_LLM_DEVICE, else CUDA when available, else the CPU
+(`scripts/gpu_check.sh` runs them with MINI_LLM_DEVICE=cuda).
 """
 
 from __future__ import annotations
@@ -20,20 +23,22 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.shapes import shape_config, write_shape_checkpoint  # noqa: E402
 from benchmarks.throughput import (  # noqa: E402
     ENGINE_VARIANTS, SHAPE_SYSTEMS, SYSTEMS, format_report, main, make_workload, mismatches, run_benchmark)
-from mini_llm import EMBEDDED_MODEL, load_transformer  # noqa: E402
+from mini_llm import EMBEDDED_MODEL, load_transformer, pick_device  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
 from framework.model_runner import ModelRunnerBase  # noqa: E402
 from solutions.paged_attention import (  # noqa: E402
     GatherWorkspace, build_padded_groups, paged_attention, paged_attention_batched)
 
-TOL = 1e-5  # fp32: the same dot products summed in a different order
+DEVICE = pick_device()
+# fp32: the same dot products summed in a different order (on CUDA, also in tiles of another size)
+TOL = 1e-5 if DEVICE.type == "cpu" else 1e-4
 
 
 @pytest.fixture(scope="module")
 def report():
     torch.manual_seed(0)
-    return run_benchmark(num_requests=5, seed=3, max_batch=2, token_budget=24, device="cpu", model=str(EMBEDDED_MODEL),
-                         prompt_lens=(4, 40), output_lens=(2, 9), warmup=False)
+    return run_benchmark(num_requests=5, seed=3, max_batch=2, token_budget=24, device=str(DEVICE),
+                         model=str(EMBEDDED_MODEL), prompt_lens=(4, 40), output_lens=(2, 9), warmup=False)
 
 
 def test_every_system_produces_identical_tokens(report):
@@ -72,7 +77,7 @@ def test_report_has_every_field(report):
 
 def test_engine_variants_run_side_by_side_over_rounds():
     """The engine before each of chapter 9's fixes runs as an extra system: same tokens, ratios from every round."""
-    report = run_benchmark(num_requests=3, seed=4, max_batch=2, token_budget=24, device="cpu",
+    report = run_benchmark(num_requests=3, seed=4, max_batch=2, token_budget=24, device=str(DEVICE),
                            model=str(EMBEDDED_MODEL), prompt_lens=(4, 30), output_lens=(2, 6), warmup=False,
                            systems=("engine", *ENGINE_VARIANTS), rounds=2)
     assert report["mismatches"] == {name: [] for name in ENGINE_VARIANTS}
@@ -84,7 +89,7 @@ def test_engine_variants_run_side_by_side_over_rounds():
 def test_shape_runs_random_weights_of_that_width_in_every_loader():
     """--shape: a random checkpoint of Qwen3-0.6B's width (one layer and a small vocabulary, to stay fast) that
     mini_llm and transformers both load; the identical tokens of the three systems show they hold the same weights."""
-    report = run_benchmark(num_requests=2, seed=1, max_batch=2, token_budget=32, device="cpu", prompt_lens=(4, 12),
+    report = run_benchmark(num_requests=2, seed=1, max_batch=2, token_budget=32, device=str(DEVICE), prompt_lens=(4, 12),
                            output_lens=(2, 4), systems=SHAPE_SYSTEMS, warmup=False, shape="qwen3-0.6b",
                            shape_overrides={"num_hidden_layers": 1, "vocab_size": 2048})
     assert report["mismatches"] == {"hf": [], "hf-cb": []}
@@ -150,7 +155,7 @@ def random_batch(seed: int, block_size: int, n_heads: int, n_kv_heads: int, q_le
         blocks = blocks[n:]
     qsl = np.concatenate([[0], np.cumsum(q_lens)]).tolist()
     q = torch.randn(qsl[-1], n_heads, hd, generator=g)
-    return q, kc, vc, qsl, ctx_lens, tables
+    return q.to(DEVICE), kc.to(DEVICE), vc.to(DEVICE), qsl, ctx_lens, tables
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -160,7 +165,7 @@ def test_batched_kernel_equals_per_request_kernel(seed, block_size, n_heads, n_k
     q_lens = [1, 7, 1, 5, 0, 1, 12]
     ctx_lens = [9, 7, 30, 21, 6, 1, 12]
     q, kc, vc, qsl, ctx, tables = random_batch(seed, block_size, n_heads, n_kv_heads, q_lens, ctx_lens)
-    groups = build_padded_groups(qsl, ctx, tables, block_size, torch.device("cpu"))
+    groups = build_padded_groups(qsl, ctx, tables, block_size, DEVICE)
     assert len(groups) == 2  # decodes and the rest
     expected = paged_attention(q, kc, vc, qsl, ctx, tables)
     torch.testing.assert_close(paged_attention_batched(q, kc, vc, groups), expected, atol=TOL, rtol=TOL)
@@ -173,7 +178,7 @@ def test_gather_workspace_reused_across_calls_of_different_sizes():
     batches = [([1, 6, 1], [40, 6, 25]), ([1], [3]), ([1, 1, 9, 1], [50, 33, 20, 64])]
     for seed, (q_lens, ctx_lens) in enumerate(batches):
         q, kc, vc, qsl, ctx, tables = random_batch(seed, 4, 4, 2, q_lens, ctx_lens)
-        groups = build_padded_groups(qsl, ctx, tables, 4, torch.device("cpu"))
+        groups = build_padded_groups(qsl, ctx, tables, 4, DEVICE)
         torch.testing.assert_close(paged_attention_batched(q, kc, vc, groups, workspace=workspace),
                                    paged_attention(q, kc, vc, qsl, ctx, tables), atol=TOL, rtol=TOL)
 
@@ -181,7 +186,7 @@ def test_gather_workspace_reused_across_calls_of_different_sizes():
 def test_runner_batched_and_per_request_kernels_give_the_same_logits():
     """The reference runner's batched kernel and the shell's per-request `paged_attention` give the same logits
     for a mixed batch."""
-    model = load_transformer(EMBEDDED_MODEL, dtype=torch.float32, device="cpu")
+    model = load_transformer(EMBEDDED_MODEL, dtype=torch.float32, device=DEVICE)
 
     class PerRequestRunner(ModelRunner):
         attention_for_step = ModelRunnerBase.attention_for_step
@@ -202,7 +207,7 @@ def test_decode_step_benchmark_reports_every_part():
     script claims to measure), and the report has every part."""
     from benchmarks import decode_step
 
-    r = decode_step.run(batch=3, steps=3, rounds=1, device="cpu", model=str(EMBEDDED_MODEL))
+    r = decode_step.run(batch=3, steps=3, rounds=1, device=str(DEVICE), model=str(EMBEDDED_MODEL))
     assert r["pure_decode"]
     assert r["engine_step_s"] > 0 and r["generate_step_s"] > 0 and r["engine_body_s"] > 0
     assert r["engine_python_s"] >= 0  # the forward is timed inside the step
