@@ -50,7 +50,7 @@ from solutions.paged_attention import GatherWorkspace  # noqa: E402
 SYSTEMS = ("engine", "hf", "hf-cb", "sequential")
 # With --shape, a model where a step costs arithmetic: one request at a time would take most of the run.
 SHAPE_SYSTEMS = ("engine", "hf", "hf-cb")
-SHAPE_OUTPUT_LENS = (16, 48)
+SHAPE_PROMPT_LENS, SHAPE_OUTPUT_LENS = (16, 128), (16, 48)  # every pass costs seconds on a CPU
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -158,6 +158,8 @@ class FreshBuffersEngine(LLMEngine):
 
 # The engine as it was before each of chapter 9's fixes: extra systems, for before/after ratios in one run.
 ENGINE_VARIANTS = {"engine-per-request-attention": PerRequestEngine, "engine-fresh-gather-buffers": FreshBuffersEngine}
+# Further systems, not run by default: transformers' continuous batching with the configuration it picks itself.
+EXTRA_SYSTEMS = ("hf-cb-defaults", *ENGINE_VARIANTS)
 
 
 def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
@@ -245,18 +247,22 @@ def left_padded(prompts: list[list[int]], pad_token_id: int, device: torch.devic
     return ids, mask
 
 
-def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16
-              ) -> SystemResult:
+def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
+              engine_limits: bool = True) -> SystemResult:
     """(c) transformers' own continuous batching (`ContinuousBatchingManager`, a paged cache served by a background
     thread), given the engine's limits: `max_batch` requests and `token_budget` tokens per step, blocks of
-    `block_size` tokens, as many blocks as the engine gets. `generate_batch` takes one `max_new_tokens` for all its
-    prompts, so each request goes through `add_request` with its own; `eos_token_id=-1` switches EOS off."""
+    `block_size` tokens, as many blocks as the engine gets, no prefix sharing (the engine's is off); with
+    `engine_limits=False`, the configuration `init_continuous_batching()` picks by itself. `generate_batch` takes
+    one `max_new_tokens` for all its prompts, so each request goes through `add_request` with its own;
+    `eos_token_id=-1` switches EOS off."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
     gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=max(workload.output_lens))
-    cb = ContinuousBatchingConfig(max_requests_per_batch=max_batch, max_batch_tokens=token_budget,
-                                  page_size=block_size, num_blocks=max_batch * -(-workload.max_len // block_size),
-                                  allow_block_sharing=False)  # as the engine: no prefix caching
+    cb = ContinuousBatchingConfig()
+    if engine_limits:
+        cb = ContinuousBatchingConfig(max_requests_per_batch=max_batch, max_batch_tokens=token_budget,
+                                      page_size=block_size, num_blocks=max_batch * -(-workload.max_len // block_size),
+                                      allow_block_sharing=False)
     passes = [0]
     hook = hf_model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
     device, watch, results = hf_model.device, Stopwatch(), {}
@@ -366,7 +372,7 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
     with checkpoint_folder(model, shape, shape_overrides) as folder:
         ours = load_transformer(folder, dtype=torch_dtype, device=dev)
         vocab = prompt_vocab(folder, ours.cfg.vocab_size)
-        hf_model = load_hf_model(folder, torch_dtype, dev) if {"hf", "hf-cb"} & set(systems) else None
+        hf_model = load_hf_model(folder, torch_dtype, dev) if {"hf", "hf-cb", "hf-cb-defaults"} & set(systems) else None
     workload = make_workload(num_requests, seed, vocab, prompt_lens, output_lens)
     kv: dict = {}
 
@@ -377,7 +383,8 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
 
     runners = {"engine": engine, "sequential": lambda w: run_sequential(ours, w),
                "hf": lambda w: run_hf(hf_model, w, max_batch, pad_token_id=0),
-               "hf-cb": lambda w: run_hf_cb(hf_model, w, max_batch, token_budget)}
+               "hf-cb": lambda w: run_hf_cb(hf_model, w, max_batch, token_budget),
+               "hf-cb-defaults": lambda w: run_hf_cb(hf_model, w, max_batch, token_budget, engine_limits=False)}
     runners |= {name: lambda w, cls=cls: run_engine(ours, w, max_batch, token_budget, engine_cls=cls)[0]
                 for name, cls in ENGINE_VARIANTS.items()}
     if warmup:  # first calls pay for allocator growth and lazy initialisation
@@ -462,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch", type=int, default=16, help="engine max_num_seqs, HF static batch size and "
                                                               "hf-cb max_requests_per_batch")
     ap.add_argument("--token-budget", type=int, default=256, help="tokens per step (engine, hf-cb)")
-    ap.add_argument("--prompt-lens", type=length_range, default=(16, 256), help="LO,HI (default 16,256)")
+    ap.add_argument("--prompt-lens", type=length_range, default=None,
+                    help=f"LO,HI (default 16,256; {','.join(map(str, SHAPE_PROMPT_LENS))} with --shape)")
     ap.add_argument("--output-lens", type=length_range, default=None,
                     help=f"LO,HI (default 16,128; {','.join(map(str, SHAPE_OUTPUT_LENS))} with --shape)")
     ap.add_argument("--device", default=None, help="default: $MINI_LLM_DEVICE, else CUDA if available, else CPU")
@@ -473,8 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--systems", default=None,
-                    help=f"comma-separated, from {', '.join(SYSTEMS + tuple(ENGINE_VARIANTS))} (the last ones are the "
-                         "engine before one of chapter 9's fixes); the first is the reference for the token check. "
+                    help=f"comma-separated, from {', '.join(SYSTEMS + EXTRA_SYSTEMS)} (hf-cb-defaults: transformers' "
+                         "continuous batching configured by itself; engine-*: the engine before one of chapter 9's "
+                         "fixes); the first is the reference for the token check. "
                          f"Default: {','.join(SYSTEMS)}; {','.join(SHAPE_SYSTEMS)} with --shape")
     ap.add_argument("--rounds", type=int, default=3,
                     help="run every system this many times, alternating the order; report medians")
@@ -486,18 +495,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     systems = tuple(args.systems.split(",")) if args.systems else SHAPE_SYSTEMS if args.shape else SYSTEMS
-    unknown = [name for name in systems if name not in SYSTEMS + tuple(ENGINE_VARIANTS)]
+    unknown = [name for name in systems if name not in SYSTEMS + EXTRA_SYSTEMS]
     if unknown or len(set(systems)) != len(systems):
-        ap.error(f"--systems {args.systems}: give each system once, from {', '.join(SYSTEMS + tuple(ENGINE_VARIANTS))}")
+        ap.error(f"--systems {args.systems}: give each system once, from {', '.join(SYSTEMS + EXTRA_SYSTEMS)}")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     if args.shape and args.model:
         ap.error("--model and --shape both name the weights: give one")
     if args.shape_layers is not None and (not args.shape or args.shape_layers < 1):
         ap.error("--shape-layers needs --shape and at least 1")
+    prompt_lens = args.prompt_lens or (SHAPE_PROMPT_LENS if args.shape else (16, 256))
     output_lens = args.output_lens or (SHAPE_OUTPUT_LENS if args.shape else (16, 128))
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
-                           args.dtype, args.prompt_lens, output_lens, systems=systems, rounds=args.rounds,
+                           args.dtype, prompt_lens, output_lens, systems=systems, rounds=args.rounds,
                            shape=args.shape,
                            shape_overrides=args.shape_layers and {"num_hidden_layers": args.shape_layers})
     print(format_report(report))
