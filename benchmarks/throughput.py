@@ -267,8 +267,10 @@ def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, b
     hook = hf_model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
     device, watch, results = hf_model.device, Stopwatch(), {}
     try:
+        # Its warm-up builds the cache (and on a GPU captures its graphs) before the clock starts, as the engine's
+        # constructor allocates its cache before `run_engine` starts its clock.
         with torch.inference_mode(), hf_model.continuous_batching_context_manager(
-                generation_config=gen, continuous_batching_config=cb, warmup=False) as manager:
+                generation_config=gen, continuous_batching_config=cb, warmup=True) as manager:
             passes[0] = 0
             start = watch.start(device)
             ids = [manager.add_request(prompt, request_id=f"r{i}", max_new_tokens=n, eos_token_id=-1,
