@@ -111,6 +111,9 @@ def is_memory_error(exc: BaseException) -> bool:
 
 def trimmed_traceback(exc: BaseException, learner_file: str | None = None) -> str:
     """The traceback of `exc`, keeping only frames in the learner's file (all frames if none is theirs)."""
+    remote = getattr(exc, "_judge_traceback", None)  # raised in the worker: trimmed there already
+    if remote:
+        return remote
     learner_file = learner_file or _STATE["learner_file"]
     frames = traceback.extract_tb(exc.__traceback__)
     theirs = [f for f in frames if learner_file and os.path.realpath(f.filename) == os.path.realpath(learner_file)]
