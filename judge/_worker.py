@@ -38,7 +38,8 @@ class Handles:
 
     def encode(self, value: Any, snapshot: bool = True) -> Any:
         def handle_of(obj: Any) -> dict:
-            rec = {"__handle__": self.put(obj), "type": type(obj).__name__, "callable": callable(obj)}
+            rec = {"__handle__": self.put(obj), "type": type(obj).__name__, "callable": callable(obj),
+                   "methods": _methods(type(obj))}
             attrs = _public_attrs(obj) if snapshot else None
             if attrs is not None:
                 try:
@@ -55,6 +56,28 @@ class Handles:
         return wire.decode(data, lambda d: self.objects[int(d["__handle__"])])
 
 
+_METHODS: dict[type, list[str]] = {}
+
+
+def _methods(cls: type) -> list[str]:
+    """The public methods of a class (called without first reading them through the worker)."""
+    if cls not in _METHODS:
+        import inspect
+
+        names = []
+        for name in dir(cls):
+            if name.startswith("_"):
+                continue
+            try:
+                attr = inspect.getattr_static(cls, name)
+            except AttributeError:
+                continue
+            if inspect.isfunction(attr):
+                names.append(name)
+        _METHODS[cls] = names
+    return _METHODS[cls]
+
+
 def _public_attrs(obj: Any) -> dict[str, Any] | None:
     """An instance's public data attributes (what a plain result object carries), or None for modules, classes,
     functions and objects without a __dict__."""
@@ -64,6 +87,21 @@ def _public_attrs(obj: Any) -> dict[str, Any] | None:
     if not isinstance(d, dict) or type(obj).__name__ in ("module", "function", "method", "builtin_function_or_method"):
         return None
     return {k: v for k, v in d.items() if isinstance(k, str) and not k.startswith("_")}
+
+
+def _fingerprint(value: Any) -> Any:
+    """A cheap summary of a list, dict or tensor argument, to tell whether a call changed it (None: not checked)."""
+    if isinstance(value, (list, dict)):
+        try:
+            return hash(json.dumps(wire.encode(value), sort_keys=True))
+        except (TypeError, ValueError):
+            return None
+    if type(value).__name__ == "Tensor":
+        import hashlib
+
+        enc = wire.encode(value)
+        return hashlib.blake2b(enc["data"].encode(), digest_size=16).hexdigest(), tuple(enc["shape"])
+    return None
 
 
 def _error(exc: BaseException, learner_file: str | None) -> dict:
@@ -145,14 +183,17 @@ class Worker:
             if op == "call":
                 fn = self.target(req)
                 args = [self.handles.decode(a) for a in req.get("args", [])]
+                before = [_fingerprint(a) for a in args] if req.get("writeback") else []
                 kwargs = {str(k): self.handles.decode(v) for k, v in (req.get("kwargs") or {}).items()}
                 if "driver" in req:
                     args.insert(0, self.module)  # a driver gets the learner's module first
                 value = fn(*args, **kwargs)
                 out = {"ok": True, "value": self.handles.encode(value)}
-                if req.get("writeback"):
+                if req.get("writeback"):  # the arguments the call changed (an in-place write, or a bug)
                     start = 1 if "driver" in req else 0
-                    out["after"] = [self.handles.encode(a, snapshot=False) for a in args[start:]]
+                    out["changed"] = {str(i - start): self.handles.encode(a, snapshot=False)
+                                      for i, (a, fp) in enumerate(zip(args, before))
+                                      if i >= start and fp is not None and _fingerprint(a) != fp}
                 return out
         except KeyboardInterrupt:
             raise
@@ -188,7 +229,7 @@ class Worker:
 
 def main() -> None:
     req_fd, rep_fd = int(sys.argv[-2]), int(sys.argv[-1])
-    requests = os.fdopen(req_fd, "rb", buffering=0)
+    requests = os.fdopen(req_fd, "rb")
     cfg = json.loads(requests.readline())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

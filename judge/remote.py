@@ -108,9 +108,10 @@ class _Base:
         reply = s.request(msg)
         if not reply.get("ok"):
             raise _exception(reply.get("error") or {})
-        for old, new in zip(args, reply.get("after") or []):
-            if isinstance(old, (list, dict)) or type(old).__name__ == "Tensor":
-                _write_back(old, decode(s, new))
+        changed = reply.get("changed") or {}
+        for i, old in enumerate(args):
+            if str(i) in changed and (isinstance(old, (list, dict)) or type(old).__name__ == "Tensor"):
+                _write_back(old, decode(s, changed[str(i)]))
         return decode(s, reply.get("value"))
 
     def _getattr(self, attr: str) -> Any:
@@ -131,12 +132,20 @@ class _Base:
 
 
 class RemoteModule(_Base):
-    """The learner's module: its attributes read through the worker (functions and classes become callables)."""
+    """The learner's module: its attributes read through the worker (functions and classes become callables, kept
+    for the next calls)."""
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return self._getattr(name)
+        s = object.__getattribute__(self, "_session")
+        cache = s.__dict__.setdefault("_module_callables", {})
+        if name in cache:
+            return cache[name]
+        value = self._getattr(name)
+        if isinstance(value, Remote) and object.__getattribute__(value, "_callable"):
+            cache[name] = value
+        return value
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._setattr(name, value)
@@ -148,11 +157,13 @@ class RemoteModule(_Base):
 class Remote(_Base):
     """A learner object (or function, or class) held by the worker."""
 
-    __slots__ = ("_attrs", "_epoch", "_callable")
+    __slots__ = ("_attrs", "_epoch", "_callable", "_methods")
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if name in object.__getattribute__(self, "_methods"):
+            return _BoundMethod(self, name)
         attrs = object.__getattribute__(self, "_attrs")
         session = object.__getattribute__(self, "_session")
         if attrs is not None and name in attrs and object.__getattribute__(self, "_epoch") == session.epoch:
@@ -169,6 +180,21 @@ class Remote(_Base):
         attrs = object.__getattribute__(self, "_attrs")
         shown = ", ".join(f"{k}={v!r}" for k, v in list((attrs or {}).items())[:8])
         return f"{type(self).__name__}({shown})"
+
+
+class _BoundMethod:
+    """`obj.method` of a learner object: called through the worker in one round trip."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: Remote, name: str) -> None:
+        self.obj, self.name = obj, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.obj._call(self.name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<method {self.name} of your {type(self.obj).__name__}>"
 
 
 _remote_types: dict[str, type] = {}
@@ -192,6 +218,9 @@ def decode(session: Session, data: Any) -> Any:
                            if isinstance(attrs, dict) else None)
         object.__setattr__(proxy, "_epoch", session.epoch)
         object.__setattr__(proxy, "_callable", bool(d.get("callable")))
+        methods = d.get("methods")
+        object.__setattr__(proxy, "_methods", frozenset(str(m) for m in methods) if isinstance(methods, list)
+                           else frozenset())
         return proxy
 
     return wire.decode(data, from_handle)

@@ -363,14 +363,15 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
         if "impl" in target and not Path(target["impl"]).is_file():
             report.fatal = f"{display} does not exist (exercise {ex.id} is edited in {ex.practice_file})"
             return report
-        selected = _case_list(ex, cases)
-        if not selected:
-            if cases:
-                report.fatal = f"no case of exercise {ex.id} matches {cases}"
-            return report
         run = _Run(ex, target, isolated and not reference, memory_mb, dict(options or {}), output, output_limit,
                    time_limit, cap)
         try:
+            run.spawn()  # the worker starts Python and imports while this process imports the cases
+            selected = _case_list(ex, cases)
+            if not selected:
+                if cases:
+                    report.fatal = f"no case of exercise {ex.id} matches {cases}"
+                return report
             report.results, report.fatal = run.cases(selected)
         finally:
             run.stop()
@@ -393,13 +394,20 @@ class _Run:
         self.options, self.output, self.output_limit = options, output, output_limit
         self.time_limit, self.cap = time_limit, cap
         self.worker: WorkerProcess | None = None
+        self.ready = False
         self.capped = 0
 
+    def spawn(self) -> None:
+        """Start a worker (it imports while the grader goes on)."""
+        self.worker = WorkerProcess(self.ex, self.target, self.isolated, self.memory_mb, self.options, self.output,
+                                    self.output_limit)
+        self.ready = False
+
     def start(self) -> str | None:
-        """Start a worker and load the learner's module; the reason if that fails (for every case)."""
-        w = WorkerProcess(self.ex, self.target, self.isolated, self.memory_mb, self.options, self.output,
-                          self.output_limit)
-        self.worker = w
+        """A worker with the learner's module loaded; the reason if that fails (for every case)."""
+        if self.worker is None:
+            self.spawn()
+        w = self.worker
         try:
             msg = w.wait_ready(self.time_limit or self.ex.case_timeout + IMPORT_SLACK, self.cap)
         except WorkerLost:
@@ -409,12 +417,14 @@ class _Run:
             self.stop()
             return str(msg.get("message"))
         w.phase = "case"
+        self.ready = True
         return None
 
     def stop(self) -> None:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+            self.ready = False
 
     def cases(self, selected: list) -> tuple[list[CaseResult], str | None]:
         from . import harness
@@ -426,7 +436,7 @@ class _Run:
                 results += [CaseResult(c.name, False, 0.0, "timeout", "not run: the total time cap for one "
                                        "submission was used up") for c in selected[i:]]
                 break
-            if self.worker is None:
+            if self.worker is None or not self.ready:
                 fatal = self.start()
                 if fatal:
                     return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")

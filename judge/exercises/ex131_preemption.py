@@ -12,4 +12,5 @@ EXERCISE = Exercise(
     api={"preempt": ("scheduler", "request"), "allocate_or_preempt": ("scheduler", "request", "num_new_tokens", "out")},
     statement="practice/exercises/131-preemption.md",
     case_timeout=10.0,
+    grading="inworker",  # not split yet: see judge/README.md
 )
