@@ -9,9 +9,10 @@ One assignment per exercise, named `ex<id>-<slug>`, holding one notebook of the 
 - the solution cell: the learner's stub (practice/...py) whose `raise NotImplementedError` bodies are replaced by
   the reference's bodies (solutions/...py) between `### BEGIN SOLUTION` / `### END SOLUTION`, so that
   `nbgrader generate_assignment` releases exactly the stub the practice/ folder has;
-- a locked cell that grades the code of the solution cell with the judge, in its sandbox (a subprocess with
-  per-case time limits and a memory limit), and one autograded cell of 1 point per hidden test case.
-The hidden tests stay in the installed `judge` package: nothing of them is released. See docs/instructors.md.
+- a locked cell that grades the code of the solution cell with the judge (for a student: the public cases of the
+  student edition), and one autograded cell of 1 point per test case.
+`nbgrader autograde` never runs the student's code in the kernel: judge/nbgrading.py grades the solution cell,
+isolated, outside it (see nbgrader_config.py). Nothing of the hidden tests is released. See docs/instructors.md.
 """
 
 from __future__ import annotations
@@ -257,26 +258,23 @@ def case_names(ex: Exercise) -> list[str]:
 
 
 def judge_cell_limit(ex: Exercise) -> int:
-    """Seconds the judge cell may take: the judge's worst case (up to three grading processes, each with its
-    start-up and import limits, plus every case's limit) and a margin. nbgrader_config.py reads it."""
+    """Seconds the judge cell may take when a student runs it: the judge's total cap for one submission, a worker
+    start-up, and a margin. nbgrader_config.py reads it (autograding reads a finished report instead)."""
     from judge.runner import STARTUP_TIMEOUT
 
-    cases = list(importlib.import_module(ex.tests).CASES)
-    worst = 3 * (STARTUP_TIMEOUT + ex.case_timeout) + sum(c.timeout or ex.case_timeout for c in cases)
-    return int(worst) + 60
+    return int(ex.total_timeout + STARTUP_TIMEOUT) + 60
 
 
 RUN_CELL = '''\
 # Time limit of this cell (read by nbgrader_config.py): {limit} s for {num_cases} cases.
-# Grades the code of the solution cell above with the course's hidden tests (the installed `judge` package), in
-# the judge's sandbox: a separate process with a time limit per case and a memory limit, so an endless loop or a
-# crash in that code fails cases instead of stopping this notebook. Keep all your code in that one cell (no
-# %magics): it is graded as a file. The cells below award 1 point per test case passed.
+# Checks the code of the solution cell above with the course judge, in a separate process with a time limit per
+# case and a memory limit. Here it runs the cases your copy of the course has (the worked example and a few basic
+# ones); the hidden cases are run after you submit, outside this notebook, on the solution cell alone. Keep all
+# your code in that one cell (no %magics): it is graded as a file. The cells below award 1 point per test case.
 # Grading options (environment variables): JUDGE_TIMEOUT (seconds per case), JUDGE_MEMORY_MB, JUDGE_MODEL.
 import linecache
-import os
 
-import judge
+import judge.nbgrading
 
 
 def _cell_code(*objs) -> str:
@@ -292,23 +290,13 @@ def _cell_code(*objs) -> str:
     return "\\n".join("".join(linecache.cache[name][2]) for name in files)
 
 
-_env = os.environ.get
-_report = judge.grade(
-    {id}, source=_cell_code(*[globals().get(name) for name in {names!r}]),
-    time_limit=float(_env("JUDGE_TIMEOUT")) if _env("JUDGE_TIMEOUT") else None,
-    memory_limit_mb=int(_env("JUDGE_MEMORY_MB")) if _env("JUDGE_MEMORY_MB") else None,
-    options={{"model": _env("JUDGE_MODEL")}} if _env("JUDGE_MODEL") else None,
-)
+_report = judge.nbgrading.notebook_report({id}, _cell_code(*[globals().get(name) for name in {names!r}]))
 print(_report.text())
 
 
 def _case(name: str) -> None:
-    """Raise AssertionError (0 points) unless the hidden test case `name` passed."""
-    found = [r for r in _report.results if r.name == name]
-    if not found:
-        raise AssertionError(_report.fatal or f"no test case {{name!r}}: regenerate the assignment")
-    if not found[0].passed:
-        raise AssertionError(f"[{{found[0].verdict}}] {{found[0].message}}\\n{{found[0].details or ''}}")
+    """Raise AssertionError (0 points) unless the test case `name` passed."""
+    judge.nbgrading.case_check(_report, name)
 '''
 
 
