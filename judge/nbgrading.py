@@ -13,7 +13,8 @@ preprocessors around nbgrader's Execute:
   report printed by the judge cell).
 
 JUDGE_UNISOLATED=1 grades without bubblewrap (only for code you trust); otherwise autograding refuses to run
-where bubblewrap does not. JUDGE_TIMEOUT, JUDGE_MEMORY_MB and JUDGE_MODEL set the judge's options.
+where bubblewrap does not. JUDGE_TIMEOUT (seconds per case), JUDGE_TOTAL_TIMEOUT (seconds per submission),
+JUDGE_MEMORY_MB, JUDGE_MODEL and JUDGE_CASES (comma-separated; the others score 0) set the judge's options.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def options_from_env() -> dict[str, Any]:
     env = os.environ.get
     return {"time_limit": float(env("JUDGE_TIMEOUT")) if env("JUDGE_TIMEOUT") else None,
             "memory_limit_mb": int(env("JUDGE_MEMORY_MB")) if env("JUDGE_MEMORY_MB") else None,
-            "options": {"model": env("JUDGE_MODEL")} if env("JUDGE_MODEL") else None}
+            "options": {"model": env("JUDGE_MODEL")} if env("JUDGE_MODEL") else None,
+            "total_limit": float(env("JUDGE_TOTAL_TIMEOUT")) if env("JUDGE_TOTAL_TIMEOUT") else None,
+            "cases": [c for c in env("JUDGE_CASES", "").split(",") if c] or None}
 
 
 def report_from_dict(d: dict) -> Report:
@@ -115,12 +118,15 @@ class JudgeAutograde(_Base):
             except IsolationUnavailable as exc:
                 raise RuntimeError(f"refusing to autograde unisolated: {exc}. Install bubblewrap, or set "
                                    "JUDGE_UNISOLATED=1 to grade code you trust.") from None
+        graded = {r.name for r in report.results}  # every case gets a result: one not run scores 0
+        report.results += [CaseResult(n, False, 0.0, "not run", "not run (JUDGE_CASES)") for n in _case_names(ex)
+                           if n not in graded and not report.fatal]
         fd, path = tempfile.mkstemp(prefix="judge-report-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(report.to_dict(), f)
         os.environ[REPORT_ENV] = path
         resources["judge_report"] = path
-        case_names = [r.name for r in report.results] or _case_names(ex)
+        case_names = _case_names(ex)
         originals = {}
         for i, cell in enumerate(nb.cells):
             if cell.cell_type != "code":

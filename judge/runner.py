@@ -78,6 +78,7 @@ class WorkerProcess(Session):
     def __init__(self, ex: Exercise, target: dict[str, Any], isolated: bool, memory_mb: int | None,
                  options: dict[str, Any], output: _Output, output_limit: int) -> None:
         self.ex, self.output, self.output_limit, self.memory_mb = ex, output, output_limit, memory_mb
+        self.output_start = output.total  # the limit is per worker, hence per case
         self.epoch = 0
         self.deadline = time.monotonic() + STARTUP_TIMEOUT
         self.phase = "start"  # start | import | case
@@ -152,7 +153,7 @@ class WorkerProcess(Session):
                 self.output.add(data)
         if b"\n" in self.buf:
             return
-        if self.output.total > self.output_limit:
+        if self.output.total - self.output_start > self.output_limit:
             self._stop("output", f"output limit exceeded: your code printed more than {self.output_limit} bytes "
                                  "(remove the prints in loops)")
         elif self.status is not None and not events:
@@ -185,7 +186,7 @@ class WorkerProcess(Session):
             sig = -rc
             if self.memory_mb and maxrss_mb > 0.8 * self.memory_mb or sig == signal.SIGKILL:
                 return "memory", (f"killed by {_signal_name(sig)} {where}; it used {maxrss_mb:.0f} MB: memory limit "
-                                  f"({self.memory_mb} MB) exceeded?")
+                                  f"({self.memory_mb} MB) exceeded, or your code killed its own process?")
             return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
         if rc == 0:
             return "exit", (f"the grading process exited (code 0) {where}: your code must return its result, not "
@@ -196,7 +197,8 @@ class WorkerProcess(Session):
 
     def _death_by(self, sig: int, where: str, maxrss_mb: float) -> tuple[str, str]:
         if sig == signal.SIGKILL:
-            return "memory", f"killed by SIGKILL {where}: memory limit ({self.memory_mb} MB) exceeded?"
+            return "memory", (f"killed by SIGKILL {where}: memory limit ({self.memory_mb} MB) exceeded, or your code "
+                              "killed its own process?")
         return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
 
     def _stop(self, verdict: str, message: str) -> None:
