@@ -37,6 +37,8 @@ class Exercise:
     grading: str = "split"
     # reference modules the worker may import: the parts the exercise needs to run, never its own answer
     worker_references: tuple[str, ...] = ()
+    # the cases a student can run on their copy (the student edition); default: the first two (the worked example)
+    public_cases: tuple[str, ...] = ()
 
     @property
     def practice_path(self) -> Path:

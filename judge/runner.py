@@ -321,12 +321,33 @@ def _display(path: Path) -> str:
 def _case_list(ex: Exercise, cases: list[str] | None) -> list:
     from . import harness
 
-    tests = importlib.import_module(ex.tests)
-    every = list(tests.CASES)
+    try:
+        every = list(importlib.import_module(ex.tests).CASES)
+    except ModuleNotFoundError as exc:
+        every = _public_cases(ex, exc)
     if cases is None:
         return every
     names = [c.name for c in every]
     return [c for c in every if harness.selected(c.name, cases, names)]
+
+
+def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
+    """The recorded public cases, where the hidden ones are not installed (a student's copy of the course)."""
+    from . import harness, public
+
+    logs = public.load(ex)
+    if logs is None or not (missing.name and ex.tests.startswith(missing.name)):
+        raise missing
+
+    def case_fn(log: list):
+        def run(impl: Any) -> None:
+            problem = public.replay(object.__getattribute__(impl, "_session"), log)
+            if problem:
+                raise harness.CaseFailure(problem)
+
+        return run
+
+    return [harness.Case(name, case_fn(log)) for name, log in logs.items()]
 
 
 def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | None = None, reference: bool = False,

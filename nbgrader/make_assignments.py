@@ -126,12 +126,29 @@ def _body_lines(fn: ast.FunctionDef, lines: list[str], indent: str) -> list[str]
     return out
 
 
-def _needed_imports(fns: list[ast.FunctionDef], ref_bindings: dict[str, str], stub_names: set[str]) -> list[str]:
-    """Import lines for the reference's module-level names that these functions use and the stub lacks."""
-    used = {n.id for fn in fns for stmt in fn.body for n in ast.walk(stmt)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    lines = {ref_bindings[n] for n in used if n in ref_bindings and n not in stub_names}
-    return sorted(lines, key=lambda line: (line.startswith("from "), line))
+def _used_names(nodes: list[ast.AST]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _needed_imports(fns: list[ast.FunctionDef], ref_bindings: dict[str, str], stub_names: set[str],
+                    ref: tuple[ast.Module, list[str], str] | None = None) -> list[str]:
+    """The lines a solution region needs before the reference's body: imports of the module-level names these
+    functions use and the stub lacks; a name defined in the reference module itself (a helper, a dataclass) is
+    copied in, not imported, because graded code cannot import the reference."""
+    used = _used_names([stmt for fn in fns for stmt in fn.body])
+    missing = sorted(n for n in used if n in ref_bindings and n not in stub_names)
+    own = {n for n in missing if ref is not None and ref_bindings[n] == f"from {ref[2]} import {n}"}
+    defs = [node for node in (ref[0].body if ref else []) if getattr(node, "name", None) in own]
+    for node in defs:  # what the copied definitions use in turn
+        missing += sorted(n for n in _used_names([node]) if n in ref_bindings and n not in stub_names
+                          and n not in own and n not in missing)
+    imports = sorted({ref_bindings[n] for n in missing if n not in own},
+                     key=lambda line: (line.startswith("from "), line))
+    copied = []
+    for node in defs:
+        first = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno]) - 1
+        copied += ["", *ref[1][first:node.end_lineno]] if copied else ref[1][first:node.end_lineno]
+    return imports + ([""] if imports and copied else []) + copied + ([""] if copied else [])
 
 
 def _self_attributes(fns: list[ast.FunctionDef]) -> set[str]:
@@ -173,7 +190,8 @@ def solution_code(ex: Exercise) -> str:
             raise ValueError(f"exercise {ex.id}: {qual} has parameters {_param_names(fn)} in the stub but "
                              f"{_param_names(ref_fn)} in {ex.reference}")
         indent = " " * raise_stmt.col_offset
-        region = [indent + BEGIN, *(indent + i for i in _needed_imports([ref_fn], ref_bindings, stub_names)),
+        prelude = _needed_imports([ref_fn], ref_bindings, stub_names, (ref, ref_lines, ex.reference))
+        region = [indent + BEGIN, *(indent + i if i else "" for i in prelude),
                   *_body_lines(ref_fn, ref_lines, indent), indent + END]
         edits[raise_stmt.lineno - 1] = (raise_stmt.end_lineno - 1, region)
         if "." in qual:

@@ -94,6 +94,7 @@ def test_released_code_is_the_stub(ex):
 def test_solution_cell_passes_the_judge(ex, model_dir):
     """The reference code in the solution regions (the source notebook's solution cell) passes every case."""
     module = types.ModuleType(f"_nbgrader_solution_{ex.id}")
+    sys.modules[module.__name__] = module  # as when the judge imports the cell's code (dataclasses look it up)
     exec(compile(gen.solution_code(ex), f"<solution {ex.id}>", "exec"), module.__dict__)  # noqa: S102
     import torch
 
