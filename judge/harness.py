@@ -18,6 +18,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from .secret import rng  # noqa: E402,F401 - random.Random for a hidden case, mixed with the instructor's secret
+
 # Set by the runner before cases run: the learner's file (for trimming tracebacks) and free-form options
 # (e.g. {"model": "/path/to/checkpoint"}), read by cases with `option(name, default)`.
 _STATE: dict[str, Any] = {"learner_file": None, "options": {}}

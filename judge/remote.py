@@ -224,3 +224,29 @@ def decode(session: Session, data: Any) -> Any:
         return proxy
 
     return wire.decode(data, from_handle)
+
+
+class Driver:
+    """The public driver `judge/drivers/<name>.py`, run in the worker: `driver(impl, "scheduler").step(world)` calls
+    `judge.drivers.scheduler.step(learner_module, world)` there and returns its plain answer."""
+
+    def __init__(self, impl: RemoteModule, name: str) -> None:
+        self._session, self._name = object.__getattribute__(impl, "_session"), name
+
+    def __getattr__(self, fn: str) -> Any:
+        if fn.startswith("_"):
+            raise AttributeError(fn)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            reply = self._session.request({"op": "call", "driver": self._name, "attr": fn,
+                                           "args": [_encode_arg(a) for a in args],
+                                           "kwargs": {k: _encode_arg(v) for k, v in kwargs.items()}})
+            if not reply.get("ok"):
+                raise _exception(reply.get("error") or {})
+            return decode(self._session, reply.get("value"))
+
+        return call
+
+
+def driver(impl: Any, name: str) -> Driver:
+    return Driver(impl, name)
