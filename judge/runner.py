@@ -454,16 +454,17 @@ class _Run:
 
         results: list[CaseResult] = []
         for i, case in enumerate(selected):
+            fatal = None
+            if (self.worker is None or not self.ready) and time.monotonic() < self.cap:
+                fatal = self.start()
             if time.monotonic() >= self.cap:
                 self.capped = len(selected) - i
                 results += [CaseResult(c.name, False, 0.0, "timeout", "not run: the total time cap for one "
                                        "submission was used up") for c in selected[i:]]
                 break
-            if self.worker is None or not self.ready:
-                fatal = self.start()
-                if fatal:
-                    return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")
-                                      for c in selected[i:]], fatal
+            if fatal:
+                return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")
+                                  for c in selected[i:]], fatal
             w = self.worker
             w.set_deadline(self.time_limit or case.timeout or self.ex.case_timeout, self.cap)
             t0 = time.perf_counter()
