@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(sandbox.NOT_ISOLATED)
 
     passed = failed = 0
-    rows = []
+    rows, table = [], []  # table: the closing summary, one line per graded file
     for ex in exercises:
         targets: list[tuple[str, Path | None]] = [(Path(ex.practice_file).stem, None)]
         if args.impl:
@@ -161,11 +161,15 @@ def main(argv: list[str] | None = None) -> int:
             print(report.text(summary=False, verbose=args.verbose))
             print(f"-- {report.summary()} ({report.seconds:.1f}s)\n")
             passed, failed = passed + report.passed, failed + report.failed
+            name = f"{ex.slug} ({student})" if target else ex.slug
+            table.append(f"{ex.id:>4}  {name:<40}  {report.passed}/{report.passed + report.failed}")
             rows.append({"student": student, "exercise": ex.id, "passed": report.passed, "failed": report.failed,
                          "score": report.score})
     if args.csv:
         write_csv(args.csv, rows)
         print(f"wrote {len(rows)} rows to {args.csv}")
+    if len(table) > 1:
+        print("\n".join(table))
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 and passed > 0 else 1
 
