@@ -21,9 +21,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 from . import sandbox, wire
 from .registry import Exercise, get_exercise
@@ -77,6 +78,7 @@ class WorkerProcess(Session):
 
     def __init__(self, ex: Exercise, target: dict[str, Any], isolated: bool, memory_mb: int | None,
                  options: dict[str, Any], output: _Output, output_limit: int) -> None:
+        self.args = (ex, target, isolated, memory_mb, options, output, output_limit)
         self.ex, self.output, self.output_limit, self.memory_mb = ex, output, output_limit, memory_mb
         self.output_start = output.total  # the limit is per worker, hence per case
         self.epoch = 0
@@ -226,6 +228,17 @@ class WorkerProcess(Session):
             if msg.get("t") in ("ready", "fatal"):
                 return msg
 
+    def sibling(self) -> "WorkerProcess":
+        """Another worker for the same code, ready (a fresh process: e.g. another hash seed)."""
+        w = WorkerProcess(*self.args)
+        msg = w.wait_ready(self.ex.case_timeout + IMPORT_SLACK, None)
+        if msg.get("t") != "ready":
+            w.close()
+            raise WorkerLost(str(msg.get("message")))
+        w.phase = "case"
+        w.set_deadline(self.limit)
+        return w
+
     def close(self) -> None:
         if getattr(self, "closed", False):
             return
@@ -258,6 +271,31 @@ class WorkerProcess(Session):
                 pass
         self.proc.stdout.close()
         _rmtree(self.tmp)
+
+
+@contextmanager
+def another_process(impl: Any) -> Iterator[Any]:
+    """The learner's code loaded afresh in another process (its own hash seed), for a case that compares what two
+    processes compute: a sibling worker of a graded one, or for an in-process module, a plain worker on its file."""
+    from . import harness
+
+    if isinstance(impl, RemoteModule):
+        w = object.__getattribute__(impl, "_session").sibling()
+    else:
+        path = getattr(impl, "__file__", None) or harness._STATE.get("learner_file")
+        ex = harness._STATE.get("exercise")
+        if not path or not os.path.isfile(path) or ex is None:
+            raise RuntimeError("no file to load in another process")
+        w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT)
+        w.phase = "case"
+        msg = w.wait_ready(ex.case_timeout + IMPORT_SLACK, None)
+        if msg.get("t") != "ready":
+            w.close()
+            raise WorkerLost(str(msg.get("message")))
+    try:
+        yield RemoteModule(w, None)
+    finally:
+        w.close()
 
 
 def sandbox_signal(rc: int) -> bool:
@@ -472,7 +510,7 @@ class _Run:
                 out = self._in_worker(case.name)
             else:
                 saved = dict(harness._STATE)
-                harness._STATE.update(options=self.options, memory_mb=self.memory_mb,
+                harness._STATE.update(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
                                       learner_file=self.target.get("impl") or self.ex.practice_file)
                 try:
                     out = harness.run_case(case, RemoteModule(w, None))
@@ -523,7 +561,8 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
             return report
         first = getattr(impl, next(iter(ex.api)), None) if ex.api else None
         code = getattr(first, "__code__", None)
-        harness._STATE.update(learner_file=code.co_filename if code else None, options=dict(options or {}))
+        harness._STATE.update(learner_file=code.co_filename if code else None, options=dict(options or {}),
+                              exercise=ex)
         for c in selected:
             out = harness.run_case(c, impl)
             report.results.append(CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message,
