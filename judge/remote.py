@@ -248,5 +248,19 @@ class Driver:
         return call
 
 
-def driver(impl: Any, name: str) -> Driver:
-    return Driver(impl, name)
+class LocalDriver:
+    """The same driver for code graded in this process (grade_inprocess): its functions called directly."""
+
+    def __init__(self, impl: Any, name: str) -> None:
+        import importlib
+
+        self._impl, self._module = impl, importlib.import_module(f"judge.drivers.{name}")
+
+    def __getattr__(self, fn: str) -> Any:
+        f = getattr(self._module, fn)
+        return lambda *args, **kwargs: f(self._impl, *args, **kwargs)
+
+
+def driver(impl: Any, name: str) -> Driver | LocalDriver:
+    """The public driver judge/drivers/<name>.py, run where the learner's code is."""
+    return Driver(impl, name) if isinstance(impl, RemoteModule) else LocalDriver(impl, name)

@@ -114,6 +114,9 @@ def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
     for mod in refs:
         rel = mod.replace(".", "/") + ".py"
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
+    if refs and ex.grading != "inworker":  # a reference that imports the graded one gets the stub in its place
+        own = ex.reference.replace(".", "/") + ".py"
+        args += ["--ro-bind", str(root / ex.practice_file), f"{COURSE}/{own}"]
     return args
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, option, raised_failure, shrink, short
+from judge.hidden.support import load_fp32_model
 from solutions import batch as ref
 
 CASES = Cases()
@@ -389,13 +390,6 @@ def diagnose(fn, labelled: list[tuple[str, Item]], bs: int) -> CaseFailure | Non
     f = failure(smallest)
     f.input = show_labelled(*smallest)
     return f
-
-
-def load_fp32_model(path):
-    """The checkpoint in fp32 on the CPU (the sandbox has no GPU)."""
-    from mini_llm import load_transformer
-
-    return load_transformer(path, dtype=torch.float32, device="cpu")
 
 
 @CASES("end to end: ModelRunner logits equal each request run alone", timeout=120)

@@ -20,7 +20,7 @@ import torch
 
 import mini_llm
 from judge.harness import CaseFailure, Cases, LearnerRaised, is_memory_error, option, raised_failure, short
-from judge.hidden.batch_layout import load_fp32_model
+from judge.hidden.support import alone, load_model, random_prompts  # noqa: F401
 from framework.engine import LLMEngineBase
 from solutions import engine as ref
 from solutions.kv_cache_manager import KVCacheManager
@@ -34,43 +34,6 @@ CASES = Cases()
 
 # ----------------------------------------------------------------------------------------------------------
 # The model and the independent reference
-
-
-@functools.lru_cache(maxsize=2)
-def _model_at(path: str):
-    return load_fp32_model(path)
-
-
-def load_model():
-    from mini_llm.settings import EMBEDDED_MODEL
-
-    path = str(option("model") or EMBEDDED_MODEL)
-    try:
-        return _model_at(path)
-    except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
-        raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
-                          kind="error") from None
-
-
-@functools.lru_cache(maxsize=256)
-def _alone(model, prompt: tuple[int, ...], max_tokens: int, eos: int | None) -> tuple[int, ...]:
-    return tuple(mini_llm.generate(model, list(prompt), max_tokens, eos_token_id=eos))
-
-
-def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> list[int]:
-    """The greedy continuation of `prompt` generated alone, stopping as the engine must (at a stop string too,
-    when there is a tokenizer to see it)."""
-    tokens = list(_alone(model, tuple(prompt), params.max_tokens, None if params.ignore_eos else eos))
-    if params.stop and tokenizer is not None:
-        for n in range(1, len(tokens) + 1):
-            if any(stop in tokenizer.decode(tokens[:n]) for stop in params.stop):
-                return tokens[:n]
-    return tokens
-
-
-def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from judge.harness import (CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink,
                            short)
-from judge.hidden.inference_loop import alone, load_model, random_prompts
+from judge.hidden.support import alone, load_model, random_prompts
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
 from solutions.kv_cache_manager import KVCacheManager
