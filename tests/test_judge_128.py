@@ -118,7 +118,7 @@ def test_cli_grades_a_folder_into_csv(tmp_path):
     # positions from zero are right for a prefill (single prefill passes), wrong elsewhere
     assert proc.stdout.rstrip("\n").splitlines()[-1] == "4 passed, 2 failed"
     rows = list(csv.DictReader(out.open()))
-    assert [Path(r["file"]).name for r in rows] == ["right_numpy_vectorized.py", "wrong_positions_from_zero.py"]
+    assert [r["student"] for r in rows] == ["right_numpy_vectorized", "wrong_positions_from_zero"]  # file stems
     assert [(r["exercise"], r["passed"], r["failed"], r["score"]) for r in rows] == [
         ("128", "3", "0", "100.0"), ("128", "1", "2", "33.3")]
 

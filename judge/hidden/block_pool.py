@@ -12,6 +12,7 @@ import random
 from collections import Counter
 from typing import Any
 
+from judge.hidden.support import int_values
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, raised_failure, shrink, short
 
 CASES = Cases()
@@ -89,13 +90,10 @@ def _error_name(exc: BaseException) -> str:
 
 
 def _int_list(value: Any, what: str) -> list[int]:
-    items = value.tolist() if hasattr(value, "tolist") else value
-    try:
-        if any(isinstance(x, (float, bool)) for x in items):
-            raise TypeError
-        return [int(x) for x in items]
-    except (TypeError, ValueError):
-        raise CaseFailure(f"{what} is {short(value)} ({type(value).__name__}); expected a list of integers") from None
+    values = int_values(value)
+    if values is None:
+        raise CaseFailure(f"{what} is {short(value)} ({type(value).__name__}); expected a list of integers")
+    return values
 
 
 def observe(pool: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from judge.hidden.support import end_to_end
 from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, option, raised_failure, shrink
 
 CASES = Cases()
@@ -333,78 +334,7 @@ def _(impl):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# End to end (also used by exercise 126): the learner's function inside the reference ModelRunner
-
-
-def _model():
-    """The checkpoint given with --model, else a small random Qwen3 (GQA, seeded): the check is about layout."""
-    from mini_llm import load_transformer
-    from mini_llm.config import Qwen3Config
-    from mini_llm.model import Transformer
-
-    path = option("model")
-    if path:
-        try:
-            return load_transformer(path, dtype=torch.float32, device="cpu")
-        except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
-            raise CaseFailure(f"could not load the model at {path} (a setup problem, not your code): {exc}",
-                              kind="error") from None
-    torch.manual_seed(127)
-    cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-    return Transformer(cfg).eval()
-
-
-def end_to_end(impl, name: str) -> None:
-    """Three engine steps (prefills, a chunked prefill, decodes) through ModelRunner with the learner's `name`
-    (write_kv or paged_attention); each request's last logits must equal running the model on it alone."""
-    from framework.model_runner import ModelRunnerBase
-    from solutions.model_runner import ModelRunner
-
-    model = _model()
-    learner_fn = getattr(impl, name)
-
-    def guarded(*args):
-        try:
-            return learner_fn(*args)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            raise raised_failure(LearnerRaised(exc), name) from None
-
-    # The shell calls paged_attention per step exactly as the exercise defines it (no batched kernel).
-    pieces = {p: staticmethod(getattr(ModelRunner, p)) for p in ("build_batch", "write_kv", "paged_attention")}
-    runner_cls = type("Runner", (ModelRunnerBase,), {**pieces, name: staticmethod(guarded)})
-    bs = 4
-    runner = runner_cls(model, num_blocks=40, block_size=bs)
-    rng = random.Random(126)
-    vocab = model.cfg.vocab_size
-    pool = list(range(40))
-    rng.shuffle(pool)
-    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 11), ("B", 22), ("C", 5))}
-    tables = {r: [pool.pop() for _ in range(-(-(len(s) + 3) // bs))] for r, s in seqs.items()}
-    done = dict.fromkeys(seqs, 0)
-    plans = [[("A", 11, True), ("B", 9, False)], [("B", 13, True), ("C", 5, True), ("A", 1, True)],
-             [("C", 1, True), ("A", 1, True), ("B", 1, True)]]
-    for step, plan in enumerate(plans, 1):
-        items = [(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan]
-        text = f"step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
-            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan)
-        logits = runner.execute_model(items)
-        for row, (r, n, _) in zip(logits, [p for p in plan if p[2]]):
-            with torch.inference_mode():
-                alone = model(torch.tensor([seqs[r][: done[r] + n]]))[0, -1].float()
-            err = (row - alone).abs().max().item()
-            if not err <= 1e-4:
-                raise CaseFailure(f"the model's logits for request {r} differ from running it alone by {err:.3g} "
-                                  "(tolerance 1e-4)", input=text,
-                                  hint=f"your {name} passes the cases above? then check what differs in the engine: "
-                                       "several layers, requests of different lengths, non-contiguous views")
-        for r, n, _ in plan:
-            done[r] += n
-        for r in seqs:
-            if step < len(plans) and done[r] == len(seqs[r]):
-                seqs[r].append(rng.randrange(vocab))
+# End to end: the learner's function inside the reference ModelRunner (judge/hidden/support.py)
 
 
 @CASES("end to end: the reference ModelRunner with your paged_attention matches running each request alone",

@@ -18,7 +18,7 @@ import random
 from typing import Any
 
 from judge.harness import Cases
-from judge.hidden.support import (Config, Plan, Spec, Workload, check_workloads, random_workloads, spec_new,
+from judge.hidden.support import (Config, Plan, Spec, Workload, World, check_workloads, random_workloads, spec_new,  # noqa: F401
                                   spec_running)
 
 CASES = Cases()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import numpy as np
 import torch
 
+from judge.hidden.support import end_to_end, int_values
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, raised_failure, shrink, short
 
 CASES = Cases()
@@ -25,20 +25,6 @@ def expected_slots(table: list[int], start: int, end: int, bs: int) -> list[int]
     if end > len(table) * bs:
         return None
     return [table[p // bs] * bs + p % bs for p in range(start, end)]
-
-
-def _ints(value: Any) -> list[int] | None:
-    """The values of a list / tuple / 1-D integer tensor or array; None if it is none of those."""
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-            return None
-        return [int(x) for x in value.tolist()]
-    if isinstance(value, np.ndarray):
-        return [int(x) for x in value.tolist()] if value.ndim == 1 and np.issubdtype(value.dtype, np.integer) else None
-    if isinstance(value, (list, tuple)) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-                                                for x in value):
-        return [int(x) for x in value]
-    return None
 
 
 def _slot_hint(table: list[int], start: int, end: int, bs: int, got: list[int]) -> str:
@@ -72,7 +58,7 @@ def slot_diff(table: list[int], start: int, end: int, bs: int, fn) -> CaseFailur
         return CaseFailure(f"positions up to {end - 1} need {-(-end // bs)} blocks but the table has {len(table)}: "
                            "expected ValueError", input=text, field="raises", expected="ValueError", got=short(out),
                            hint="check len(block_table) * block_size >= end before computing anything")
-    got = _ints(out)
+    got = int_values(out)
     if got is None:
         return CaseFailure(f"compute_slot_mapping returned {short(out)} ({type(out).__name__}); expected a list of "
                            "integers", input=text, hint="return one int per position, e.g. a list")
@@ -338,6 +324,4 @@ def _(impl):
 
 @CASES("end to end: the reference ModelRunner with your write_kv matches running each request alone", timeout=120)
 def _(impl):
-    from judge.hidden.paged_attention import end_to_end
-
     end_to_end(impl, "write_kv")
