@@ -109,8 +109,9 @@ def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
     if refs or ex.grading == "inworker":
         args += ["--ro-bind", str(root / "solutions/__init__.py"), f"{COURSE}/solutions/__init__.py"]
     if ex.grading == "inworker":  # not yet split: its hidden module and the references run beside the learner
-        args += ["--ro-bind", str(root / "judge/hidden"), f"{COURSE}/judge/hidden",
-                 "--ro-bind", str(root / "solutions"), f"{COURSE}/solutions"]
+        hidden = ["__init__.py", "support.py", ex.tests.rsplit(".", 1)[-1] + ".py"]
+        args += [a for f in hidden for a in ("--ro-bind", str(root / "judge/hidden" / f), f"{COURSE}/judge/hidden/{f}")]
+        args += ["--ro-bind", str(root / "solutions"), f"{COURSE}/solutions"]
     for mod in refs:
         rel = mod.replace(".", "/") + ".py"
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]

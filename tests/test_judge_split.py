@@ -24,9 +24,8 @@ PAIRS = {125: ("block_pool", "right_deque", "wrong_lifo"),
 def _files(ex_id: int) -> list[Path]:
     folder, right, wrong = PAIRS[ex_id]
     found = sorted((CASES / folder).glob("*.py"))
-    pick = [next(p for p in found if p.stem == right) if right else next(p for p in found if p.stem.startswith("right")),
-            next(p for p in found if p.stem == wrong) if wrong else next(p for p in found if p.stem.startswith("wrong"))]
-    return pick
+    return [next(p for p in found if p.stem == name) if name else next(p for p in found if p.stem.startswith(kind))
+            for name, kind in ((right, "right"), (wrong, "wrong"))]
 
 
 @pytest.mark.parametrize("path", [p for ex in PAIRS for p in _files(ex)], ids=lambda p: f"{p.parent.name}/{p.stem}")

@@ -18,8 +18,8 @@ import random
 from typing import Any
 
 from judge.harness import Cases
-from judge.hidden.support import (Config, Plan, Spec, Workload, World, check_workloads, random_workloads, spec_new,  # noqa: F401
-                                  spec_running)
+from judge.hidden.support import (Config, Plan, Spec, Workload, World, check_workloads,  # noqa: F401
+                                  random_workloads, spec_new, spec_running)
 
 CASES = Cases()
 
