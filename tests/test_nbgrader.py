@@ -29,7 +29,7 @@ CASES = ROOT / "tests" / "judge_cases"
 GRADED = (128, 130)
 STUDENTS = ("correct", "wrong", "crash", "loop")
 JUDGE_TIMEOUT = "20"  # seconds per case while grading here
-JUDGE_TOTAL_TIMEOUT = "60"  # seconds per submission: a loop submission times out once, then the cap stops it
+JUDGE_TOTAL_TIMEOUT = "45"  # seconds per submission: a loop submission times out twice, then the cap stops it
 
 
 def _load_generator() -> types.ModuleType:
