@@ -93,7 +93,7 @@ class WorkerProcess(Session):
         self.rep_r, rep_w = os.pipe()
         submission = Path(target["impl"]) if target.get("impl") else None
         extra = [p for p in (options.get("model"),) if p and os.path.exists(p)]
-        argv, _, inner = sandbox.command(ex, isolated, submission, extra, (req_r, rep_w), memory_mb)
+        argv, inner = sandbox.command(ex, isolated, submission, extra, (req_r, rep_w))
         cfg = {"exercise": ex.id, "options": options, "memory_mb": memory_mb, "display": target.get("display"),
                "impl_module": target.get("impl_module"), "impl": inner}
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -122,13 +122,13 @@ def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
 
 
 def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: list[str],
-            fds: tuple[int, int], memory_mb: int | None) -> tuple[list[str], dict[str, str] | None, str | None]:
-    """(argv, env, path of the submission as the worker sees it)."""
+            fds: tuple[int, int]) -> tuple[list[str], str | None]:
+    """(argv, path of the submission as the worker sees it); `fds`: the request and reply pipes it inherits."""
     py = python_executable()
     fd_args = [str(fds[0]), str(fds[1])]
     if not isolated:
         argv = [py, "-I", "-B", "-S", "-u", "-c", BOOT, str(ROOT), *site_packages(), *fd_args]
-        return argv, None, str(submission) if submission else None
+        return argv, str(submission) if submission else None
     inner = f"{SUBMISSION}/{submission.name}" if submission else None
     args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--die-with-parent",
             "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
@@ -138,7 +138,7 @@ def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: lis
     for path in extra_ro:  # e.g. a model checkpoint given with --model
         args += ["--ro-bind", path, path]
     args += ["--", py, "-I", "-B", "-S", "-u", "-c", BOOT, COURSE, *site_packages(), *fd_args]
-    return args, None, inner
+    return args, inner
 
 
 def worker_env(tmp: str) -> dict[str, str]:
