@@ -381,7 +381,8 @@ def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
         def run(impl: Any) -> None:
             problem = public.replay(object.__getattribute__(impl, "_session"), log)
             if problem:
-                raise harness.CaseFailure(problem)
+                raise harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented")
+                                          else "fail")
 
         return run
 
