@@ -15,6 +15,7 @@ import pytest
 import judge
 from judge.hidden import batch_layout
 from judge.loader import load_file
+from judge.sandbox import bwrap_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases" / "batch_layout"
@@ -112,7 +113,8 @@ def test_cli_grades_a_folder_into_csv(tmp_path):
         (folder / name).write_text((CASES_DIR / name).read_text())
     out = tmp_path / "grades.csv"
     proc = subprocess.run([sys.executable, str(ROOT / "practice" / "judge.py"), "128", "--impl", str(folder),
-                           "--csv", str(out), "--case", "single", "--case", "mixed"],
+                           "--csv", str(out), "--case", "single", "--case", "mixed",
+                           *([] if bwrap_problem() is None else ["--unisolated"])],
                           capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # positions from zero are right for a prefill (single prefill passes), wrong elsewhere

@@ -20,6 +20,7 @@ import judge.sandbox
 ROOT = Path(__file__).resolve().parent.parent
 BAD = Path(__file__).parent / "judge_cases" / "misbehave"
 ONE = ["single prefill"]
+UNISOLATED_IF_NEEDED = [] if judge.sandbox.bwrap_problem() is None else ["--unisolated"]  # --impl needs isolation
 
 
 def grade_bad(name: str, **kw) -> judge.Report:
@@ -162,7 +163,7 @@ def test_cli_reference_passes_with_exit_code_0():
 
 
 def test_cli_failure_exit_code_and_list_from_inside_practice():
-    p = cli("128", "--impl", str(BAD / "sys_exit.py"), "--case", "single decode")
+    p = cli("128", "--impl", str(BAD / "sys_exit.py"), "--case", "single decode", *UNISOLATED_IF_NEEDED)
     assert p.returncode == 1 and p.stdout.splitlines()[-1] == "0 passed, 1 failed", p.stdout + p.stderr
     # run as `cd practice && python judge.py`: the script must not shadow the judge package
     p = cli("list", cwd=ROOT / "practice", script="judge.py")

@@ -23,6 +23,7 @@ import nbformat
 import pytest
 
 import judge
+import judge.sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
@@ -170,6 +171,8 @@ def graded_course(tmp_path_factory, model_dir) -> Path:
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                JUDGE_TIMEOUT=JUDGE_TIMEOUT, JUDGE_TOTAL_TIMEOUT=JUDGE_TOTAL_TIMEOUT, JUDGE_MODEL=model_dir, NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    if judge.sandbox.bwrap_problem():  # autograding refuses to run unisolated unless told to
+        env["JUDGE_UNISOLATED"] = "1"
     gen.write_course(course, list(GRADED))
     for ex_id in GRADED:
         name = gen.assignment_name(judge.get_exercise(ex_id))
