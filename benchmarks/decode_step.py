@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.throughput import DTYPES, left_padded, make_workload, prompt_vocab, sync  # noqa: E402
 from mini_llm import load_transformer, model_path, pick_device  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
-from solutions.sampling import SamplingParams  # noqa: E402
+from framework.sampling import SamplingParams  # noqa: E402
 
 
 def engine_after_prefill(model, prompts: list[list[int]], steps: int) -> LLMEngine:

@@ -34,10 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mini_llm import generate, load_transformer, model_path, pick_device  # noqa: E402
+from framework.model_runner import ModelRunnerBase  # noqa: E402
+from framework.sampling import SamplingParams  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
-from solutions.paged_attention import GatherWorkspace, paged_attention  # noqa: E402
-from solutions.sampling import SamplingParams  # noqa: E402
+from solutions.paged_attention import GatherWorkspace  # noqa: E402
 
 SYSTEMS = ("engine", "hf", "sequential")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -118,9 +119,9 @@ def sync(device: torch.device) -> None:
 
 
 class PerRequestRunner(ModelRunner):
-    """The runner as it was before chapter 9: a plugged-in `paged_attention` makes it call the per-request
-    kernel, one SDPA per request per layer, with metadata read back from the device."""
-    paged_attention = staticmethod(lambda *args, **kwargs: paged_attention(*args, **kwargs))
+    """The runner as it was before chapter 9: the shell's attention, the per-request kernel called as exercise 127
+    defines it, one SDPA per request per layer, with metadata read back from the device."""
+    attention_for_step = ModelRunnerBase.attention_for_step
 
 
 class PerRequestEngine(LLMEngine):

@@ -22,13 +22,22 @@ def use(module: str) -> ModuleType:
     """The engine module `module` (e.g. "batch") from the implementation chosen by `IMPL`."""
     if IMPL not in IMPLEMENTATIONS:
         raise ValueError(f"COURSE_IMPL={IMPL!r}: choose one of {IMPLEMENTATIONS}")
-    try:
-        return importlib.import_module(f"{IMPL}.{module}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{IMPL}.{module}":
-            raise
-        # practice/ holds only the modules with exercises; the rest (sampling, request) is shared.
-        return importlib.import_module(f"solutions.{module}")
+    for package in (IMPL, "framework"):  # the modules without an exercise (sampling, request) are shared
+        try:
+            return importlib.import_module(f"{package}.{module}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{package}.{module}":
+                raise
+    raise ModuleNotFoundError(f"no engine module {module!r} in {IMPL}/ or framework/")
+
+
+ENGINE_MODULES = ("block_pool", "paged_kv_cache", "paged_attention", "batch", "scheduler", "engine", "preemption",
+                  "prefix_cache")
+
+
+def banner() -> None:
+    """Print, in one line, where the chapter's engine modules come from."""
+    print(f"engine modules from {IMPL}/: " + " · ".join(ENGINE_MODULES))
 
 
 def show_source(obj) -> None:

@@ -5,7 +5,7 @@ Statement: practice/exercises/125-block-pool.md. Grade: `python practice/judge.p
 
 from __future__ import annotations
 
-from solutions.block_pool import NoFreeBlocksError  # raise this when too few blocks are free
+from framework.errors import NoFreeBlocksError  # raise this when too few blocks are free
 
 __all__ = ["BlockPool", "NoFreeBlocksError"]
 

@@ -1,23 +1,23 @@
 """Exercise 130 — the inference loop.
 
 Statement: practice/exercises/130-inference-loop.md. Grade: `python practice/judge.py 130`.
-The reference `LLMEngine` builds the scheduler, KV-cache manager and model runner (from practice/, so your
-other exercises run here too); you write `step` and `generate`.
+The engine's shell, `framework.engine.LLMEngineBase`, builds the scheduler, KV-cache manager and model runner
+(from practice/, so your other exercises run here too) and adds requests; you write `step` and `generate`.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from solutions.engine import LLMEngine as _ReferenceEngine, RequestOutput, stop_reason  # noqa: F401
-from solutions.sampling import SamplingParams, sample_token  # noqa: F401
+from framework.engine import LLMBase, LLMEngineBase, RequestOutput, stop_reason  # noqa: F401
+from framework.sampling import SamplingParams, sample_token  # noqa: F401
 
 from .kv_cache_manager import KVCacheManager
 from .model_runner import ModelRunner
 from .scheduler import Scheduler
 
 
-class LLMEngine(_ReferenceEngine):
+class LLMEngine(LLMEngineBase):
     """State you can use: `self.scheduler` (`schedule()`, `finish(request, reason)`,
     `has_unfinished_requests()`), `self.runner` (`execute_model(items)`: logits [L, vocab] for the items whose
     need_logits is true, in order), `self.eos_token_id`, `self.tokenizer`, `self.add_request(prompt_ids, params)`,
@@ -50,3 +50,9 @@ class LLMEngine(_ReferenceEngine):
         """Add every prompt (token ids) with `self.add_requests(prompts, params)`, step until no request is
         unfinished, and return one final output per prompt, in prompt order (`self.make_output(request, [])`)."""
         raise NotImplementedError("exercise 130: LLMEngine.generate is not implemented yet (practice/engine.py)")
+
+
+class LLM(LLMBase):
+    """Text in, text out, on your engine: `LLM().generate(["Once upon a time"], SamplingParams(max_tokens=40))`."""
+
+    engine_cls = LLMEngine

@@ -1,12 +1,12 @@
-"""The reference KV-cache manager, on your own block pool (125) and prefix cache (132)."""
+"""The KV-cache manager (framework/kv_cache_manager.py) on your own block pool (125) and prefix cache (132)."""
 
-from solutions.kv_cache_manager import KVCacheManager as _ReferenceManager
+from framework.kv_cache_manager import KVCacheManagerBase
 
 from .block_pool import BlockPool
 from .prefix_cache import PrefixCache, block_hashes
 
 
-class KVCacheManager(_ReferenceManager):
+class KVCacheManager(KVCacheManagerBase):
     block_pool_cls = BlockPool
     prefix_cache_cls = PrefixCache
     block_hashes = staticmethod(block_hashes)

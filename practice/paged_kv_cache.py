@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from solutions.paged_kv_cache import PagedKVCache  # the cache tensors themselves: nothing to write there
+from framework.paged_kv_cache import PagedKVCache  # the cache tensors themselves: nothing to write there
 
 __all__ = ["PagedKVCache", "compute_slot_mapping", "write_kv"]
 

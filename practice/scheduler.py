@@ -1,26 +1,28 @@
 """Exercise 129 — the scheduler.
 
 Statement: practice/exercises/129-scheduler.md. Grade: `python practice/judge.py 129`.
-The reference `Scheduler` supplies the queues and helpers; you write `schedule`. Preemption (exercise 131)
+The scheduler's shell, `framework.scheduler.SchedulerBase`, supplies the queues and helpers; you write `schedule`. Preemption (exercise 131)
 comes from practice/preemption.py.
 """
 
 from __future__ import annotations
 
-from solutions.scheduler import ScheduledRequest, Scheduler as _ReferenceScheduler, SchedulerOutput
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 
 from . import preemption
 
 __all__ = ["ScheduledRequest", "Scheduler", "SchedulerOutput"]
 
 
-class Scheduler(_ReferenceScheduler):
-    """State you can use (set up by the reference __init__):
+class Scheduler(SchedulerBase):
+    """State you can use (set up by SchedulerBase.__init__):
     `self.kv` (KVCacheManager: `get_computed_blocks(request)`, `allocate_slots(request, n, computed_blocks=())`,
     `block_size`), `self.token_budget`, `self.max_num_seqs`, `self.enable_chunked_prefill`,
     `self.waiting` (deque of Request, first come first served), `self.running` (list of Request, in admission
     order), and `self.allocate_or_preempt(request, num_new_tokens, out)` for running requests.
     """
+
+    preemption = preemption  # allocate_or_preempt and preempt come from practice/preemption.py (exercise 131)
 
     def schedule(self) -> SchedulerOutput:
         """Decide what the next forward pass computes. Return a SchedulerOutput whose `scheduled` lists
@@ -45,9 +47,3 @@ class Scheduler(_ReferenceScheduler):
            yourself (the KV-cache manager adds prefix hits; the engine adds computed tokens after the pass).
         """
         raise NotImplementedError("exercise 129: Scheduler.schedule is not implemented yet (practice/scheduler.py)")
-
-    def allocate_or_preempt(self, request, num_new_tokens: int, out: SchedulerOutput) -> bool:
-        return preemption.allocate_or_preempt(self, request, num_new_tokens, out)
-
-    def preempt(self, request) -> None:
-        preemption.preempt(self, request)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 
-
-class NoFreeBlocksError(RuntimeError):
-    """Raised when more blocks are asked for than are free."""
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from framework.paged_kv_cache import PagedKVCache  # noqa: F401  (the cache tensors: framework)
+
 
 def compute_slot_mapping(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
     """The cache slots of a request's positions `start .. end-1`, given its block table."""
@@ -25,24 +27,3 @@ def write_kv(
     num_blocks, block_size = key_cache.shape[:2]
     key_cache.view(num_blocks * block_size, *key_cache.shape[2:])[slot_mapping] = key
     value_cache.view(num_blocks * block_size, *value_cache.shape[2:])[slot_mapping] = value
-
-
-class PagedKVCache:
-    """Per layer, K and V caches of shape `[num_blocks, block_size, n_kv_heads, head_dim]`."""
-
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> None:
-        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
-        self.key_caches = torch.zeros(shape, dtype=dtype, device=device)
-        self.value_caches = torch.zeros(shape, dtype=dtype, device=device)
-        self.num_blocks, self.block_size = num_blocks, block_size
-
-    @classmethod
-    def for_model(cls, model, num_blocks: int, block_size: int) -> "PagedKVCache":
-        cfg = model.cfg
-        return cls(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
-                   model.dtype, model.device)
-
-    @property
-    def bytes(self) -> int:
-        return 2 * self.key_caches.numel() * self.key_caches.element_size()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .request import Request, RequestStatus
+from framework.request import Request, RequestStatus
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler, SchedulerOutput
+    from framework.scheduler import SchedulerBase as Scheduler, SchedulerOutput
 
 
 def allocate_or_preempt(scheduler: "Scheduler", request: Request, num_new_tokens: int, out: "SchedulerOutput") -> bool:

@@ -10,63 +10,14 @@ running request is preempted: its blocks are freed and it is recomputed later (v
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from framework.request import RequestStatus
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput  # noqa: F401
 
 from . import preemption
-from .kv_cache_manager import KVCacheManager
-from .request import Request, RequestStatus
 
 
-@dataclass
-class ScheduledRequest:
-    request: Request
-    num_new_tokens: int  # tokens computed for it in this step: 1 for a decode, a chunk size for a prefill
-
-    @property
-    def completes_prompt(self) -> bool:
-        """Whether this step computes the request's last pending token, so its logits give a new token."""
-        return self.request.num_computed_tokens + self.num_new_tokens == self.request.num_tokens
-
-
-@dataclass
-class SchedulerOutput:
-    scheduled: list[ScheduledRequest] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-
-    @property
-    def num_scheduled_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
-
-    def __bool__(self) -> bool:
-        return bool(self.scheduled)
-
-
-class Scheduler:
-    def __init__(self, kv_cache_manager: KVCacheManager, token_budget: int = 256, max_num_seqs: int = 16,
-                 enable_chunked_prefill: bool = True) -> None:
-        if token_budget < 1 or max_num_seqs < 1:
-            raise ValueError("token_budget and max_num_seqs must be positive")
-        self.kv = kv_cache_manager
-        self.token_budget, self.max_num_seqs = token_budget, max_num_seqs
-        self.enable_chunked_prefill = enable_chunked_prefill
-        self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []  # in admission order: the last is the first to be preempted
-
-    def add_request(self, request: Request) -> None:
-        max_tokens = self.kv.block_pool.num_blocks * self.kv.block_size
-        if request.num_prompt_tokens + request.sampling_params.max_tokens > max_tokens:
-            raise ValueError(f"request {request.request_id} needs up to "
-                             f"{request.num_prompt_tokens + request.sampling_params.max_tokens} tokens of KV cache "
-                             f"but the whole cache holds {max_tokens}: raise num_blocks or lower max_tokens")
-        if not self.enable_chunked_prefill and request.num_prompt_tokens + request.sampling_params.max_tokens > self.token_budget:
-            raise ValueError(f"without chunked prefill a request must fit in one step's token_budget "
-                             f"({self.token_budget}); request {request.request_id} may need "
-                             f"{request.num_prompt_tokens + request.sampling_params.max_tokens}")
-        self.waiting.append(request)
-
-    def has_unfinished_requests(self) -> bool:
-        return bool(self.waiting or self.running)
+class Scheduler(SchedulerBase):
+    preemption = preemption
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -98,15 +49,3 @@ class Scheduler:
             out.scheduled.append(ScheduledRequest(request, num_new))
             budget -= num_new
         return out
-
-    def allocate_or_preempt(self, request: Request, num_new_tokens: int, out: SchedulerOutput) -> bool:
-        return preemption.allocate_or_preempt(self, request, num_new_tokens, out)
-
-    def preempt(self, request: Request) -> None:
-        preemption.preempt(self, request)
-
-    def finish(self, request: Request, reason: str) -> None:
-        """Retire a finished request and return its blocks to the pool."""
-        self.running.remove(request)
-        self.kv.free(request)
-        request.status, request.finish_reason = RequestStatus.FINISHED, reason

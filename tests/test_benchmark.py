@@ -21,6 +21,7 @@ from benchmarks.throughput import (  # noqa: E402
     ENGINE_VARIANTS, SYSTEMS, format_report, main, make_workload, mismatches, run_benchmark)
 from mini_llm import EMBEDDED_MODEL, load_transformer  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
+from framework.model_runner import ModelRunnerBase  # noqa: E402
 from solutions.paged_attention import (  # noqa: E402
     GatherWorkspace, build_padded_groups, paged_attention, paged_attention_batched)
 
@@ -143,12 +144,12 @@ def test_gather_workspace_reused_across_calls_of_different_sizes():
 
 
 def test_runner_batched_and_per_request_kernels_give_the_same_logits():
-    """The runner takes the batched path with the reference kernel and the per-request path with a plugged-in
-    one (here the reference itself, wrapped): the logits of a mixed batch agree."""
+    """The reference runner's batched kernel and the shell's per-request `paged_attention` give the same logits
+    for a mixed batch."""
     model = load_transformer(EMBEDDED_MODEL, dtype=torch.float32, device="cpu")
 
     class PerRequestRunner(ModelRunner):
-        paged_attention = staticmethod(lambda *args, **kwargs: paged_attention(*args, **kwargs))
+        attention_for_step = ModelRunnerBase.attention_for_step
 
     prompts = [list(range(5, 25)), list(range(40, 43)), list(range(60, 79))]
     logits = []

@@ -14,7 +14,7 @@ import torch
 import mini_llm
 from mini_llm.prompts import STANDARD_PROMPTS
 from solutions.engine import LLM, EngineConfig, LLMEngine
-from solutions.sampling import SamplingParams
+from framework.sampling import SamplingParams
 
 MAX_TOKENS = 24
 

@@ -9,7 +9,7 @@ import pytest
 
 from solutions.kv_cache_manager import KVCacheManager, blocks_needed
 from solutions.prefix_cache import block_hashes
-from solutions.request import Request
+from framework.request import Request
 
 BS = 4
 

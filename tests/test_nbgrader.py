@@ -146,8 +146,8 @@ def _submissions(ex_id: int, solution: str) -> dict[str, str]:
         loop = "def build_batch(items, block_size):\n    while True:\n        pass\n"
     else:
         wrong = (CASES / "inference_loop" / "wrong_max_tokens_off_by_one.py").read_text()
-        engine = ("from solutions.engine import LLMEngine as _ReferenceEngine\n\n\n"
-                  "class LLMEngine(_ReferenceEngine):\n    def step(self):\n{body}\n\n"
+        engine = ("from framework.engine import LLMEngineBase\n\n\n"
+                  "class LLMEngine(LLMEngineBase):\n    def step(self):\n{body}\n\n"
                   "    def generate(self, prompts, params=None):\n        return super().generate(prompts, params)\n")
         crash = "import ctypes\n\n" + engine.format(body="        return ctypes.string_at(0)")
         loop = engine.format(body="        while True:\n            pass")

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from solutions.kv_cache_manager import KVCacheManager, blocks_needed
-from solutions.request import Request, RequestStatus
-from solutions.sampling import SamplingParams
+from framework.request import Request, RequestStatus
+from framework.sampling import SamplingParams
 from solutions.scheduler import Scheduler, SchedulerOutput
 
 

@@ -21,11 +21,12 @@ import torch
 import mini_llm
 from judge.harness import CaseFailure, Cases, LearnerRaised, learner_call, option, raised_failure, short
 from judge.hidden.batch_layout import load_fp32_model
+from framework.engine import LLMEngineBase
 from solutions import engine as ref
 from solutions.kv_cache_manager import KVCacheManager
 from solutions.model_runner import ModelRunner
-from solutions.request import Request
-from solutions.sampling import SamplingParams
+from framework.request import Request
+from framework.sampling import SamplingParams
 from solutions.scheduler import Scheduler
 
 CASES = Cases()
@@ -138,9 +139,9 @@ class ChunksFirstScheduler(RecordingScheduler):
 
 def engine_class(impl, scheduler: type = RecordingScheduler) -> type:
     learner = getattr(impl, "LLMEngine", None)
-    if not (isinstance(learner, type) and issubclass(learner, ref.LLMEngine)):
-        raise CaseFailure("LLMEngine must be a class deriving from solutions.engine.LLMEngine, as in the starter "
-                          "file", hint="keep `class LLMEngine(_ReferenceEngine):` and write step and generate")
+    if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
+        raise CaseFailure("LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
+                          "starter file", hint="keep `class LLMEngine(LLMEngineBase):` and write step and generate")
 
     class Checked(learner):
         scheduler_cls = scheduler

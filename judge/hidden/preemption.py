@@ -212,7 +212,7 @@ def _(impl):
 def _end_to_end(impl) -> None:
     from judge.hidden.inference_loop import alone, load_model
     from solutions.engine import EngineConfig, LLMEngine
-    from solutions.sampling import SamplingParams
+    from framework.sampling import SamplingParams
 
     model = load_model()
 

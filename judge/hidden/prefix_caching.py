@@ -17,7 +17,7 @@ from judge.hidden.inference_loop import alone, load_model, random_prompts
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
 from solutions.kv_cache_manager import KVCacheManager
-from solutions.sampling import SamplingParams
+from framework.sampling import SamplingParams
 
 CASES = Cases()
 NONE_HASH = ref_cache.NONE_HASH

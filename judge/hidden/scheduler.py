@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterator
 from judge.harness import CaseFailure, Cases, learner_call, shrink, short
 from solutions import scheduler as ref
 from solutions.kv_cache_manager import KVCacheManager, blocks_needed
-from solutions.request import Request, RequestStatus
-from solutions.sampling import SamplingParams
+from framework.request import Request, RequestStatus
+from framework.sampling import SamplingParams
 
 CASES = Cases()
 
@@ -417,7 +417,7 @@ def learner_scheduler(impl) -> type:
     learner = getattr(impl, "Scheduler", None)
     if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
         raise CaseFailure("Scheduler must be a class with a schedule method, as in the starter file",
-                          hint="keep `class Scheduler(_ReferenceScheduler):` and write schedule")
+                          hint="keep `class Scheduler(SchedulerBase):` and write schedule")
     # A copy of the reference class (a file graded on its own) has the reference's state and helpers too.
     bases = (learner,) if issubclass(learner, ref.Scheduler) else (learner, ref.Scheduler)
     return type("Graded", bases, {"allocate_or_preempt": ref.Scheduler.allocate_or_preempt,

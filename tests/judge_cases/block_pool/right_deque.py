@@ -1,7 +1,7 @@
 """Correct: a deque for the free queue, a Counter to validate free."""
 from collections import Counter, deque
 
-from solutions.block_pool import NoFreeBlocksError
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

@@ -1,7 +1,7 @@
 """Correct: a plain list for the free queue, validation on a copy of the counts; ref_cnt as numpy int64."""
 import numpy as np
 
-from solutions.block_pool import NoFreeBlocksError
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

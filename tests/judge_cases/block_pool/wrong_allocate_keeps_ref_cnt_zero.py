@@ -4,7 +4,7 @@ EXPECT: allocate sets each handed-out block's ref_cnt to 1
 """
 from collections import Counter, deque
 
-from solutions.block_pool import NoFreeBlocksError
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

@@ -4,7 +4,7 @@ EXPECT: BlockPool.allocate raised ValueError
 """
 from collections import Counter, deque
 
-from solutions.block_pool import NoFreeBlocksError
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

@@ -4,7 +4,7 @@ EXPECT: free drops ONE reference per id
 """
 from collections import Counter, deque
 
-from solutions.block_pool import NoFreeBlocksError
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

@@ -4,7 +4,7 @@ EXPECT: incref of a free block (ref_cnt 0) takes it out of the free queue
 """
 from collections import Counter, deque
 
-from solutions.block_pool import NoFreeBlocksError
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

@@ -4,7 +4,7 @@ EXPECT: num_free_blocks is wrong
 """
 from collections import Counter, deque
 
-from solutions.block_pool import NoFreeBlocksError
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

@@ -4,7 +4,7 @@ EXPECT: a call that raises must change nothing
 """
 from collections import Counter, deque
 
-from solutions.block_pool import NoFreeBlocksError
+from framework.errors import NoFreeBlocksError
 
 
 class BlockPool:

@@ -1,11 +1,11 @@
 """Correct: the loop as the stub describes it, one row counter over the items that need logits.
 """
 
-from solutions.engine import LLMEngine as _ReferenceEngine, stop_reason
-from solutions.sampling import sample_token
+from framework.engine import LLMEngineBase, stop_reason
+from framework.sampling import sample_token
 
 
-class LLMEngine(_ReferenceEngine):
+class LLMEngine(LLMEngineBase):
     def step(self):
         sched = self.scheduler.schedule()
         if not sched.scheduled:

@@ -1,11 +1,11 @@
 """Correct, written differently: the rows of logits are looked up from a list of the items that need them, the
 greedy tokens come from one argmax over all rows, and generate collects outputs by request id."""
 
-from solutions.engine import LLMEngine as _ReferenceEngine, stop_reason
-from solutions.sampling import sample_token
+from framework.engine import LLMEngineBase, stop_reason
+from framework.sampling import sample_token
 
 
-class LLMEngine(_ReferenceEngine):
+class LLMEngine(LLMEngineBase):
     def _items(self, scheduled):
         out = []
         for s in scheduled:

@@ -5,11 +5,11 @@ EXPECT: the forward pass carried 1 item(s)
 
 import torch
 
-from solutions.engine import LLMEngine as _ReferenceEngine, stop_reason
-from solutions.sampling import sample_token
+from framework.engine import LLMEngineBase, stop_reason
+from framework.sampling import sample_token
 
 
-class LLMEngine(_ReferenceEngine):
+class LLMEngine(LLMEngineBase):
     def step(self):
         sched = self.scheduler.schedule()
         if not sched.scheduled:

@@ -3,12 +3,12 @@
 EXPECT: should have finished
 """
 
-from solutions.engine import LLMEngine as _ReferenceEngine, stop_reason
-from solutions.request import RequestStatus
-from solutions.sampling import sample_token
+from framework.engine import LLMEngineBase, stop_reason
+from framework.request import RequestStatus
+from framework.sampling import sample_token
 
 
-class LLMEngine(_ReferenceEngine):
+class LLMEngine(LLMEngineBase):
     def step(self):
         sched = self.scheduler.schedule()
         if not sched.scheduled:

@@ -1,7 +1,7 @@
 """Correct: the victim popped off the running list, the scheduled entry found by index.
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def _evict(scheduler, request):

@@ -2,7 +2,7 @@
 edited in place.
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

@@ -1,7 +1,7 @@
 """Correct: the docstrings, step by step.
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

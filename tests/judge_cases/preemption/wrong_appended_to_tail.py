@@ -3,7 +3,7 @@
 EXPECT: HEAD of scheduler.waiting
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

@@ -3,7 +3,7 @@
 EXPECT: returns the victim's blocks to the pool
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

@@ -3,7 +3,7 @@
 EXPECT: reset the victim's num_computed_tokens to 0
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

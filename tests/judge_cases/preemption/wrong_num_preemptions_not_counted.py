@@ -3,7 +3,7 @@
 EXPECT: request.num_preemptions += 1
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

@@ -3,7 +3,7 @@
 EXPECT: keep the victim's output_token_ids
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

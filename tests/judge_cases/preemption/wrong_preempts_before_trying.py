@@ -3,7 +3,7 @@
 EXPECT: wrong out.preempted
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

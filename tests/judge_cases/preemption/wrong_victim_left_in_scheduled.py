@@ -3,7 +3,7 @@
 EXPECT: must be removed from out.scheduled
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

@@ -3,7 +3,7 @@
 EXPECT: not the oldest
 """
 
-from solutions.request import RequestStatus
+from framework.request import RequestStatus
 
 
 def preempt(scheduler, request):

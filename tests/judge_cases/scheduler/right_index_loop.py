@@ -2,11 +2,11 @@
 condition list.
 """
 
-from solutions.request import RequestStatus
-from solutions.scheduler import ScheduledRequest, Scheduler as _ReferenceScheduler, SchedulerOutput
+from framework.request import RequestStatus
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 
 
-class Scheduler(_ReferenceScheduler):
+class Scheduler(SchedulerBase):
     def schedule(self):
         out = SchedulerOutput()
         order = sorted(range(len(self.running)), key=lambda i: (1 if self.running[i].is_prefilling else 0, i))

@@ -2,11 +2,11 @@
 from what is scheduled so far.
 """
 
-from solutions.request import Request, RequestStatus
-from solutions.scheduler import ScheduledRequest, Scheduler as _ReferenceScheduler, SchedulerOutput
+from framework.request import Request, RequestStatus
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 
 
-class Scheduler(_ReferenceScheduler):
+class Scheduler(SchedulerBase):
     def _budget_left(self, out: SchedulerOutput) -> int:
         return self.token_budget - sum(s.num_new_tokens for s in out.scheduled)
 

@@ -3,11 +3,11 @@
 EXPECT: status RequestStatus.RUNNING
 """
 
-from solutions.request import RequestStatus
-from solutions.scheduler import ScheduledRequest, Scheduler as _ReferenceScheduler, SchedulerOutput
+from framework.request import RequestStatus
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 
 
-class Scheduler(_ReferenceScheduler):
+class Scheduler(SchedulerBase):
     def schedule(self):
         out = SchedulerOutput()
         for request in sorted(self.running, key=lambda r: r.is_prefilling):

@@ -1,0 +1,75 @@
+"""The KV-cache manager: which blocks each request holds, grown as its tokens are scheduled.
+
+It sits between the scheduler and the block pool, as vLLM v1's `KVCacheManager`
+(vllm/v1/core/kv_cache_manager.py): `get_computed_blocks` for prefix hits, `allocate_slots`, `free`.
+It is built from a block pool (exercise 125) and a prefix cache (exercise 132), given as class attributes:
+solutions/kv_cache_manager.py plugs in the reference ones, practice/kv_cache_manager.py yours.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from .request import Request
+
+
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+class KVCacheManagerBase:
+    block_pool_cls: type  # BlockPool(num_blocks)
+    prefix_cache_cls: type  # PrefixCache()
+    block_hashes: Callable[[Sequence[int], int], list[int]]  # block_hashes(token_ids, block_size)
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+        self.block_size = block_size
+        self.block_pool = self.block_pool_cls(num_blocks)
+        self.prefix_cache = self.prefix_cache_cls() if enable_prefix_caching else None
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
+
+    def get_computed_blocks(self, request: Request) -> list[int]:
+        """Cached blocks holding a prefix of a new request's tokens. The last token is always recomputed, so
+        that the step that finishes the prompt produces logits."""
+        if self.prefix_cache is None:
+            return []
+        hashes = self.block_hashes(request.all_token_ids[: request.num_tokens - 1], self.block_size)
+        return self.prefix_cache.lookup(hashes)
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: list[int] = ()) -> bool:
+        """Grow `request.block_table` to hold `num_new_tokens` more tokens, first taking `computed_blocks`
+        (prefix hits of a new request). All or nothing: returns False, changing nothing, when blocks run out."""
+        pool = self.block_pool
+        total = request.num_computed_tokens + len(computed_blocks) * self.block_size + num_new_tokens
+        num_new_blocks = blocks_needed(total, self.block_size) - len(request.block_table) - len(computed_blocks)
+        # A hit on a free block takes it out of the free queue, so it counts against what is free.
+        num_free_hits = sum(1 for b in computed_blocks if pool.ref_cnt[b] == 0)
+        if num_new_blocks + num_free_hits > pool.num_free_blocks:
+            return False
+        for b in computed_blocks:
+            pool.incref(b)
+        request.block_table.extend(computed_blocks)
+        request.num_computed_tokens += len(computed_blocks) * self.block_size
+        new_blocks = pool.allocate(max(num_new_blocks, 0))
+        if self.prefix_cache is not None:
+            for b in new_blocks:
+                self.prefix_cache.evict(b)
+        request.block_table.extend(new_blocks)
+        self._cache_full_blocks(request, request.num_computed_tokens + num_new_tokens)
+        return True
+
+    def free(self, request: Request) -> None:
+        """Return the request's blocks, tail first: the tail is the least likely to be shared by a later request."""
+        self.block_pool.free(request.block_table[::-1])
+        request.block_table = []
+
+    def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Name every full block among the first `num_tokens` tokens, so later requests can find it."""
+        if self.prefix_cache is None:
+            return
+        hashes = self.block_hashes(request.all_token_ids[:num_tokens], self.block_size)
+        for block_hash, block_id in zip(hashes, request.block_table):
+            self.prefix_cache.insert(block_hash, block_id)
