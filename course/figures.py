@@ -103,7 +103,7 @@ _MAP = {  # name: (column, row, chapter, exercise)
     "engine loop +\nsampling": (2, 3, 6, "130"),
     "preemption": (2, 2, 7, "131"),
 }
-_MAP_EDGES = [  # (from, to, route): "h" straight across, "v" straight down, "hv" across then down
+_MAP_EDGES = [  # (from, to, route): "h" straight across, "v" straight down, "hv" down, across, down
     ("block pool", "paged KV cache\n(slot_mapping)", "v"),
     ("paged KV cache\n(slot_mapping)", "paged attention\n(block_tables)", "v"),
     ("paged attention\n(block_tables)", "model runner", "h"),
@@ -135,10 +135,9 @@ def course_map() -> None:
             ax.annotate("", xy=(xb, yb + h / 2 + 0.02), xytext=(xa, ya - h / 2 - 0.02), arrowprops=arrow)
         elif route == "h":
             ax.annotate("", xy=(xb - w / 2 - 0.02, yb), xytext=(xa + w / 2 + 0.02, ya), arrowprops=arrow)
-        elif route == "hv":  # leave the box sideways, run down the gap between rows, enter from above
-            gap_y = ya - h / 2 - (dy - h) / 2
-            ax.plot([xa - w / 2 - 0.02, xa - w / 2 - 0.4, xa - w / 2 - 0.4], [ya, ya, gap_y], color="gray", lw=1.2)
-            ax.plot([xa - w / 2 - 0.4, xb], [gap_y, gap_y], color="gray", lw=1.2)
+        elif route == "hv":  # leave from below, run along the gap between the rows, enter the target from above
+            x0, gap_y = xa - w / 4, ya - h / 2 - (dy - h) / 2
+            ax.plot([x0, x0, xb], [ya - h / 2 - 0.02, gap_y, gap_y], color="gray", lw=1.2)
             ax.annotate("", xy=(xb, yb + h / 2 + 0.02), xytext=(xb, gap_y), arrowprops=arrow)
         else:  # "side": up the left margin, into the target from the left
             x_side = xa - w / 2 - 0.25
@@ -165,18 +164,21 @@ def prefill_vs_decode(tokens: Sequence[int], seconds: Sequence[float], decode_st
     fig, (ax1, ax2) = _figure(11, 3.4, ncols=2)
     ax1.plot(tokens, seconds * 1e3, "o-")
     ax1.set_xscale("log", base=2)
+    ax1.set_xticks(tokens, [str(t) for t in tokens])
+    ax1.set_ylim(0, None)
     ax1.set_xlabel("tokens in one forward pass (no cache)")
     ax1.set_ylabel("ms per pass")
-    ax1.set_title("One pass: more tokens, barely more time at first")
+    ax1.set_title("Time of one forward pass")
     ax2.plot(tokens, seconds / tokens * 1e3, "o-", label="prefill of n tokens, per token")
     ax2.axhline(decode_seconds / decode_steps * 1e3, color="tab:red", ls="--",
                 label=f"decode with KV cache, per token ({decode_steps} steps)")
     ax2.set_xscale("log", base=2)
+    ax2.set_xticks(tokens, [str(t) for t in tokens])
     ax2.set_yscale("log")
     ax2.set_xlabel("prompt tokens n")
     ax2.set_ylabel("ms per token")
-    ax2.set_title("Per token: prefill amortises, decode does not")
-    ax2.legend(fontsize=8)
+    ax2.set_title("Time per token")
+    ax2.legend(fontsize=8, loc="lower left")
     _show(fig)
 
 
@@ -201,12 +203,16 @@ def kv_waste(lengths: np.ndarray, max_len: int) -> None:
     _show(fig)
 
 
-def causal_mask(num_cached: int, num_new: int) -> None:
-    """The mask of `num_new` queries after `num_cached` cached keys: tril(diagonal=num_cached)."""
-    total = num_cached + num_new
-    mask = np.tril(np.ones((num_new, total), dtype=int), k=num_cached)
-    fig, ax = _figure(0.9 + 0.32 * total, 0.9 + 0.32 * num_new)
+def causal_mask(mask, num_cached: int) -> None:
+    """A step's attention mask `[new queries, cached + new keys]` (True: may attend), cached keys left of the line."""
+    mask = np.asarray(mask, dtype=int)
+    num_new, total = mask.shape
+    fig, ax = _figure(1.5 + 0.45 * total, 1.3 + 0.45 * num_new)
     ax.imshow(mask, cmap=ListedColormap(["white", "tab:blue"]), vmin=0, vmax=1, aspect="equal")
+    ax.set_xticks(np.arange(total + 1) - 0.5, minor=True)
+    ax.set_yticks(np.arange(num_new + 1) - 0.5, minor=True)
+    ax.grid(which="minor", color="gray", lw=0.5)
+    ax.tick_params(which="minor", length=0)
     ax.set_xticks(range(total), [str(p) for p in range(total)], fontsize=7)
     ax.set_yticks(range(num_new), [str(num_cached + i) for i in range(num_new)], fontsize=7)
     ax.axvline(num_cached - 0.5, color="tab:red", lw=1.5)
