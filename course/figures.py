@@ -267,15 +267,12 @@ def waste_vs_block_size(block_sizes: Sequence[int], paged_waste: Sequence[float]
     _show(fig)
 
 
-def block_tables(tables: Mapping[str, Sequence[int]], lengths: Mapping[str, int], num_blocks: int,
+def block_tables(tables: Mapping[str, Sequence[int]], slots: Mapping[str, Sequence[int]], num_blocks: int,
                  block_size: int) -> None:
     """Each request's logical blocks (outlined, above and below) and the physical blocks of the pool they map to
-    (middle row); the numbers in the pool are token positions."""
+    (middle row). `slots[name][p]` is the slot of the request's position p; the pool shows the positions there."""
     fig, ax = _figure(13, 3.6)
-    owner = {}
-    for name, table in tables.items():
-        for p in range(lengths[name]):
-            owner[table[p // block_size] * block_size + p % block_size] = (name, p)
+    owner = {slot: (name, p) for name, request_slots in slots.items() for p, slot in enumerate(request_slots)}
     index = {name: i for i, name in enumerate(tables)}
     for b in range(num_blocks):
         for r in range(block_size):
