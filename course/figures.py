@@ -388,68 +388,60 @@ def attention_mask(batch, names: Sequence[str]) -> None:
     rgb = np.ones(mask.shape + (3,))
     for i, (start, end) in enumerate(spans):
         block = mask[start:end, key_start[i]:key_start[i + 1]]
-        rgb[start:end, key_start[i]:key_start[i + 1]][block] = plt.matplotlib.colors.to_rgb(color(i))
-        rgb[start:end, key_start[i]:key_start[i + 1]][~block] = 0.92
-    fig, ax = _figure(min(1.5 + 0.28 * mask.shape[1], 13), 1.2 + 0.28 * mask.shape[0])
+        view = rgb[start:end, key_start[i]:key_start[i + 1]]
+        view[block] = plt.matplotlib.colors.to_rgb(color(i))
+        view[~block] = 0.9
+    fig, ax = _figure(min(2.5 + 0.26 * mask.shape[1], 13), 1.0 + 0.26 * mask.shape[0])
     ax.imshow(rgb, aspect="equal", interpolation="nearest")
     for i, (start, end) in enumerate(spans):
         ax.add_patch(Rectangle((key_start[i] - 0.5, start - 0.5), seq_lens[i], end - start, fill=False, ec="black",
                                lw=1))
-        cached = seq_lens[i] - (end - start)
-        ax.text(key_start[i] + seq_lens[i] / 2 - 0.5, -1.0, f"{names[i]}: {cached} cached + {end - start} new",
-                ha="center", fontsize=8, color=color(i))
-    ax.set_xticks(key_start[:-1] - 0.5, [f"{k}" for k in key_start[:-1]], fontsize=7)
-    ax.set_yticks([s for s, _ in spans], [f"qsl={s}" for s, _ in spans], fontsize=7)
-    ax.set_xlabel("keys: each request's context, end to end (grey: same request, masked)")
-    ax.set_ylabel("query rows of the flat batch")
-    ax.set_ylim(mask.shape[0] - 0.5, -1.8)
+    ax.set_xticks(key_start[:-1] - 0.5, [str(k) for k in key_start[:-1]], fontsize=7)
+    ax.set_yticks([(s + e - 1) / 2 for s, e in spans],
+                  [f"{names[i]}\n{seq_lens[i] - (e - s)} cached + {e - s} new" for i, (s, e) in enumerate(spans)],
+                  fontsize=8)
+    for label, i in zip(ax.get_yticklabels(), range(len(spans))):
+        label.set_color(color(i))
+    ax.set_xlabel("keys: each request's context, end to end (grey: its own keys it may not see yet)")
     ax.set_title("Attention mask of one flat batch: block-diagonal, each block causal with an offset")
     _show(fig)
 
 
 def rows_to_slots(batch, names: Sequence[str], block_size: int, num_blocks: int) -> None:
-    """Each row of the flat batch (left) goes to one slot of the KV pool (right): block slot_mapping // B,
-    row slot_mapping % B. Lines join a row to its slot; each request's blocks are its block table."""
+    """Each row of the flat batch (top) goes to one slot of the KV pool (bottom, block after block): the slot is
+    slot_mapping[row], in block slot // block_size. The blocks of one request need not be adjacent."""
     slots = _as_list(batch.slot_mapping)
-    spans = _spans(batch)
-    fig, ax = _figure(11, max(3.2, 0.8 + 0.26 * len(slots)))
-    pool_x, row_h = 6.0, 1.0
-    n_rows = len(slots)
-    top = n_rows * row_h
-    for i, (start, end) in enumerate(spans):
-        for t in range(start, end):
-            y = top - (t + 1) * row_h
-            ax.add_patch(Rectangle((0, y), 2.2, row_h * 0.9, fc=color(i), alpha=0.55, ec="black", lw=0.5))
-            ax.text(1.1, y + 0.45, f"row {t}: {names[i]} pos {_as_list(batch.positions)[t]}", ha="center",
-                    va="center", fontsize=7)
-    # The pool: one column per block, block_size cells high, drawn at the right.
-    cell_w = min(0.7, 6.0 / num_blocks)
-    cell_h = top / block_size
-    owner = {}
-    for i, table in enumerate(batch.block_tables):
-        for b in table:
-            owner[b] = i
+    n_rows, n_slots = len(slots), num_blocks * block_size
+    width = n_slots + num_blocks * 0.5  # a small gap after every block
+    fig, ax = _figure(13, 3.4)
+    row_w = width / max(n_rows, 1)
+    slot_x = lambda slot: slot + (slot // block_size) * 0.5  # noqa: E731
+    request_of = np.repeat(np.arange(len(_spans(batch))), [e - s for s, e in _spans(batch)])
+    for t in range(n_rows):
+        ax.add_patch(Rectangle((t * row_w, 3), row_w * 0.92, 0.8, fc=color(request_of[t]), alpha=0.6, ec="black",
+                               lw=0.5))
+        ax.text(t * row_w + row_w * 0.46, 3.4, str(t), ha="center", va="center", fontsize=7)
+    owner = {b: i for i, table in enumerate(batch.block_tables) for b in table}
+    written = {slot: request_of[t] for t, slot in enumerate(slots)}
+    for slot in range(n_slots):
+        b = slot // block_size
+        fc = color(written[slot]) if slot in written else (color(owner[b]) if b in owner else "white")
+        ax.add_patch(Rectangle((slot_x(slot), 0), 0.92, 0.8, fc=fc, alpha=0.9 if slot in written else 0.25,
+                               ec="gray", lw=0.5))
     for b in range(num_blocks):
-        for r in range(block_size):
-            fc = color(owner[b]) if b in owner else "white"
-            ax.add_patch(Rectangle((pool_x + b * cell_w, top - (r + 1) * cell_h), cell_w * 0.92, cell_h * 0.92,
-                                   fc=fc, alpha=0.3 if b in owner else 1, ec="gray", lw=0.5))
-        ax.text(pool_x + b * cell_w + cell_w * 0.46, top + 0.25, str(b), ha="center", fontsize=7)
-    for i, (start, end) in enumerate(spans):
-        for t in range(start, end):
-            b, r = divmod(slots[t], block_size)
-            x, y = pool_x + b * cell_w + cell_w * 0.46, top - (r + 0.5) * cell_h
-            ax.add_patch(Rectangle((pool_x + b * cell_w, top - (r + 1) * cell_h), cell_w * 0.92, cell_h * 0.92,
-                                   fc=color(i), alpha=0.9, ec="black", lw=0.5))
-            ax.text(x, y, str(slots[t]), ha="center", va="center", fontsize=6, color="white")
-            ax.plot([2.2, x], [top - (t + 0.55) * row_h, y], color=color(i), lw=0.6, alpha=0.7)
-    ax.text(1.1, top + 0.25, "flat batch rows", ha="center", fontsize=9)
-    ax.text(pool_x + num_blocks * cell_w / 2, top + 0.9, f"KV pool: block id (top), rows 0..{block_size - 1} "
-            "downwards; numbers are slots", ha="center", fontsize=9)
-    ax.set_xlim(-0.2, pool_x + num_blocks * cell_w + 0.2)
-    ax.set_ylim(-0.3, top + 1.4)
+        ax.text(slot_x(b * block_size) + block_size / 2, -0.35, f"block {b}", ha="center", fontsize=7)
+    for t, slot in enumerate(slots):
+        ax.plot([t * row_w + row_w * 0.46, slot_x(slot) + 0.46], [3, 0.8], color=color(request_of[t]), lw=0.7)
+        ax.text(slot_x(slot) + 0.46, 0.4, str(slot), ha="center", va="center", fontsize=5.5, color="white")
+    for i, name in enumerate(names):
+        ax.plot([], [], "s", color=color(i), label=f"{name}: table {list(batch.block_tables[i])}")
+    ax.text(-0.5, 3.4, "flat batch rows", ha="right", va="center", fontsize=9)
+    ax.text(-0.5, 0.4, "KV pool slots", ha="right", va="center", fontsize=9)
+    ax.set_xlim(-9, width + 0.5)
+    ax.set_ylim(-0.7, 4.1)
     ax.axis("off")
-    ax.set_title("slot_mapping: where each row's K and V are written")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(names), fontsize=8, frameon=False)
+    ax.set_title("slot_mapping: where each row's K and V are written (pale: a request's block, not written now)")
     _show(fig)
 
 
