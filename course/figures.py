@@ -48,6 +48,7 @@ def tokens_per_step(parts: Mapping[str, Sequence[int]], token_budget: int, title
         ax.bar(steps, values, bottom=bottom, width=0.9, color=c, label=label)
         bottom += np.asarray(values)
     ax.axhline(token_budget, color="black", ls="--", lw=1, label=f"token_budget = {token_budget}")
+    ax.set_ylim(0, 1.15 * max(token_budget, bottom.max()))
     ax.set_xlabel("engine step")
     ax.set_ylabel("tokens in the forward pass")
     ax.set_title(title)
