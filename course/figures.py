@@ -60,22 +60,25 @@ def request_timeline(trace: Sequence[Sequence[tuple[int, int, str]]], labels: Se
                      events: Sequence[tuple[int, int, str]] = ()) -> None:
     """One row per request, one column per engine step. `trace[step]` lists (request index, tokens computed,
     kind) with kind "prefill" (a prompt or a chunk of it), "recompute" (after a preemption) or "decode";
-    `events` are (step, request index, text) markers such as "finished" or "preempted"."""
-    styles = {"prefill": ("tab:blue", 0.85), "recompute": ("tab:red", 0.6), "decode": ("tab:orange", 0.85)}
+    `events` are (step, request index, text) markers such as "finished" or "preempted". Kind "skipped" marks a
+    request that was scheduled but not computed."""
+    styles = {"prefill": ("tab:blue", 0.85), "recompute": ("tab:red", 0.6), "decode": ("tab:orange", 0.85),
+              "skipped": ("lightgray", 1.0)}
     n_steps = len(trace)
-    fig, ax = _figure(min(2 + 0.32 * n_steps, 13), 0.9 + 0.42 * len(labels))
+    fig, ax = _figure(min(max(6.5, 2 + 0.32 * n_steps), 13), 0.9 + 0.42 * len(labels))
     for step, items in enumerate(trace):
         for req, tokens, kind in items:
             c, alpha = styles[kind]
             ax.add_patch(Rectangle((step, req - 0.4), 0.95, 0.8, color=c, alpha=alpha, lw=0))
-            if kind != "decode":
+            if kind in ("prefill", "recompute"):
                 ax.text(step + 0.47, req, str(tokens), ha="center", va="center", fontsize=7, color="white")
     for step, req, text in events:
         marker = {"finished": ("|", "black"), "preempted": ("x", "tab:red")}.get(text, ("*", "black"))
         ax.plot(step + 1.0, req, marker=marker[0], color=marker[1], markersize=11, mew=2)
     for kind, (c, alpha) in styles.items():
         if any(k == kind for items in trace for _, _, k in items):
-            ax.add_patch(Rectangle((0, 0), 0, 0, color=c, alpha=alpha, label=kind))
+            ax.add_patch(Rectangle((0, 0), 0, 0, color=c, alpha=alpha,
+                                   label="scheduled, not computed" if kind == "skipped" else kind))
     if any(text == "finished" for *_, text in events):
         ax.plot([], [], "|", color="black", markersize=11, mew=2, label="finished")
     if any(text == "preempted" for *_, text in events):
@@ -520,21 +523,6 @@ def forward_passes(counts: Sequence[tuple[int, int, int]]) -> None:
     ax.set_xlabel("requests")
     ax.set_ylabel("forward passes")
     ax.legend()
-    _show(fig)
-
-
-def progress(computed: Sequence[Sequence[int]], totals: Sequence[int], labels: Sequence[str], title: str) -> None:
-    """Tokens computed per request (one line each) after every step, against each request's final count."""
-    computed = np.asarray(computed)
-    fig, ax = _figure(9, 3.3)
-    steps = np.arange(1, len(computed) + 1)
-    for i, label in enumerate(labels):
-        ax.step(steps, computed[:, i], where="post", color=color(i), label=label)
-        ax.axhline(totals[i], color=color(i), ls=":", lw=0.8)
-    ax.set_xlabel("engine step")
-    ax.set_ylabel("num_computed_tokens")
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _show(fig)
 
 
