@@ -72,9 +72,10 @@ def request_timeline(trace: Sequence[Sequence[tuple[int, int, str]]], labels: Se
             ax.add_patch(Rectangle((step, req - 0.4), 0.95, 0.8, color=c, alpha=alpha, lw=0))
             if kind in ("prefill", "recompute"):
                 ax.text(step + 0.47, req, str(tokens), ha="center", va="center", fontsize=7, color="white")
-    for step, req, text in events:
+    for step, req, text in events:  # a finish after the step's cell, a preemption in it (nothing computed)
         marker = {"finished": ("|", "black"), "preempted": ("x", "tab:red")}.get(text, ("*", "black"))
-        ax.plot(step + 1.0, req, marker=marker[0], color=marker[1], markersize=11, mew=2)
+        ax.plot(step + (1.0 if text == "finished" else 0.47), req, marker=marker[0], color=marker[1], markersize=11,
+                mew=2)
     for kind, (c, alpha) in styles.items():
         if any(k == kind for items in trace for _, _, k in items):
             ax.add_patch(Rectangle((0, 0), 0, 0, color=c, alpha=alpha,
@@ -530,11 +531,12 @@ def free_blocks(free: Sequence[int], running: Sequence[int], events: Sequence[tu
                 title: str) -> None:
     """Free blocks and running requests after every step, with a red line at each preemption."""
     fig, ax = _figure(10, 3.6)
-    ax.step(range(len(free)), free, where="post", label="free blocks after the step")
-    ax.step(range(len(running)), running, where="post", color="tab:green", alpha=0.7, label="running requests")
-    for k, (t, who) in enumerate(events):
-        ax.axvline(t, color="tab:red", ls="--", lw=1, label="preemption" if k == 0 else None)
-        ax.text(t + 0.3, num_blocks - 1 - 2 * (k % 3), who, color="tab:red", fontsize=8)
+    steps = np.arange(1, len(free) + 1)
+    ax.step(steps, free, where="post", label="free blocks after the step")
+    ax.step(steps, running, where="post", color="tab:green", alpha=0.7, label="running requests")
+    for k, (t, who) in enumerate(events):  # t: the step's index, from 0
+        ax.axvline(t + 1, color="tab:red", ls="--", lw=1, label="preemption" if k == 0 else None)
+        ax.text(t + 1.3, num_blocks - 1 - 2 * (k % 3), who, color="tab:red", fontsize=8)
     ax.set_xlabel("engine step")
     ax.set_ylim(0, num_blocks)
     ax.set_title(title)
@@ -545,9 +547,10 @@ def free_blocks(free: Sequence[int], running: Sequence[int], events: Sequence[tu
 def blocks_over_time(held: Sequence[Sequence[int]], labels: Sequence[str], num_blocks: int,
                      events: Sequence[tuple[int, int, str]], title: str) -> None:
     """Blocks held by each request after every step, stacked, up to the pool size; markers where a request is
-    admitted, preempted or finishes. `held[step][i]` is request i's block-table length after that step."""
+    admitted, preempted or finishes. `held[step][i]` is request i's block-table length after that step; steps
+    are indexed from 0 and drawn from 1, like every step axis of the course."""
     held = np.asarray(held)
-    steps = np.arange(len(held))
+    steps = np.arange(1, len(held) + 1)
     fig, ax = _figure(11, 3.8)
     ax.stackplot(steps, held.T, colors=[color(i) for i in range(len(labels))], labels=labels, alpha=0.75,
                  step="post")
@@ -555,7 +558,7 @@ def blocks_over_time(held: Sequence[Sequence[int]], labels: Sequence[str], num_b
     marks = {"admitted": ("^", "black"), "preempted": ("x", "tab:red"), "finished": ("o", "black")}
     for step, req, kind in events:  # at the middle of the request's band (its bottom once it holds nothing)
         m, c = marks[kind]
-        ax.plot(step, held[step, :req].sum() + held[step, req] / 2, marker=m, color=c, markersize=7, mew=1.5,
+        ax.plot(step + 1, held[step, :req].sum() + held[step, req] / 2, marker=m, color=c, markersize=7, mew=1.5,
                 ls="none")
     for kind, (m, c) in marks.items():
         if any(k == kind for *_, k in events):
@@ -563,7 +566,7 @@ def blocks_over_time(held: Sequence[Sequence[int]], labels: Sequence[str], num_b
     ax.set_xlabel("engine step")
     ax.set_ylabel("KV blocks held")
     ax.set_ylim(0, num_blocks * 1.08)
-    ax.set_xlim(0, len(held))
+    ax.set_xlim(0.5, len(held) + 1)
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     _show(fig)
