@@ -607,7 +607,7 @@ def hash_chain(token_lists: Sequence[Sequence[int]], hashes: Sequence[Sequence[i
     Blocks whose name also appears in the other prompt's chain are shared (filled); the first differing block
     and every block after it get new names, even where the tokens are equal again."""
     n_max = max(len(h) for h in hashes)
-    fig, ax = _figure(min(2.5 + 2.3 * (n_max + 1), 13), 1.0 + 1.6 * len(hashes))
+    fig, ax = _figure(min(2.0 + 1.9 * (n_max + 1), 13), 0.9 + 1.1 * len(hashes))
     all_names = [set(h) for h in hashes]
     for i, (tokens, chain) in enumerate(zip(token_lists, hashes)):
         y = -1.6 * i
@@ -633,7 +633,8 @@ def hash_chain(token_lists: Sequence[Sequence[int]], hashes: Sequence[Sequence[i
     ax.set_xlim(-3.2, 2.3 * (n_max + 1))
     ax.set_ylim(-1.6 * (len(hashes) - 1) - 0.4, 1.3)
     ax.axis("off")
-    ax.set_title("Chained block hashes (last 4 hex digits): filled blocks have a name the other prompt also has")
+    ax.set_title("Each full block is named hash(parent's name, its tokens) (last 4 hex digits shown);\n"
+                 "filled: a name that another prompt shares", fontsize=10)
     _show(fig)
 
 
