@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     passed = failed = 0
-    rows = []
+    rows, table = [], []  # table: the closing summary, one line per graded file
     for ex in exercises:
         targets: list[Path | None] = [None]
         if args.impl:
@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             print(report.text(summary=False, verbose=args.verbose))
             print(f"-- {report.summary()} ({report.seconds:.1f}s)\n")
             passed, failed = passed + report.passed, failed + report.failed
+            name = f"{ex.slug} ({_rel(target)})" if target else ex.slug
+            table.append(f"{ex.id:>4}  {name:<40}  {report.passed}/{report.passed + report.failed}")
             rows.append({"file": _rel(target) if target else ex.practice_file, "exercise": ex.id,
                          "passed": report.passed, "failed": report.failed, "score": report.score})
     if args.csv:
@@ -124,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             w.writeheader()
             w.writerows(rows)
         print(f"wrote {len(rows)} rows to {args.csv}")
+    if len(table) > 1:
+        print("\n".join(table))
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 and passed > 0 else 1
 

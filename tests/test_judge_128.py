@@ -121,3 +121,19 @@ def test_cli_grades_a_folder_into_csv(tmp_path):
     assert [Path(r["file"]).name for r in rows] == ["right_numpy_vectorized.py", "wrong_positions_from_zero.py"]
     assert [(r["exercise"], r["passed"], r["failed"], r["score"]) for r in rows] == [
         ("128", "3", "0", "100.0"), ("128", "1", "2", "33.3")]
+
+
+@pytest.mark.parametrize("name, field", [("wrong_local_logits_indices", "logits_indices"),
+                                         ("wrong_positions_from_zero", "positions")])
+def test_end_to_end_failure_is_shrunk_labelled_and_names_its_attribute(name, field, model_dir):
+    """The end-to-end case shows the smallest part of the step's batch that is still wrong, each item labelled
+    with its request and what it is, and the hint of the attribute that differs (not a generic one)."""
+    report = judge.grade_inprocess(128, load_file(CASES_DIR / f"{name}.py"), cases=[E2E],
+                                   options={"model": model_dir})
+    details = report.results[0].details
+    assert details["field"] == field, report.text()
+    assert "# request " in details["input"] and details["input"].count("# request ") <= 2, report.text()
+    other = "positions" if field == "logits_indices" else "logits_indices"
+    assert other not in details["hint"], report.text()
+    items = eval(details["input"][len("build_batch("):].rsplit(", block_size=", 1)[0])  # noqa: S307 - our output
+    assert all(len(it) == 4 for it in items)

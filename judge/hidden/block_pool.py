@@ -19,6 +19,7 @@ CASES = Cases()
 # An operation: ("allocate", n) | ("free", [ids]) | ("incref", id) | ("drain",) = allocate every free block.
 Op = tuple
 NO_FREE = "NoFreeBlocksError"
+LOOK_ALIKE = "NoFreeBlocksError (a class of your own, not framework.errors.NoFreeBlocksError)"
 
 
 class Spec:
@@ -78,8 +79,12 @@ def script_text(num_blocks: int, ops: list[Op], upto: int | None = None) -> str:
 
 
 def _error_name(exc: BaseException) -> str:
-    if any(c.__name__ == NO_FREE for c in type(exc).__mro__):
+    from framework.errors import NoFreeBlocksError
+
+    if isinstance(exc, NoFreeBlocksError):  # the very class: the engine catches it, not a look-alike
         return NO_FREE
+    if any(c.__name__ == NO_FREE for c in type(exc).__mro__):
+        return LOOK_ALIKE
     return type(exc).__name__
 
 
@@ -112,6 +117,9 @@ def observe(pool: Any) -> dict[str, Any]:
 def _hint(op: Op, field: str, exp: Any, got: Any, spec_before: Spec) -> str:
     kind = op[0]
     if field == "raises":
+        if exp == NO_FREE and got == LOOK_ALIKE:
+            return ("raise the NoFreeBlocksError that the starter file imports (from framework.errors import "
+                    "NoFreeBlocksError), not a class of the same name: the engine catches that very class")
         if exp == NO_FREE:
             return "allocate(n) with fewer than n free blocks raises NoFreeBlocksError and changes nothing"
         if exp == "ValueError" and kind == "free":

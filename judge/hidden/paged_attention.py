@@ -114,7 +114,11 @@ def _diagnose(s: Spec, inp: dict[str, Any], got: torch.Tensor, tol: float | None
     d = s.head_dim
     for sc, what in ((1 / d, "1/head_dim"), (1.0, "1 (no scaling)"), (math.sqrt(d), "sqrt(head_dim)")):
         mistakes.append(({"scale": sc}, f"wrong scale: you seem to use {what}; the default is 1/sqrt(head_dim)"))
-    if s.scale is not None:
+    if s.scale == 0:
+        mistakes.append(({"scale": 1 / math.sqrt(d)}, "scale=0.0 was replaced by the default: 0.0 is a scale (every "
+                                                      "key weighs the same), so test `scale is None`, not "
+                                                      "`scale or 1/sqrt(head_dim)`"))
+    elif s.scale is not None:
         mistakes.append(({"scale": 1 / math.sqrt(d)}, "the `scale` argument is ignored: use it when it is not None"))
     right = dense_reference(s, inp)
     for kwargs, hint in mistakes:
@@ -305,9 +309,10 @@ def _(impl):
     check(impl, [replace(s, n_heads=8, n_kv_heads=2) for s in random_specs(5, 10, ["chunk", "decode"], [4])])
 
 
-@CASES("a custom softmax scale")
+@CASES("a custom softmax scale (0.0 included)")
 def _(impl):
-    check(impl, random_specs(6, 10, ["prefill", "chunk", "decode"], [2, 4], scale=True))
+    zero = [replace(s, scale=0.0) for s in random_specs(60, 4, ["prefill", "chunk", "decode"], [2, 4])]
+    check(impl, random_specs(6, 10, ["prefill", "chunk", "decode"], [2, 4], scale=True) + zero)
 
 
 @CASES("block_size 1 and a block size larger than every context")

@@ -9,10 +9,15 @@ with the number of cached prompt tokens the prefix hits predict.
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 from typing import Any, Callable
 
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink, short
+from judge.harness import (_STATE, CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink,
+                           short)
 from judge.hidden.inference_loop import alone, load_model, random_prompts
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
@@ -131,6 +136,54 @@ def shrink_tokens(value):
         yield tokens[:-1], bs
     if any(t > 9 for t in tokens):
         yield [t % 10 for t in tokens], bs
+
+
+# In another process: load the learner's file and print hash_block's value on each input (run with -I: the
+# repository root is put on sys.path by hand, for a learner file that imports framework).
+_OTHER_PROCESS = """
+import importlib.util, json, sys
+sys.path.insert(0, sys.argv[1])
+spec = importlib.util.spec_from_file_location("learner_prefix_cache", sys.argv[2])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps([repr(module.hash_block(p, t)) for p, t in json.loads(sys.argv[3])]))
+"""
+
+
+def hashes_elsewhere(path: str, inputs: list[tuple[int, list[int]]], seed: int) -> list[str]:
+    from judge.registry import ROOT
+
+    env = {"PYTHONHASHSEED": str(seed), "OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.run([sys.executable, "-I", "-B", "-c", _OTHER_PROCESS, str(ROOT), path, json.dumps(inputs)],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=os.path.dirname(path))
+    if proc.returncode != 0:
+        raise CaseFailure(f"your file failed in a fresh process (PYTHONHASHSEED={seed}): "
+                          f"{short(proc.stderr.strip()[-600:])}", kind="error")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@CASES("hash_block: equal in every process (PYTHONHASHSEED does not change it)")
+def _(impl):
+    path = getattr(impl, "__file__", None) or _STATE.get("learner_file")
+    if not path or not os.path.isfile(path):
+        raise CaseFailure("this case runs your file in two other processes, and your code has no file "
+                          "(grade practice/prefix_cache.py, or pass a file)", kind="error")
+    inputs = [(NONE_HASH, [5, 17, 2, 9]), (123456789, [1, 2, 3, 4]), (NONE_HASH, [7])]
+    here = [repr(hash_of(impl, p, t)) for p, t in inputs]
+    if len(set(here)) < len(inputs):  # a constant hash is equal everywhere, and names nothing
+        raise CaseFailure(f"hash_block gives equal hashes to different blocks: {here}",
+                          input=" ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs),
+                          hint="hash the parent and every token, e.g. hash((parent_hash, tuple(token_ids)))")
+    for seed in (1, 2):
+        there = hashes_elsewhere(path, inputs, seed)
+        for (p, t), h, o in zip(inputs, here, there):
+            if h != o:
+                raise CaseFailure(f"hash_block({p}, {t}) is {h} here but {o} in a process started with "
+                                  f"PYTHONHASHSEED={seed}: block hashes must be equal across processes",
+                                  input=f"hash_block({p!r}, {t!r})",
+                                  hint="Python salts hash() of str and bytes per process: hash ints or a tuple "
+                                       "of ints (hash((parent_hash, tuple(token_ids)))), or a hashlib digest "
+                                       "turned into an int (int.from_bytes(digest[:8], 'big'))")
 
 
 @CASES("block_hashes: one chained hash per full block, from NONE_HASH")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 from judge.harness import CaseFailure, Cases, learner_call, shrink, short
+from framework.scheduler import SchedulerBase
 from solutions import scheduler as ref
 from solutions.kv_cache_manager import KVCacheManager, blocks_needed
 from framework.request import Request, RequestStatus
@@ -418,10 +419,9 @@ def learner_scheduler(impl) -> type:
     if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
         raise CaseFailure("Scheduler must be a class with a schedule method, as in the starter file",
                           hint="keep `class Scheduler(SchedulerBase):` and write schedule")
-    # A copy of the reference class (a file graded on its own) has the reference's state and helpers too.
-    bases = (learner,) if issubclass(learner, ref.Scheduler) else (learner, ref.Scheduler)
-    return type("Graded", bases, {"allocate_or_preempt": ref.Scheduler.allocate_or_preempt,
-                                  "preempt": ref.Scheduler.preempt})
+    # The learner's schedule on the framework's shell, with the reference preemption (exercise 131 is graded apart).
+    bases = (learner,) if issubclass(learner, SchedulerBase) else (learner, SchedulerBase)
+    return type("Graded", bases, {"preemption": ref.preemption})
 
 
 def kinds(before: dict[str, Any]) -> dict[str, str]:

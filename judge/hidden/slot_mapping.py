@@ -141,7 +141,8 @@ def _(impl):
 
 @CASES("slot mapping: start == end gives no slots")
 def _(impl):
-    check_slots(impl, [([4, 8], 3, 3, 4), ([1], 0, 0, 2)])
+    # each empty range follows a non-empty one on the same table, so that returning [] always cannot pass
+    check_slots(impl, [([4, 8], 1, 4, 4), ([4, 8], 3, 3, 4), ([1], 0, 2, 2), ([1], 0, 0, 2)])
 
 
 @CASES("slot mapping: random block tables, block sizes 1 to 16")
@@ -305,7 +306,8 @@ def _(impl):
 
 @CASES("write_kv: no tokens (empty slot_mapping) changes nothing")
 def _(impl):
-    check_writes(impl, [(3, 4, 4, 2, 4, [], torch.float32, torch.long)])
+    # after a one-token write into the same shapes, so that a write_kv doing nothing cannot pass
+    check_writes(impl, [(3, 4, 4, 2, 4, [9], torch.float32, torch.long), (3, 4, 4, 2, 4, [], torch.float32, torch.long)])
 
 
 @CASES("write_kv: in place into one layer of a multi-layer cache")
