@@ -3,6 +3,7 @@ running anything, for example on GitHub.
 
     python scripts/execute_chapters.py            # every chapters/*.ipynb
     python scripts/execute_chapters.py 04 06      # chapters whose file name starts with 04 or 06
+    python scripts/execute_chapters.py -j 2       # two chapters at a time
 
 Each chapter runs in a fresh kernel of this Python, from chapters/, on the reference engine (COURSE_IMPL=solutions),
 on the CPU with one thread and the embedded model, whatever the caller's environment says: the stored outputs are
@@ -18,6 +19,7 @@ import re
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -56,6 +58,22 @@ def strip_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def coalesce_streams(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Merge consecutive stdout (stderr) outputs of a cell: how the kernel splits a stream depends on timing, and
+    the stored notebook must not change when nothing else did."""
+    for cell in nb.cells:
+        merged = []
+        for out in cell.get("outputs", []):
+            if merged and out.output_type == "stream" and merged[-1].output_type == "stream" \
+                    and merged[-1].name == out.name:
+                merged[-1].text += out.text
+            else:
+                merged.append(out)
+        if cell.cell_type == "code":
+            cell.outputs = merged
+    return nb
+
+
 def execute(nb: nbformat.NotebookNode, env: dict[str, str], timeout: int = 600) -> nbformat.NotebookNode:
     """Execute `nb` (outputs cleared first) in a fresh kernel with cwd chapters/; raises CellExecutionError."""
     nb = strip_outputs(nb)
@@ -72,7 +90,7 @@ def execute(nb: nbformat.NotebookNode, env: dict[str, str], timeout: int = 600) 
                 os.environ.pop("JUPYTER_PATH", None)
             else:
                 os.environ["JUPYTER_PATH"] = saved
-    return nb
+    return coalesce_streams(nb)
 
 
 def output_bytes(nb: nbformat.NotebookNode) -> int:
@@ -90,28 +108,36 @@ def select(names: list[str]) -> list[Path]:
     return chosen
 
 
+def regenerate(path: Path, timeout: int) -> str | None:
+    """Run one chapter and store its outputs; the error text if it failed (the notebook is then left as it was)."""
+    start = time.perf_counter()
+    try:
+        nb = execute(nbformat.read(path, as_version=4), kernel_env(), timeout)
+    except CellExecutionError as e:
+        return re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the kernel colours its tracebacks
+    nbformat.write(nb, path)
+    print(f"{path.name}: {time.perf_counter() - start:.0f} s, {output_bytes(nb) / 1024:.0f} KiB of outputs", flush=True)
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("chapters", nargs="*", help="file-name prefixes, e.g. 04 (default: all chapters)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="chapters run at the same time (default 1)")
     args = parser.parse_args()
-    failed = []
-    for path in select(args.chapters):
-        start = time.perf_counter()
-        try:
-            nb = execute(nbformat.read(path, as_version=4), kernel_env(), args.timeout)
-        except CellExecutionError as e:
-            print(f"{path.name}: FAILED, not rewritten\n{re.sub(chr(27) + r'[[0-9;]*m', '', str(e))}", file=sys.stderr)
-            failed.append(path.name)
-            continue
-        nbformat.write(nb, path)
-        print(f"{path.name}: {time.perf_counter() - start:.0f} s, {output_bytes(nb) / 1024:.0f} KiB of outputs")
+    paths = select(args.chapters)
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        errors = dict(zip(paths, pool.map(regenerate, paths, [args.timeout] * len(paths))))
+    for path, error in errors.items():
+        if error:
+            print(f"{path.name}: FAILED, not rewritten\n{error}", file=sys.stderr)
     total = sum(output_bytes(nbformat.read(p, as_version=4)) for p in CHAPTERS.glob("*.ipynb"))
     print(f"all chapters: {total / 2**20:.2f} MiB of stored outputs (limit {MAX_OUTPUT_BYTES / 2**20:.0f} MiB)")
     if total > MAX_OUTPUT_BYTES:
         print("over the limit: lower course.figures.DPI or the figure sizes", file=sys.stderr)
         return 1
-    return 1 if failed else 0
+    return 1 if any(errors.values()) else 0
 
 
 if __name__ == "__main__":
