@@ -26,7 +26,8 @@ def _figure(width: float, height: float, ncols: int = 1, **kwargs):
     return plt.subplots(1, ncols, figsize=(width, height), dpi=DPI, **kwargs)
 
 
-def _as_list(x) -> list:
+def as_list(x) -> list:
+    """A tensor, array or sequence of ints as a list (a learner's build_batch may return lists or tensors)."""
     return x.tolist() if hasattr(x, "tolist") else list(x)
 
 
@@ -334,17 +335,17 @@ def pool_contents(tables: Sequence[Sequence[int]], lengths: Sequence[int], num_b
 
 
 def _spans(batch) -> list[tuple[int, int]]:
-    qsl = _as_list(batch.query_start_loc)
+    qsl = as_list(batch.query_start_loc)
     return [(qsl[i], qsl[i + 1]) for i in range(len(qsl) - 1)]
 
 
 def flat_batch(batch, names: Sequence[str], title: str) -> None:
     """The flat batch column by column: input_ids, positions and slot_mapping of every row, the request
     boundaries (query_start_loc) and the rows whose logits are computed (logits_indices, red marks)."""
-    qsl = _as_list(batch.query_start_loc)
-    rows = [("input_ids", _as_list(batch.input_ids)), ("positions", _as_list(batch.positions)),
-            ("slot_mapping", _as_list(batch.slot_mapping))]
-    seq_lens = _as_list(batch.seq_lens)
+    qsl = as_list(batch.query_start_loc)
+    rows = [("input_ids", as_list(batch.input_ids)), ("positions", as_list(batch.positions)),
+            ("slot_mapping", as_list(batch.slot_mapping))]
+    seq_lens = as_list(batch.seq_lens)
     n = qsl[-1]
     fig, ax = _figure(max(6.0, 2.5 + 0.55 * n), 4)
     for i, (start, end) in enumerate(_spans(batch)):
@@ -358,7 +359,7 @@ def flat_batch(batch, names: Sequence[str], title: str) -> None:
     for i, q in enumerate(qsl):
         ax.plot([q - 0.025, q - 0.025], [-2.2, 1.2], color="black", lw=1.5)
         ax.text(q, -2.6 - 0.35 * (i % 2), f"qsl[{i}]={q}", ha="center", fontsize=8)
-    for row in _as_list(batch.logits_indices):
+    for row in as_list(batch.logits_indices):
         ax.plot(row + 0.47, 1.15, marker="v", color="red", markersize=10)
     for y, (label, _) in enumerate(rows):
         ax.text(-0.3, -y + 0.45, label, ha="right", va="center", fontsize=10)
@@ -372,7 +373,7 @@ def flat_batch(batch, names: Sequence[str], title: str) -> None:
 def flat_batch_mask(batch) -> np.ndarray:
     """Which keys each query row of a flat batch may see: rows are the batch's rows, columns every request's
     context laid end to end (request i's keys 0 .. seq_lens[i]-1). Block-diagonal; each block offset-causal."""
-    seq_lens = _as_list(batch.seq_lens)
+    seq_lens = as_list(batch.seq_lens)
     spans = _spans(batch)
     key_start = np.concatenate([[0], np.cumsum(seq_lens)])
     mask = np.zeros((spans[-1][1] if spans else 0, int(key_start[-1])), dtype=bool)
@@ -387,7 +388,7 @@ def attention_mask(batch, names: Sequence[str]) -> None:
     """The attention mask of a flat batch: one block per request on the diagonal (no request sees another's
     keys), each block a lower triangle shifted right by the request's cached tokens."""
     mask = flat_batch_mask(batch)
-    seq_lens = _as_list(batch.seq_lens)
+    seq_lens = as_list(batch.seq_lens)
     spans = _spans(batch)
     key_start = np.concatenate([[0], np.cumsum(seq_lens)])
     rgb = np.ones(mask.shape + (3,))
@@ -415,7 +416,7 @@ def attention_mask(batch, names: Sequence[str]) -> None:
 def rows_to_slots(batch, names: Sequence[str], block_size: int, num_blocks: int) -> None:
     """Each row of the flat batch (top) goes to one slot of the KV pool (bottom, block after block): the slot is
     slot_mapping[row], in block slot // block_size. The blocks of one request need not be adjacent."""
-    slots = _as_list(batch.slot_mapping)
+    slots = as_list(batch.slot_mapping)
     n_rows, n_slots = len(slots), num_blocks * block_size
     width = n_slots + num_blocks * 0.5  # a small gap after every block
     fig, ax = _figure(13, 3.4)
