@@ -12,9 +12,9 @@ In a temporary copy of the course whose practice/ starts as the untouched stubs,
 
 Chapter 01 is left out: it never loads an engine module (it builds the model itself), so the learner's code cannot
 change it. The notebooks run in a plain Python process (one namespace, cells in order, `%` magics dropped, the
-Agg backend), which is all that `runs and prints the right banner` needs; tests/test_notebooks.py runs them in a
-Jupyter kernel. The timings of every run are printed (pytest -s) so that the cost of the learner's slower,
-per-request attention stays visible.
+Agg backend; the chapters of one stage share a process), which is all that `runs and prints the right banner`
+needs; tests/test_notebooks.py runs them in a Jupyter kernel. The timings of every run are printed (pytest -s),
+so that the cost of the learner's per-request attention stays visible.
 """
 
 from __future__ import annotations
@@ -46,21 +46,28 @@ JOURNEY = [
     (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py", ["08_prefix_caching"]),
 ]
 
-# Runs a notebook's code cells in one namespace, after printing course.banner() on the first line of stdout.
-RUN_NOTEBOOK = r"""
-import json, os, sys, traceback
+# Prints course.banner() on the first line of stdout, then runs each notebook given (one fresh namespace each, code
+# cells in order) and prints one line per notebook: "RAN <name> <seconds>" or "FAILED <name> <cell>: <error>".
+# One process serves a whole stage: the practice files do not change within it, and torch is imported once.
+RUN_NOTEBOOKS = r"""
+import json, sys, time, traceback
+import matplotlib.pyplot as plt
 import course
 course.banner()
-sys.stdout.flush()
-ns = {"__name__": "__main__"}
-cells = [c for c in json.load(open(sys.argv[1]))["cells"] if c["cell_type"] == "code"]
-for i, cell in enumerate(cells):
-    source = "\n".join(l for l in "".join(cell["source"]).splitlines() if not l.lstrip().startswith("%"))
+for name in sys.argv[1:]:
+    t0, ns = time.perf_counter(), {"__name__": "__main__"}
+    cells = [c for c in json.load(open(f"{name}.ipynb"))["cells"] if c["cell_type"] == "code"]
     try:
-        exec(compile(source, f"{os.path.basename(sys.argv[1])} cell {i}", "exec"), ns)
-    except BaseException:
+        for i, cell in enumerate(cells):
+            source = "\n".join(l for l in "".join(cell["source"]).splitlines() if not l.lstrip().startswith("%"))
+            exec(compile(source, f"{name} cell {i}", "exec"), ns)
+    except Exception as exc:
         traceback.print_exc()
-        sys.exit(f"cell {i} failed")
+        print(f"FAILED {name} cell {i}: {type(exc).__name__}: {exc}")
+    else:
+        print(f"RAN {name} {time.perf_counter() - t0:.1f}")
+    plt.close("all")
+    sys.stdout.flush()
 """
 
 
@@ -93,29 +100,29 @@ def env_for(root: Path) -> dict[str, str]:
                 OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
 
 
-def run_chapter(root: Path, chapter: str, done: set[int], known: list[str]) -> None:
-    """Run one chapter; a failure excused by KNOWN is appended to `known`, any other fails the test."""
+def run_chapters(root: Path, chapters: list[str], done: set[int], known: list[str]) -> None:
+    """Run the chapters in one process; a failure excused by KNOWN is appended to `known`, any other fails."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", RUN_NOTEBOOK, f"{chapter}.ipynb"], cwd=root / "chapters",
-                          env=env_for(root), capture_output=True, text=True, timeout=900)
-    seconds = time.perf_counter() - t0
-    banner = proc.stdout.splitlines()[0] if proc.stdout else ""
-    assert banner == expected_banner(done), f"{chapter}: banner\n{banner}\nexpected\n{expected_banner(done)}"
-    status = "ran"
-    if proc.returncode != 0:
-        error = proc.stderr.strip().splitlines()[-2] if proc.stderr.strip() else ""
-        assert any(text in error for text in KNOWN.get(chapter, ())), \
-            f"{chapter} with exercises {sorted(done)} done:\n{proc.stderr[-4000:]}"
-        known.append(f"{chapter} with {sorted(done)}: {error}")
-        status = "known failure"
-    print(f"  {chapter}: {status} in {seconds:.1f}s (exercises done: {sorted(done) or 'none'})")
+    proc = subprocess.run([sys.executable, "-c", RUN_NOTEBOOKS, *chapters], cwd=root / "chapters",
+                          env=env_for(root), capture_output=True, text=True, timeout=1200)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and lines, f"the chapters' process failed:\n{proc.stderr[-4000:]}"
+    assert lines[0] == expected_banner(done), f"banner\n{lines[0]}\nexpected\n{expected_banner(done)}"
+    results = {line.split()[1]: line for line in lines[1:] if line.startswith(("RAN ", "FAILED "))}
+    for chapter in chapters:
+        result = results.get(chapter, f"FAILED {chapter}: no result")
+        if result.startswith("FAILED"):
+            assert any(text in result for text in KNOWN.get(chapter, ())), \
+                f"{result}\nwith exercises {sorted(done)} done:\n{proc.stderr[-4000:]}"
+            known.append(f"{result} (exercises done: {sorted(done)})")
+    print(f"  {time.perf_counter() - t0:.0f}s for " + ", ".join(
+        results[c].split(maxsplit=1)[1] if results[c].startswith("RAN") else f"{c} known failure" for c in chapters))
 
 
 def test_learner_journey(course_copy: Path):
     root, done, known = course_copy, set(), []
     print("\nwith nothing written:")
-    for chapter in ENGINE_CHAPTERS:
-        run_chapter(root, chapter, done, known)
+    run_chapters(root, ENGINE_CHAPTERS, done, known)
     for ex, module, variant, chapters in JOURNEY:
         target = root / "practice" / f"{module}.py"
         shutil.copy(CASES / variant, target)
@@ -124,11 +131,9 @@ def test_learner_journey(course_copy: Path):
         assert proc.returncode == 0, f"the judge rejects {variant}:\n{proc.stdout[-3000:]}"
         done.add(ex)
         print(f"exercise {ex} done with {variant} ({proc.stdout.splitlines()[-1]}):")
-        for chapter in chapters:
-            run_chapter(root, chapter, done, known)
+        run_chapters(root, chapters, done, known)
     print("with everything written:")
-    for chapter in ENGINE_CHAPTERS:
-        run_chapter(root, chapter, done, known)
+    run_chapters(root, ENGINE_CHAPTERS, done, known)
     if known:
         pytest.xfail("known chapter bugs (KNOWN): " + "; ".join(known))
 
