@@ -89,16 +89,21 @@ def banner() -> None:
 
 
 def use(module: str) -> ModuleType:
-    """The engine module `module` (e.g. "batch") from the implementation chosen by `IMPL`."""
+    """The engine module `module` (e.g. "batch") from the implementation chosen by `IMPL`; with "practice",
+    yours or the reference module by module (see the module docstring)."""
     _check_impl()
-    if IMPL == "practice":
-        picked = choices()
-        if module in picked or module in COMPOSITES:
-            return _assembled(module, tuple(sorted(picked.items())))
+    picked = choices()
+    if IMPL == "practice" and (module in picked or module in COMPOSITES):
+        return _assembled(module, tuple(sorted(picked.items())))
     for package in (IMPL, "framework"):  # the modules without an exercise (sampling, request) are shared
         try:
             return importlib.import_module(f"{package}.{module}")
         except ModuleNotFoundError as e:
+            missing = picked.get((e.name or "").removeprefix("solutions."))
+            if missing is not None and e.name.startswith("solutions."):  # an edition without that reference
+                raise ExerciseNeeded(f"this chapter needs {missing.module} (exercise {missing.exercise}), which has "
+                                     "no reference here: run it with COURSE_IMPL=practice and do exercise "
+                                     f"{missing.exercise} first.") from None
             if e.name != f"{package}.{module}":
                 raise
     raise ModuleNotFoundError(f"no engine module {module!r} in {IMPL}/ or framework/")
