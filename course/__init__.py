@@ -172,8 +172,9 @@ def _assembled(module: str, picked_items: tuple) -> ModuleType:
 
 
 def _module(name: str, bases: list[ModuleType], **names) -> ModuleType:
-    """A module with the public names of `bases` (later ones win), then `names`."""
+    """A module with the public names of `bases` (later ones win), then `names`; its __file__ is the last base's."""
     mod = ModuleType(f"course.{name}", bases[-1].__doc__)
+    mod.__file__ = getattr(bases[-1], "__file__", None)
     for base in bases:
         mod.__dict__.update({k: v for k, v in vars(base).items() if not k.startswith("_")})
     mod.__dict__.update(names)

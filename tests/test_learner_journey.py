@@ -156,3 +156,38 @@ def test_missing_reference_stops_with_one_sentence(course_copy: Path, tmp_path):
     assert "block_pool: reference (125 not passed yet)" in banner
     assert message.startswith("this chapter needs scheduler (exercise 129)") and "do exercise 129 first" in message
     assert message.count(". ") == 0 and message.endswith("."), message  # one sentence
+
+
+def test_runner_class_takes_the_batched_kernel_only_with_the_reference_attention():
+    import course
+    from framework.model_runner import ModelRunnerBase
+    from solutions import batch, paged_attention, paged_kv_cache
+    from solutions.model_runner import ModelRunner
+
+    reference = course.runner_class(batch.build_batch, paged_kv_cache.write_kv, None)
+    assert issubclass(reference, ModelRunner) and reference.attention_for_step is ModelRunner.attention_for_step
+    yours = course.runner_class(batch.build_batch, paged_kv_cache.write_kv, paged_attention.paged_attention)
+    assert not issubclass(yours, ModelRunner) and yours.attention_for_step is ModelRunnerBase.attention_for_step
+
+
+def test_the_runner_reads_whatever_exercise_128_accepts():
+    """One reader for every batch object (framework.model_runner.as_runner_batch): a SimpleNamespace with plain
+    lists and int32 tensors reads as int64 tensors; a wrong one gets a TypeError naming the attribute."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from framework.model_runner import as_runner_batch
+
+    ints = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
+    fields = dict(input_ids=ints([5, 6, 7]), positions=ints([0, 1, 4]), slot_mapping=ints([8, 9, 20]),
+                  query_start_loc=[0, 2, 3], seq_lens=(2, 5), block_tables=[[2], [3, 5]], logits_indices=ints([1, 2]))
+    batch = as_runner_batch(SimpleNamespace(**fields))
+    assert batch.query_start_loc.dtype == torch.long and batch.query_start_loc.tolist() == [0, 2, 3]
+    assert batch.seq_lens.tolist() == [2, 5] and batch.block_tables == [[2], [3, 5]]
+    for name, bad, says in (("positions", [0, 1, 4], "must be a 1-D integer torch tensor"),
+                            ("seq_lens", [2.0, 5.0], "must be 1-D integers")):
+        with pytest.raises(TypeError, match=f"{name}.*{says}"):
+            as_runner_batch(SimpleNamespace(**{**fields, name: bad}))
+    with pytest.raises(TypeError, match="no attribute.*logits_indices"):
+        as_runner_batch(SimpleNamespace(**{k: v for k, v in fields.items() if k != "logits_indices"}))
