@@ -71,11 +71,9 @@ for name in sys.argv[1:]:
 """
 
 
-# Known chapter bugs, each excused only by its own error text: chapter 08 reads internals of the block pool
-# (`free_queue`, private in exercise 125) and of the prefix cache (`block_to_hash`, not in exercise 132's
-# contract), so it fails on a learner's pool or cache written differently. Remove an entry once its chapter is
-# fixed: the test then checks that chapter as it checks the others.
-KNOWN = {"08_prefix_caching": ("has no attribute 'free_queue'", "has no attribute 'block_to_hash'")}
+# Known chapter bugs, each excused only by its own error text ({chapter: (error text, ...)}); none today. Remove an
+# entry once its chapter is fixed: the test then checks that chapter as it checks the others.
+KNOWN: dict[str, tuple[str, ...]] = {}
 
 
 def expected_banner(done: set[int]) -> str:
