@@ -2,12 +2,11 @@
 
 1. `test_stored_outputs`: every code cell of every chapters/*.ipynb has been run and stored its outputs (figures
    as PNG), and all chapters' outputs together stay under 5 MiB. No kernel: a fraction of a second.
-2. `test_chapter_reproduces_its_outputs[<chapter>]` builds a package `practice` in a temporary folder from copies
-   of solutions/*.py, runs the chapter on it (COURSE_IMPL=practice, the environment of
+2. `test_chapter_reproduces_its_outputs[<chapter>]` runs the chapter on the reference (the environment of
    scripts/execute_chapters.py: CPU, one thread, the embedded model) and compares the text every code cell shows
-   with the stored text, except in cells tagged "timing". One run checks two things: the stored outputs are
-   current (`python scripts/execute_chapters.py <chapter>` regenerates them), and a chapter run on `practice/`
-   gives the reference's results, so it reaches the engine through `course.use`.
+   with the stored text, except in cells tagged "timing": the stored outputs are current
+   (`python scripts/execute_chapters.py <chapter>` regenerates them). The chapters on a learner's own code, at
+   every stage of the course, are tests/test_learner_journey.py.
 
 Normalised before comparing: object addresses, the implementation's name (practice / solutions), the line that
 `course.banner()` prints (it names the implementation in use) and numbers in scientific notation (rounding
@@ -23,7 +22,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -52,20 +50,6 @@ def _load_executor():
 
 
 executor = _load_executor()
-
-
-@pytest.fixture(scope="session")
-def filled_practice(tmp_path_factory) -> Path:
-    """A folder holding a package `practice` whose modules are the reference code."""
-    root = tmp_path_factory.mktemp("filled")
-    pkg = root / "practice"
-    pkg.mkdir()
-    for src in (ROOT / "solutions").glob("*.py"):
-        shutil.copy(src, pkg / src.name)
-    learner_modules = {p.name for p in (ROOT / "practice").glob("*.py")} - {"judge.py"}
-    missing = learner_modules - {p.name for p in pkg.glob("*.py")}
-    assert not missing, f"practice modules with no namesake in solutions/: {sorted(missing)}"
-    return root
 
 
 def _text(cell) -> str:
@@ -113,23 +97,22 @@ def test_stored_outputs():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_chapter_reproduces_its_outputs(path: Path, filled_practice: Path):
+def test_chapter_reproduces_its_outputs(path: Path):
     stored = nbformat.read(path, as_version=4)
     nb = nbformat.read(path, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(PROBE, metadata={"tags": [PROBE_TAG]}))
     try:
-        nb = executor.execute(nb, executor.kernel_env("practice", pythonpath=filled_practice), timeout=CELL_TIMEOUT)
+        nb = executor.execute(nb, executor.kernel_env("solutions"), timeout=CELL_TIMEOUT)
     except CellExecutionError as e:
         plain = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the kernel colours its tracebacks
-        pytest.fail(f"{path.name} (COURSE_IMPL=practice, the reference copied into practice/) failed:\n{plain}",
-                    pytrace=False)
+        pytest.fail(f"{path.name} failed:\n{plain}", pytrace=False)
     info = json.loads(_text(nb.cells[0]))
     assert Path(info["executable"]).resolve() == Path(sys.executable).resolve(), \
         f"the kernel ran {info['executable']}, not {sys.executable}"
-    assert info["impl"] == "practice"
+    assert info["impl"] == "solutions"
     for module in ("batch", "block_pool"):
-        assert Path(info[module]).resolve().is_relative_to(filled_practice.resolve()), \
-            f"the kernel imported {info[module]}, not the filled practice package in {filled_practice}"
+        assert Path(info[module]).resolve().is_relative_to(ROOT / "solutions"), \
+            f"the kernel imported {info[module]}, not the reference in {ROOT / 'solutions'}"
     fresh, expected = _comparable(nb.cells[1:]), _comparable(stored.cells)
     assert [i for i, *_ in fresh] == [i for i, *_ in expected], f"{path.name}: cells differ from the stored notebook"
     for (i, source, got), (_, _, want) in zip(fresh, expected):
@@ -137,5 +120,5 @@ def test_chapter_reproduces_its_outputs(path: Path, filled_practice: Path):
             f"{path.name}, cell {i} (0-based; source below) shows something else than its stored output. If the "
             f"chapter changed, regenerate it: `python scripts/execute_chapters.py {path.name[:2]}`. If its output "
             f"varies from run to run (timings), tag the cell '{TIMING_TAG}'.\n"
-            f"--- source\n{source}\n--- stored\n{want}\n--- fresh run on practice/\n{got}"
+            f"--- source\n{source}\n--- stored\n{want}\n--- fresh run\n{got}"
         )
