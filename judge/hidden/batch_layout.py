@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
 import numpy as np
 import torch
 
+from framework.kv_cache_manager import blocks_needed
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, option, raised_failure, shrink, short
 from judge.hidden.support import load_fp32_model
 from solutions import batch as ref
@@ -167,10 +167,6 @@ def diff(items: list[Item], block_size: int, fn) -> CaseFailure | None:
 # Random batches and shrinking
 
 
-def blocks_needed(n: int, block_size: int) -> int:
-    return max(1, math.ceil(n / block_size))
-
-
 def make_items(rng: random.Random, kinds: list[str], block_size: int, spare: bool = True) -> list[Item]:
     pool = list(range(1, 4 * len(kinds) * (64 // block_size + 8) + 16))
     rng.shuffle(pool)  # non-contiguous, unsorted block ids
@@ -190,7 +186,7 @@ def make_items(rng: random.Random, kinds: list[str], block_size: int, spare: boo
             logits = rng.random() < 0.7
         else:
             raise ValueError(kind)
-        nblocks = blocks_needed(nc + n, block_size) + (rng.randint(0, 2) if spare and rng.random() < 0.3 else 0)
+        nblocks = max(1, blocks_needed(nc + n, block_size)) + (rng.randint(0, 2) if spare and rng.random() < 0.3 else 0)
         table = [pool.pop() for _ in range(nblocks)]
         items.append(([rng.randrange(1, 5000) for _ in range(n)], nc, table, logits))
     return items
@@ -208,7 +204,7 @@ def candidates(value):
     for i, (toks, nc, table, logits) in enumerate(items):
         def put(it):
             return items[:i] + [it] + items[i + 1:], bs
-        need = blocks_needed(nc + len(toks), bs)
+        need = max(1, blocks_needed(nc + len(toks), bs))
         if len(table) > need:
             yield put((toks, nc, table[:need], logits))
         if len(toks) > 1:
@@ -394,8 +390,9 @@ def diagnose(fn, labelled: list[tuple[str, Item]], bs: int) -> CaseFailure | Non
 
 @CASES("end to end: ModelRunner logits equal each request run alone", timeout=120)
 def _(impl):
+    import course
     from mini_llm.settings import EMBEDDED_MODEL
-    from solutions.model_runner import ModelRunner
+    from solutions.paged_kv_cache import write_kv
 
     path = option("model") or EMBEDDED_MODEL
     try:
@@ -404,8 +401,7 @@ def _(impl):
         raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
                           kind="error") from None
 
-    class Runner(ModelRunner):  # what a chapter runs when build_batch is yours and the rest the reference
-        build_batch = staticmethod(impl.build_batch)
+    Runner = course.runner_class(impl.build_batch, write_kv, None)  # a chapter's runner with your build_batch
 
     bs = 4
     runner = Runner(model, num_blocks=64, block_size=bs)

@@ -141,7 +141,8 @@ def crash_hint(exc: BaseException) -> str | None:
     text = str(exc)
     if isinstance(exc, IndexError) and "out of bounds" in text:
         return ("the logits have one row per item whose need_logits is true, in item order, not one per scheduled "
-                "request: keep a row counter that advances only when a request samples a token")
+                "request: keep a row counter that advances only when a request samples a token (and decide "
+                "whether it samples from completes_prompt read before num_computed_tokens is updated)")
     if "NoneType" in text:
         return ("something is None: does every function end with its `return` (step returns a list of "
                 "RequestOutput, [] when nothing is scheduled; generate returns the final outputs)?")

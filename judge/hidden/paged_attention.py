@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from judge.hidden.support import end_to_end
+from framework.kv_cache_manager import blocks_needed
 from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, option, raised_failure, shrink
 
 CASES = Cases()
@@ -73,7 +74,7 @@ def dense_reference(s: Spec, inp: dict[str, Any], *, causal: bool = True, offset
     out, start = [], 0
     for r in s.reqs:
         table = torch.tensor(sorted(r.table) if sort_tables else r.table, dtype=torch.long)
-        ctx = -(-r.seq_len // bs) * bs if whole_blocks else r.seq_len
+        ctx = blocks_needed(r.seq_len, bs) * bs if whole_blocks else r.seq_len
         pos = torch.arange(ctx)
         k = kc[table[pos // bs], pos % bs][:, kv_of_head]  # position p: block table[p // bs], row p % bs -> [ctx, H, D]
         v = vc[table[pos // bs], pos % bs][:, kv_of_head]
@@ -212,7 +213,7 @@ def candidates(s: Spec):
         if r.seq_len > max(r.t, 1):
             yield put(replace(r, seq_len=max(r.t, r.seq_len // 2, 1)))
             yield put(replace(r, seq_len=r.seq_len - 1))
-        need = -(-r.seq_len // s.block_size)
+        need = blocks_needed(r.seq_len, s.block_size)
         if len(r.table) > need:
             yield put(replace(r, table=r.table[:need]))
     if s.head_dim > 2:
@@ -259,7 +260,7 @@ def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_re
             else:  # "empty": a request with no new tokens this step
                 seq_len, t = rng.randint(1, 10), 0
             reqs.append((t, seq_len))
-        need = [-(-L // bs) + rng.choice([0, 0, 1]) for _, L in reqs]
+        need = [blocks_needed(L, bs) + rng.choice([0, 0, 1]) for _, L in reqs]
         pool = rng.sample(range(sum(need) + 6), sum(need) + 6)  # non-contiguous, unsorted block ids
         num_blocks = len(pool)
         out_reqs = []

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from judge.hidden.support import end_to_end, int_values
+from framework.kv_cache_manager import blocks_needed
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, raised_failure, shrink, short
 
 CASES = Cases()
@@ -55,7 +56,7 @@ def slot_diff(table: list[int], start: int, end: int, bs: int, fn) -> CaseFailur
                                input=text, hint="a block table too short for position end-1 is a ValueError")
         return raised_failure(err, "compute_slot_mapping", input=text)
     if exp is None:
-        return CaseFailure(f"positions up to {end - 1} need {-(-end // bs)} blocks but the table has {len(table)}: "
+        return CaseFailure(f"positions up to {end - 1} need {blocks_needed(end, bs)} blocks but the table has {len(table)}: "
                            "expected ValueError", input=text, field="raises", expected="ValueError", got=short(out),
                            hint="check len(block_table) * block_size >= end before computing anything")
     got = int_values(out)
@@ -76,7 +77,7 @@ def slot_candidates(value):
         yield table, start + 1, end, bs
     if start > 0:
         yield table, start - 1, end - 1, bs
-    need = max(1, -(-end // bs))
+    need = max(1, blocks_needed(end, bs))
     if len(table) > need:
         yield table[:need], start, end, bs
     for i, b in enumerate(table):
@@ -105,7 +106,7 @@ def random_slot_inputs(seed: int, count: int, sizes: list[int], spare: bool) -> 
         bs = rng.choice(sizes)
         end = rng.randint(1, 6 * bs)
         start = rng.randint(0, end)
-        nblocks = -(-end // bs) + (rng.randint(1, 3) if spare else 0)
+        nblocks = blocks_needed(end, bs) + (rng.randint(1, 3) if spare else 0)
         out.append((rng.sample(range(64), nblocks), start, end, bs))
     return out
 
