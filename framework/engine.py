@@ -46,6 +46,12 @@ class EngineConfig:
     enable_prefix_caching: bool = False
     max_finished_requests: int = 1024  # finished requests kept in LLMEngineBase.requests; older ones are dropped
 
+    def __post_init__(self) -> None:
+        for name in ("num_blocks", "block_size", "token_budget", "max_num_seqs", "max_finished_requests"):
+            value, least = getattr(self, name), 0 if name == "max_finished_requests" else 1
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ValueError(f"EngineConfig.{name} must be an int >= {least}, got {value!r}")
+
 
 class StepError(RuntimeError):
     """A step failed. The requests it was running (`request_ids`) are finished with reason "error" and their
