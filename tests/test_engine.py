@@ -279,6 +279,8 @@ def test_a_failed_step_finishes_its_requests_and_the_engine_goes_on(model, promp
     # Prefix caching on, and a failure in the very first step: the blocks that step named in the prefix cache
     # were never (fully) written, and a later request with the same prompt must not find them.
     engine = LLMEngine(model, EngineConfig(num_blocks=32, block_size=4, token_budget=64, enable_prefix_caching=True))
+    for cache in (engine.runner.kv_cache.key_caches, engine.runner.kv_cache.value_caches):
+        cache.normal_(std=10)  # stale values, as in a long-lived engine: reading a block never written shows
     fail_on_call(engine.runner, {0}, where)
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     failed = engine.add_requests(prompts[:2], params)
