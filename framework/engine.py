@@ -1,4 +1,5 @@
-"""The engine's shell: configs, outputs, stop conditions, adding requests, and the text-in text-out `LLMBase`.
+"""The engine's shell: configs, outputs, stop conditions, adding requests (checked at the door) and aborting them,
+and the text-in text-out `LLMBase`.
 
 The loop itself, `step` and `generate`, is exercise 130 (solutions/engine.py). The shapes follow vLLM's offline
 API: `LLM.generate(prompts, sampling_params)` (vllm/entrypoints/llm.py) returning `RequestOutput`s.
@@ -191,7 +192,7 @@ class LLMEngineBase:
         return self.scheduler.has_unfinished_requests()
 
     def make_output(self, request: Request, new_token_ids: list[int]) -> RequestOutput:
-        text = request.detokenizer.decode(self.tokenizer, request.output_token_ids) if self.tokenizer is not None else ""
+        text = "" if self.tokenizer is None else request.detokenizer.decode(self.tokenizer, request.output_token_ids)
         completion = CompletionOutput(list(request.output_token_ids), text, request.finish_reason)
         return RequestOutput(request.request_id, request.prompt_token_ids, new_token_ids, [completion],
                              request.is_finished, request.error)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-MIN_TEMPERATURE = 1e-2  # smaller positive temperatures are raised to it, as vLLM does (_MAX_TEMP, vllm/sampling_params.py)
+MIN_TEMPERATURE = 1e-2  # smaller positive temperatures are raised to it, as vLLM does (_MAX_TEMP in sampling_params.py)
 
 
 @dataclass

@@ -194,7 +194,8 @@ def test_invalid_requests_are_refused_and_failed_steps_spare_the_others(config, 
     for request, prompt in valid:
         want, reason = expected(prompt, request.sampling_params)
         if request.request_id in failed:  # ended early, with what it had so far
-            assert request.finish_reason == "error" and want[: len(request.output_token_ids)] == request.output_token_ids
+            assert request.finish_reason == "error"
+            assert request.output_token_ids == want[: len(request.output_token_ids)]
         else:
             assert (request.output_token_ids, request.finish_reason) == (want, reason), request
     # What this example exercised (pytest --hypothesis-show-statistics).
