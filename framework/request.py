@@ -37,13 +37,14 @@ class IncrementalDetokenizer:
         self.prefix_offset = self.read_offset = self.num_tokens = 0
         self.stable_text = ""  # the text of token_ids[:read_offset]
         self.text = ""  # the text of token_ids[:num_tokens]
-        self.searched = 0  # len(stable_text) at the last `found`: no stop string can newly appear before it
+        self.changed_from = 0  # the last call with new tokens left the text before this position as it was
 
     def decode(self, tokenizer, token_ids: Sequence[int]) -> str:
         """The text of `token_ids`, which must extend the tokens of the previous call."""
         if len(token_ids) < self.num_tokens:  # not an extension: start again
             self.__init__()
         if len(token_ids) > self.num_tokens:
+            self.changed_from = len(self.stable_text)
             window = tokenizer.decode(token_ids[self.prefix_offset:])
             context = tokenizer.decode(token_ids[self.prefix_offset:self.read_offset])
             self.text = self.stable_text + window[len(context):]
@@ -54,10 +55,10 @@ class IncrementalDetokenizer:
         return self.text
 
     def found(self, strings: Sequence[str]) -> bool:
-        """Whether one of `strings` is in the text, searching only where one may have appeared since the last
-        call: as vLLM's `check_stop_strings`, from len(string) - 1 characters before the text that changed."""
-        start, self.searched = self.searched, len(self.stable_text)
-        return any(self.text.find(s, max(start - len(s) + 1, 0)) >= 0 for s in strings)
+        """Whether one of `strings` appeared in the text with the latest tokens. As vLLM's `check_stop_strings`,
+        it searches only from len(string) - 1 characters before the text that changed: the text before was
+        searched when it was new."""
+        return any(self.text.find(s, max(self.changed_from - len(s) + 1, 0)) >= 0 for s in strings)
 
 
 @dataclass(eq=False)

@@ -366,6 +366,8 @@ def test_stop_strings_are_found_where_a_full_search_finds_them(tokenizer):
         request = Request([1], SamplingParams(max_tokens=20, stop=stops, ignore_eos=True))
         for n, token in enumerate(ids, 1):
             request.output_token_ids.append(token)
-            if stop_reason(request, None, tokenizer) == "stop":
+            reason = stop_reason(request, None, tokenizer)
+            assert stop_reason(request, None, tokenizer) == reason  # asking twice gives the same answer
+            if reason == "stop":
                 break
         assert n == first
