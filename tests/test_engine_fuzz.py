@@ -145,7 +145,7 @@ OPS = st.one_of(VALID, VALID, INVALID, STEP, STEP)  # one_of picks a branch unif
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["preemption", "chunked-prefill", "no-chunking", "block-size-2"])
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+@settings(max_examples=20, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(OPS, min_size=10, max_size=40))
 def test_invalid_requests_are_refused_and_failed_steps_spare_the_others(config, ops):
@@ -178,11 +178,8 @@ def test_invalid_requests_are_refused_and_failed_steps_spare_the_others(config, 
         else:
             prompt, params = invalid_request(*op, engine)
             before = (list(engine.requests), list(engine.scheduler.waiting))
-            try:
+            with pytest.raises(ValueError):
                 engine.add_request(prompt, params)
-                raise AssertionError(f"{op[0]} request accepted: {prompt[:8]}..., {params}")
-            except ValueError:
-                pass
             assert (list(engine.requests), list(engine.scheduler.waiting)) == before
         check_blocks(engine)
     for _ in range(1000):  # drain, with no more failures
@@ -203,7 +200,7 @@ def test_invalid_requests_are_refused_and_failed_steps_spare_the_others(config, 
     for what, happened in [("a step failed", failed), ("a stop string ended a request", reasons["stop"]),
                            ("a request was preempted", any(r.num_preemptions for r, _ in valid)),
                            ("a prefix-cache hit", any(r.num_cached_tokens for r, _ in valid)),
-                           ("a request ran after a failed step", failed and reasons["length"] + reasons["stop"])]:
+                           ("a step failed and others completed", failed and reasons["length"] + reasons["stop"])]:
         if happened:
             event(what)
     # Served after everything: a repeated prompt (prefix-cache hits on blocks a failed step may have named).
