@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from framework.kv_cache_manager import blocks_needed
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, option, raised_failure, shrink, short
 from judge.hidden.support import load_fp32_model
 from solutions import batch as ref
@@ -231,7 +232,7 @@ def check_batches(impl, batches: list[tuple[list[Item], int]]) -> None:
 
 def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_req=(1, 6),
                    spare: bool = True) -> list[tuple[list[Item], int]]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for _ in range(count):
         bs = rng.choice(sizes)
@@ -291,7 +292,7 @@ def _(impl):
 
 @CASES("requests that need no logits")
 def _(impl):
-    rng = random.Random(8)
+    rng = seeded(8)
     batches = []
     for _ in range(25):
         bs = rng.choice([2, 4, 8])
@@ -313,7 +314,7 @@ def _(impl):
 
 @CASES("block tables longer than needed")
 def _(impl):
-    rng = random.Random(9)
+    rng = seeded(9)
     batches = []
     for _ in range(15):
         bs = rng.choice([2, 4])

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from judge.hidden.support import int_values
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, raised_failure, shrink, short
 
 CASES = Cases()
@@ -290,7 +291,7 @@ def random_script(rng: random.Random, num_blocks: int, length: int, misuse: floa
 
 def random_scripts(seed: int, count: int, sizes: tuple[int, int], length: tuple[int, int],
                    misuse: float) -> list[tuple[int, list[Op]]]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for _ in range(count):
         nb = rng.randint(*sizes)

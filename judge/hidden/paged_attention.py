@@ -17,6 +17,7 @@ import torch
 
 from judge.hidden.support import end_to_end
 from framework.kv_cache_manager import blocks_needed
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, option, raised_failure, shrink
 
 CASES = Cases()
@@ -241,7 +242,7 @@ HEADS = [(4, 4), (4, 2), (8, 2), (4, 1), (2, 1)]
 def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_req: tuple[int, int] = (1, 5),
                  index_kinds: tuple[str, ...] = ("list", "int32", "int64"), scale: bool = False,
                  dtype: torch.dtype = torch.float32) -> list[Spec]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for k in range(count):
         bs = rng.choice(sizes)

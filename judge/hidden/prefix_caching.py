@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import (CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink,
                            short)
 from judge.hidden.support import alone, load_model, random_prompts
@@ -115,7 +116,7 @@ def check_block_hashes(impl, tokens: list[int], block_size: int) -> CaseFailure 
 
 
 def block_hash_inputs(seed: int, count: int) -> list[tuple[list[int], int]]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = [([1, 2, 3, 4, 5, 6, 7, 8], 4), ([1, 2, 3, 4, 5, 6, 7], 4), ([1, 2, 3], 4), ([], 4), ([9], 1)]
     for _ in range(count):
         bs = rng.choice([1, 2, 3, 4, 8])

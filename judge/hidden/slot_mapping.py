@@ -13,6 +13,7 @@ import torch
 
 from judge.hidden.support import end_to_end, int_values
 from framework.kv_cache_manager import blocks_needed
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, raised_failure, shrink, short
 
 CASES = Cases()
@@ -100,7 +101,7 @@ def check_slots(impl, inputs) -> None:
 
 
 def random_slot_inputs(seed: int, count: int, sizes: list[int], spare: bool) -> list[tuple]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for _ in range(count):
         bs = rng.choice(sizes)
@@ -257,7 +258,7 @@ def check_writes(impl, specs) -> None:
 
 def random_writes(seed: int, count: int, sizes: list[int], heads: list[int], dtypes: list[torch.dtype],
                   idx_dtypes: list[torch.dtype]) -> list[tuple]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for k in range(count):
         nb, bs = rng.randint(2, 12), rng.choice(sizes)
