@@ -1,4 +1,5 @@
-"""The engine's shell: configs, outputs, stop conditions, adding requests, and the text-in text-out `LLMBase`.
+"""The engine's shell: configs, outputs, stop conditions, adding requests (checked at the door) and aborting them,
+and the text-in text-out `LLMBase`.
 
 The loop itself, `step` and `generate`, is exercise 130 (solutions/engine.py). The shapes follow vLLM's offline
 API: `LLM.generate(prompts, sampling_params)` (vllm/entrypoints/llm.py) returning `RequestOutput`s.
@@ -6,14 +7,16 @@ API: `LLM.generate(prompts, sampling_params)` (vllm/entrypoints/llm.py) returnin
 
 from __future__ import annotations
 
+import itertools
+import numbers
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 
 from mini_llm import Transformer, load_tokenizer, load_transformer
 
-from .request import Request
+from .request import Request, RequestStatus
 from .sampling import SamplingParams, make_generator
 
 
@@ -31,6 +34,7 @@ class RequestOutput:
     new_token_ids: list[int]  # produced in this step (streaming)
     outputs: list[CompletionOutput]  # everything produced so far, as in vLLM
     finished: bool
+    error: str | None = None  # why the request failed, when its finish_reason is "error"
 
 
 @dataclass
@@ -41,6 +45,22 @@ class EngineConfig:
     max_num_seqs: int = 16
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
+    max_finished_requests: int = 1024  # finished requests kept in LLMEngineBase.requests; older ones are dropped
+
+    def __post_init__(self) -> None:
+        for name in ("num_blocks", "block_size", "token_budget", "max_num_seqs", "max_finished_requests"):
+            value, least = getattr(self, name), 0 if name == "max_finished_requests" else 1
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ValueError(f"EngineConfig.{name} must be an int >= {least}, got {value!r}")
+
+
+class StepError(RuntimeError):
+    """A step failed. The requests it was running (`request_ids`) are finished with reason "error" and their
+    blocks freed; the other requests are untouched and the engine goes on. The original exception is the cause."""
+
+    def __init__(self, message: str, request_ids: list[str]) -> None:
+        super().__init__(message)
+        self.request_ids = request_ids
 
 
 def stop_reason(request: Request, eos_token_id: int | None, tokenizer=None) -> str | None:
@@ -49,8 +69,8 @@ def stop_reason(request: Request, eos_token_id: int | None, tokenizer=None) -> s
     if last == eos_token_id and not params.ignore_eos:
         return "stop"
     if params.stop and tokenizer is not None:
-        text = tokenizer.decode(request.output_token_ids)
-        if any(s in text for s in params.stop):
+        request.detokenizer.decode(tokenizer, request.output_token_ids)  # only the new tail is decoded
+        if request.detokenizer.found(params.stop):
             return "stop"
     if len(request.output_token_ids) >= params.max_tokens:
         return "length"
@@ -76,37 +96,118 @@ class LLMEngineBase:
         self.runner = self.runner_cls(model, c.num_blocks, c.block_size)
         self.requests: dict[str, Request] = {}
 
-    def add_request(self, prompt_token_ids: list[int], params: SamplingParams | None = None) -> Request:
-        params = params or SamplingParams()
+    def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None) -> Request:
+        """Queue one prompt (token ids). Everything is checked here, so that a request the engine cannot serve is
+        refused with a ValueError before the scheduler sees it, instead of failing inside a step."""
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams (or, for several prompts, a list of them), "
+                             f"got {type(params).__name__}")
+        params.verify()  # again: its fields may have been changed since it was made
+        prompt = self._checked_prompt(prompt_token_ids)
         limit = self.model.cfg.max_position_embeddings
-        if len(prompt_token_ids) + params.max_tokens > limit:
-            raise ValueError(f"prompt ({len(prompt_token_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+        if len(prompt) + params.max_tokens > limit:
+            raise ValueError(f"prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
                              f"the model's max_position_embeddings ({limit}): shorten the prompt or lower max_tokens")
-        request = Request(list(prompt_token_ids), params, generator=make_generator(params, self.model.device))
+        request = Request(prompt, params, generator=make_generator(params, self.model.device))
+        self._forget_finished()
         self.scheduler.add_request(request)
         self.requests[request.request_id] = request
         return request
+
+    def _checked_prompt(self, prompt_token_ids: Sequence[int]) -> list[int]:
+        """The prompt as a list of ints, each a token id of the model's vocabulary."""
+        if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, Sequence):
+            raise ValueError(f"a prompt must be a list of token ids (ints), got {type(prompt_token_ids).__name__} "
+                             f"{prompt_token_ids!r:.60}: encode text with the tokenizer (LLM.generate takes text), "
+                             "and pass a tensor or an array as .tolist()")
+        vocab_size = self.model.cfg.vocab_size
+        for i, token in enumerate(prompt_token_ids):
+            if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not 0 <= token < vocab_size:
+                raise ValueError(f"prompt token {i} is {token!r}, not a token id: ids are ints in [0, {vocab_size}), "
+                                 f"the model's vocabulary; encode text with the model's own tokenizer")
+        return [int(token) for token in prompt_token_ids]
+
+    def _forget_finished(self) -> None:
+        """Drop the oldest finished requests beyond `max_finished_requests` from `self.requests`, so that a
+        long-lived engine does not keep every request it ever served. Unfinished requests are never dropped."""
+        num_unfinished = len(self.scheduler.waiting) + len(self.scheduler.running)
+        excess = len(self.requests) - num_unfinished - self.config.max_finished_requests
+        if excess > 0:
+            finished = (rid for rid, r in self.requests.items() if r.is_finished)
+            for rid in list(itertools.islice(finished, excess)):
+                del self.requests[rid]
+
+    def add_requests(self, prompts: Sequence[Sequence[int]],
+                     params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Request]:
+        """Queue every prompt, or none: if one is refused, those added before it are taken back."""
+        if isinstance(params, Sequence) and len(params) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} SamplingParams: pass one SamplingParams "
+                             "for all of them, or one per prompt")
+        params_list = params if isinstance(params, Sequence) else [params] * len(prompts)
+        added: list[Request] = []
+        for i, (prompt, p) in enumerate(zip(prompts, params_list)):
+            try:
+                added.append(self.add_request(prompt, p))
+            except ValueError as error:
+                self.abort_requests(added, "abort")
+                for r in added:
+                    del self.requests[r.request_id]
+                raise ValueError(f"prompt {i} of {len(prompts)} refused, so none was added: {error}") from error
+        return added
+
+    def abort_requests(self, requests: Iterable[Request], reason: str = "abort") -> None:
+        """Finish the unfinished ones among `requests` with `reason`, waiting or running, and free their blocks.
+        Blocks that only they hold also leave the prefix cache: after a failed step, the K and V of those blocks
+        may never have been written, and a later request must not find them."""
+        sched, kv = self.scheduler, self.kv_cache_manager
+        for request in requests:
+            if request.is_finished:
+                continue
+            if request in sched.running:
+                sched.running.remove(request)
+            elif request in sched.waiting:
+                sched.waiting.remove(request)
+            if kv.prefix_cache is not None:
+                for block in request.block_table:
+                    if kv.block_pool.ref_cnt[block] == 1:
+                        kv.prefix_cache.evict(block)
+            kv.free(request)
+            request.status, request.finish_reason = RequestStatus.FINISHED, reason
+
+    def fail_step(self, requests: Sequence[Request], error: BaseException) -> StepError:
+        """After a step raised `error` while running `requests`: finish every unfinished one with reason "error",
+        the error in its output, free its blocks, and return the exception for the step to raise (once, chained:
+        `raise self.fail_step(requests, error) from error`). The engine then serves the other requests."""
+        failed = [r for r in requests if not r.is_finished]
+        message = f"{type(error).__name__}: {error}"
+        for request in failed:
+            request.error = message
+        self.abort_requests(failed, "error")
+        ids = [r.request_id for r in failed]
+        return StepError(f"a step failed with {message}. Its requests {ids} are finished with reason 'error' "
+                         "and their blocks freed; other requests are unaffected", ids)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 
     def make_output(self, request: Request, new_token_ids: list[int]) -> RequestOutput:
-        text = self.tokenizer.decode(request.output_token_ids) if self.tokenizer is not None else ""
+        text = "" if self.tokenizer is None else request.detokenizer.decode(self.tokenizer, request.output_token_ids)
         completion = CompletionOutput(list(request.output_token_ids), text, request.finish_reason)
         return RequestOutput(request.request_id, request.prompt_token_ids, new_token_ids, [completion],
-                             request.is_finished)
+                             request.is_finished, request.error)
 
-    def add_requests(self, prompts: Sequence[list[int]],
-                     params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Request]:
-        params_list = params if isinstance(params, Sequence) else [params] * len(prompts)
-        return [self.add_request(prompt, p) for prompt, p in zip(prompts, params_list, strict=True)]
-
-    def stream(self, prompts: Sequence[list[int]], params: SamplingParams | Sequence[SamplingParams] | None = None
-               ) -> Iterator[RequestOutput]:
-        """Add the prompts, then yield each new token's output as soon as it is produced."""
-        self.add_requests(prompts, params)
-        while self.has_unfinished_requests():
-            yield from self.step()
+    def stream(self, prompts: Sequence[Sequence[int]],
+               params: SamplingParams | Sequence[SamplingParams] | None = None) -> Iterator[RequestOutput]:
+        """Add the prompts, then yield each new token's output as soon as it is produced. If the stream stops
+        early (a failed step, or the consumer leaves the loop), its requests are aborted: nobody will read them."""
+        requests = self.add_requests(prompts, params)
+        try:
+            while self.has_unfinished_requests():
+                yield from self.step()
+        except BaseException:
+            self.abort_requests(requests, "abort")
+            raise
 
     def step(self) -> list[RequestOutput]:
         raise NotImplementedError("an engine writes step() (exercise 130)")

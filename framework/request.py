@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 
@@ -19,6 +20,47 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
+class IncrementalDetokenizer:
+    """The text of a growing list of output tokens, decoding only its tail when tokens are added.
+
+    `tokenizer.decode(all tokens)` after every token costs O(length) per token. As vLLM's incremental
+    detokenizer (`SlowIncrementalDetokenizer.decode_next` in vllm/v1/engine/detokenizer.py, which calls
+    `detokenize_incrementally` in vllm/transformers_utils/detokenizer_utils.py), keep the text of the tokens before
+    `read_offset`, which later tokens cannot change, and decode from `prefix_offset` on: the tokens between the
+    two offsets are decoded again as context, so that a decoder that treats the first token of a decode specially
+    (dropping its leading space) sees the same neighbours as in a full decode. While the new text ends in U+FFFD,
+    the next token may complete a multi-byte character, so nothing is committed. The text returned is always
+    exactly `tokenizer.decode(token_ids)` (tests/test_engine.py checks it on random token sequences).
+    """
+
+    def __init__(self) -> None:
+        self.prefix_offset = self.read_offset = self.num_tokens = 0
+        self.stable_text = ""  # the text of token_ids[:read_offset]
+        self.text = ""  # the text of token_ids[:num_tokens]
+        self.changed_from = 0  # the last call with new tokens left the text before this position as it was
+
+    def decode(self, tokenizer, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids`, which must extend the tokens of the previous call."""
+        if len(token_ids) < self.num_tokens:  # not an extension: start again
+            self.__init__()
+        if len(token_ids) > self.num_tokens:
+            self.changed_from = len(self.stable_text)
+            window = tokenizer.decode(token_ids[self.prefix_offset:])
+            context = tokenizer.decode(token_ids[self.prefix_offset:self.read_offset])
+            self.text = self.stable_text + window[len(context):]
+            if len(window) > len(context) and not window.endswith("\ufffd"):
+                self.stable_text = self.text
+                self.prefix_offset, self.read_offset = self.read_offset, len(token_ids)
+            self.num_tokens = len(token_ids)
+        return self.text
+
+    def found(self, strings: Sequence[str]) -> bool:
+        """Whether one of `strings` appeared in the text with the latest tokens. As vLLM's `check_stop_strings`,
+        it searches only from len(string) - 1 characters before the text that changed: the text before was
+        searched when it was new."""
+        return any(self.text.find(s, max(self.changed_from - len(s) + 1, 0)) >= 0 for s in strings)
+
+
 @dataclass(eq=False)
 class Request:
     prompt_token_ids: list[int]
@@ -28,10 +70,12 @@ class Request:
     num_computed_tokens: int = 0  # tokens whose K and V are in the cache
     block_table: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
-    finish_reason: str | None = None  # "stop" (end-of-sequence or a stop string) or "length"
+    finish_reason: str | None = None  # "stop" (end-of-sequence or a stop string), "length", "error" or "abort"
+    error: str | None = None  # why its step failed, when finish_reason is "error"
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when admitted
     generator: torch.Generator | None = None
+    detokenizer: IncrementalDetokenizer = field(default_factory=IncrementalDetokenizer, repr=False)
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:
@@ -57,3 +101,4 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status == RequestStatus.FINISHED
+

@@ -1,30 +1,122 @@
-"""The grading subprocess. Started by judge.runner as `python -I -B -u -c ...`; never run it by hand.
+"""The graded process. Started by judge.runner (`python -I -B -S -u -c ...`, under bubblewrap when grading a class);
+never run it by hand.
 
-It reads its configuration (with a per-run secret key) from stdin, then reports on a private pipe whose
-messages are signed with that key: the learner's prints (stdout/stderr go elsewhere), exits and crashes can
-therefore never produce a passing result.
+It holds the learner's module and nothing secret: no hidden case, no expected value, no reference of the graded
+exercise, no key. The grader sends requests (call this function or method of the learner's code, or of a public
+driver in judge/drivers/, with these plain arguments; read this attribute) on one pipe, and it answers each with
+plain data on another (see judge/wire.py). Verdicts are computed by the grader, from that data only: whatever the
+learner's code writes on these pipes is at most a wrong answer.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import importlib
 import json
 import os
-import random
 import sys
+from typing import Any
+
+from judge import wire
+
+_SNAPSHOT_LIMIT = 200_000  # bytes of attribute snapshot sent with a learner object (more is read on demand)
 
 
-def _sender(key: bytes, fd: int):
-    def send(msg: dict) -> None:
-        body = json.dumps(msg, default=str)
-        mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-        data = f"{mac} {body}\n".encode()
-        while data:
-            data = data[os.write(fd, data):]
+class Handles:
+    """The learner objects the grader refers to, by number."""
 
-    return send
+    def __init__(self) -> None:
+        self.objects: dict[int, Any] = {}
+        self.ids: dict[int, int] = {}  # id(obj) -> handle, so the same object keeps its number
+
+    def put(self, obj: Any) -> int:
+        h = self.ids.get(id(obj))
+        if h is None or self.objects.get(h) is not obj:
+            h = len(self.objects) + 1
+            self.objects[h] = obj
+            self.ids[id(obj)] = h
+        return h
+
+    def encode(self, value: Any, snapshot: bool = True) -> Any:
+        def handle_of(obj: Any) -> dict:
+            rec = {"__handle__": self.put(obj), "type": type(obj).__name__, "callable": callable(obj),
+                   "methods": _methods(type(obj))}
+            attrs = _public_attrs(obj) if snapshot else None
+            if attrs is not None:
+                try:
+                    enc = {k: self.encode(v, snapshot=False) for k, v in attrs.items()}
+                    if len(json.dumps(enc)) <= _SNAPSHOT_LIMIT:
+                        rec["attrs"] = enc
+                except (TypeError, ValueError):
+                    pass
+            return rec
+
+        return wire.encode(value, handle_of)
+
+    def decode(self, data: Any) -> Any:
+        return wire.decode(data, lambda d: self.objects[int(d["__handle__"])])
+
+
+_METHODS: dict[type, list[str]] = {}
+
+
+def _methods(cls: type) -> list[str]:
+    """The public methods of a class (called without first reading them through the worker)."""
+    if cls not in _METHODS:
+        import inspect
+
+        names = []
+        for name in dir(cls):
+            if name.startswith("_"):
+                continue
+            try:
+                attr = inspect.getattr_static(cls, name)
+            except AttributeError:
+                continue
+            if inspect.isfunction(attr):
+                names.append(name)
+        _METHODS[cls] = names
+    return _METHODS[cls]
+
+
+def _public_attrs(obj: Any) -> dict[str, Any] | None:
+    """An instance's public data attributes (what a plain result object carries), or None for modules, classes,
+    functions and objects without a __dict__."""
+    if isinstance(obj, type) or callable(obj) and not hasattr(obj, "__dict__"):
+        return None
+    d = getattr(obj, "__dict__", None)
+    if not isinstance(d, dict) or type(obj).__name__ in ("module", "function", "method", "builtin_function_or_method"):
+        return None
+    return {k: v for k, v in d.items() if isinstance(k, str) and not k.startswith("_")}
+
+
+def _fingerprint(value: Any) -> Any:
+    """A cheap summary of a list, dict or tensor argument, to tell whether a call changed it (None: not checked)."""
+    if isinstance(value, (list, dict)):
+        try:
+            return hash(json.dumps(wire.encode(value), sort_keys=True))
+        except (TypeError, ValueError):
+            return None
+    if type(value).__name__ == "Tensor":
+        import hashlib
+
+        enc = wire.encode(value)
+        return hashlib.blake2b(enc["data"].encode(), digest_size=16).hexdigest(), tuple(enc["shape"])
+    return None
+
+
+def _error(exc: BaseException, learner_file: str | None) -> dict:
+    from judge.harness import is_memory_error, trimmed_traceback
+
+    err = {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:4000]}
+    if isinstance(exc, SystemExit):
+        err["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else str(exc.code)
+    if is_memory_error(exc):
+        err["memory"] = True
+    try:
+        err["traceback"] = trimmed_traceback(exc, learner_file)
+    except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
+        pass
+    return err
 
 
 def _set_limits(memory_mb: int | None) -> None:
@@ -39,64 +131,131 @@ def _set_limits(memory_mb: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+class Worker:
+    def __init__(self, cfg: dict, send) -> None:
+        self.cfg, self.send = cfg, send
+        self.handles = Handles()
+        self.module: Any = None
+        self.learner_file: str | None = None
+
+    def load(self) -> None:
+        from judge.loader import SetupError, check_api, load_file
+        from judge.registry import get_exercise
+
+        ex = get_exercise(self.cfg["exercise"])
+        try:
+            if self.cfg.get("impl_module"):
+                self.module = importlib.import_module(self.cfg["impl_module"])
+            else:
+                self.module = load_file(self.cfg["impl"], ex)
+            self.learner_file = getattr(self.module, "__file__", None)
+            check_api(self.module, ex, self.cfg.get("display") or "your module")
+        except SetupError as err:
+            self.send({"t": "fatal", "kind": err.kind, "message": err.message})
+            return
+        except Exception as exc:  # noqa: BLE001
+            self.send({"t": "fatal", "kind": "import", "message": f"{type(exc).__name__}: {exc}"})
+            return
+        self.send({"t": "ready"})
+
+    def target(self, req: dict) -> Any:
+        if "driver" in req:
+            obj = importlib.import_module(f"judge.drivers.{req['driver']}")
+        elif req.get("handle") is not None:
+            obj = self.handles.objects[int(req["handle"])]
+        else:
+            obj = self.module
+        attr = req.get("attr")
+        return getattr(obj, attr) if attr is not None else obj
+
+    def handle(self, req: dict) -> dict:
+        op = req.get("op")
+        try:
+            if op == "getattr":
+                value = self.target(req)
+                return {"ok": True, "value": self.handles.encode(value)}
+            if op == "setattr":
+                obj = self.handles.objects[int(req["handle"])] if req.get("handle") is not None else self.module
+                setattr(obj, str(req["attr"]), self.handles.decode(req["value"]))
+                return {"ok": True, "value": None}
+            if op == "case":  # an exercise whose cases still run beside the learner's code (see runner.py)
+                return {"ok": True, "value": self.run_case(str(req["name"]))}
+            if op == "call":
+                fn = self.target(req)
+                args = [self.handles.decode(a) for a in req.get("args", [])]
+                before = [_fingerprint(a) for a in args] if req.get("writeback") else []
+                kwargs = {str(k): self.handles.decode(v) for k, v in (req.get("kwargs") or {}).items()}
+                if "driver" in req:
+                    args.insert(0, self.module)  # a driver gets the learner's module first
+                value = fn(*args, **kwargs)
+                out = {"ok": True, "value": self.handles.encode(value)}
+                if req.get("writeback"):  # the arguments the call changed (an in-place write, or a bug)
+                    start = 1 if "driver" in req else 0
+                    out["changed"] = {str(i - start): self.handles.encode(a, snapshot=False)
+                                      for i, (a, fp) in enumerate(zip(args, before))
+                                      if i >= start and fp is not None and _fingerprint(a) != fp}
+                return out
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and MemoryError too: the grader classifies them
+            return {"ok": False, "error": _error(exc, self.learner_file)}
+        return {"ok": False, "error": {"type": "ProtocolError", "module": "judge", "message": f"unknown op {op!r}"}}
+
+    def run_case(self, name: str) -> dict:
+        from judge import harness
+        from judge.registry import get_exercise
+
+        tests = importlib.import_module(get_exercise(self.cfg["exercise"]).tests)
+        case = next(c for c in tests.CASES if c.name == name)
+        out = harness.run_case(case, self.module)
+        return {"passed": out.passed, "seconds": out.seconds, "verdict": out.verdict, "message": out.message,
+                "details": json.loads(json.dumps(out.details, default=str))}
+
+    def serve(self, requests) -> None:
+        for line in requests:
+            try:
+                req = json.loads(line)
+            except ValueError:
+                continue
+            reply = self.handle(req)
+            reply.update(t="reply", id=req.get("id"))
+            try:
+                self.send(reply)
+            except (TypeError, ValueError) as exc:  # a value the encoder refused
+                self.send({"t": "reply", "id": req.get("id"), "ok": False,
+                           "error": {"type": "TypeError", "module": "builtins",
+                                     "message": f"your code returned a value that cannot be graded: {exc}"}})
+
+
 def main() -> None:
-    cfg = json.loads(sys.stdin.readline())
+    req_fd, rep_fd = int(sys.argv[-2]), int(sys.argv[-1])
+    requests = os.fdopen(req_fd, "rb")
+    cfg = json.loads(requests.readline())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    # Move the channel to an unremarkable descriptor number and forget the original.
-    fd = os.dup2(cfg["fd"], random.randint(300, 900))
-    os.close(cfg["fd"])
-    os.set_inheritable(fd, False)
-    send = _sender(bytes.fromhex(cfg.pop("key")), fd)
-    del fd
+
+    def send(msg: dict) -> None:
+        data = wire.dumps(msg)
+        while data:
+            data = data[os.write(rep_fd, data):]
+
     _set_limits(cfg.get("memory_mb"))
-
     from judge import harness
-    from judge.loader import SetupError, check_api, load_file
-    from judge.registry import get_exercise
 
-    ex = get_exercise(cfg["exercise"])
     harness._STATE["options"] = dict(cfg.get("options") or {})
     harness._STATE["memory_mb"] = cfg.get("memory_mb")
+    worker = Worker(cfg, send)
+    worker.load()
+    harness._STATE["learner_file"] = worker.learner_file
     try:
-        tests = importlib.import_module(ex.tests)
-        cases = list(tests.CASES)
-    except Exception as exc:  # noqa: BLE001 - a judge bug, not the learner's
-        send({"t": "fatal", "kind": "judge", "message": f"the hidden tests {ex.tests} failed to load: "
-              f"{type(exc).__name__}: {exc}"})
-        os._exit(3)
-    wanted = cfg.get("cases")
-    if wanted is not None:
-        cases = [c for c in cases if harness.selected(c.name, wanted, [d.name for d in cases])]
-    send({"t": "cases", "names": [c.name for c in cases],
-          "timeouts": {c.name: c.timeout for c in cases if c.timeout is not None}})
-
-    try:
-        if cfg.get("impl_module"):
-            impl = importlib.import_module(cfg["impl_module"])
-        else:
-            impl = load_file(cfg["impl"])
-        harness._STATE["learner_file"] = getattr(impl, "__file__", None)
-        check_api(impl, ex, cfg.get("display") or getattr(impl, "__file__", "your module"))
-    except SetupError as err:
-        send({"t": "fatal", "kind": err.kind, "message": err.message})
-        os._exit(0)
-    except Exception as exc:  # noqa: BLE001
-        send({"t": "fatal", "kind": "import", "message": f"{type(exc).__name__}: {exc}"})
-        os._exit(0)
-
-    for c in cases:
-        send({"t": "start", "case": c.name})
-        out = harness.run_case(c, impl)
-        send({"t": "result", "case": c.name, "passed": out.passed, "seconds": out.seconds,
-              "verdict": out.verdict, "message": out.message, "details": out.details})
-    send({"t": "done"})
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        worker.serve(iter(requests.readline, b""))
     finally:
-        os._exit(0)  # learner threads must not keep the process alive
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(0)  # learner threads must not keep the process alive
 
 
 if __name__ == "__main__":

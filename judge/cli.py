@@ -8,18 +8,19 @@ import os
 import sys
 from pathlib import Path
 
-from . import cache
+from . import cache, sandbox
 from .registry import Exercise, get_exercise, load_exercises
 from .report import Report
-from .runner import grade
+from .runner import IsolationUnavailable, grade
 
 USAGE = """\
 python practice/judge.py 128                  grade exercise 128 on your practice file (also: test 128, batch-layout)
 python practice/judge.py list [--grade]       every exercise, its file and whether it passed (last result)
 python practice/judge.py all                  grade every exercise
 python practice/judge.py 128 --impl FILE      grade another file
-python practice/judge.py 128 --impl DIR --csv grades.csv   grade every *.py in DIR into a CSV
-python practice/judge.py 128 --reference      grade the reference solution in solutions/"""
+python practice/judge.py 128 --impl DIR --csv grades.csv   grade every submission in DIR into a CSV (isolated)
+python practice/judge.py 128 --reference      grade the reference solution in solutions/
+--impl and --csv grade a class: the learner's code runs under bubblewrap, or not at all unless --unisolated."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,7 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("words", nargs="*", help="an exercise id or slug, `test ID`, `list` or `all`")
     ap.add_argument("--impl", metavar="FILE_OR_DIR", help="grade this file (or every *.py in this folder)")
     ap.add_argument("--reference", action="store_true", help="grade the reference solution")
-    ap.add_argument("--csv", metavar="FILE", help="write one row per graded file: file,exercise,passed,failed,score")
+    ap.add_argument("--csv", metavar="FILE", help="write one row per student and exercise: "
+                                                  "student,exercise,passed,failed,score (score in percent)")
+    ap.add_argument("--unisolated", action="store_true",
+                    help="grade --impl/--csv submissions without bubblewrap (only for code you trust)")
+    ap.add_argument("--total-timeout", type=float, metavar="S", help="seconds for one submission, all cases")
     ap.add_argument("--timeout", type=float, metavar="S", help="seconds per case (default: the exercise's)")
     ap.add_argument("--memory", type=int, metavar="MB", help="memory limit of the grading process")
     ap.add_argument("--case", action="append", metavar="NAME", help="run only the cases whose name contains NAME")
@@ -38,21 +43,54 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _rel(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _grade_one(ex: Exercise, args, impl: Path | None) -> Report:
-    cases = list(args.case) if args.case else None  # the worker picks the cases whose names contain these
+def _grade_one(ex: Exercise, args, impl: Path | None, isolated: bool = False) -> Report:
+    cases = list(args.case) if args.case else None  # only the cases whose names contain these
     options = {"model": str(Path(args.model).resolve())} if args.model else {}
-    report = grade(ex, impl, reference=args.reference, time_limit=args.timeout, memory_limit_mb=args.memory,
-                   cases=cases, options=options)
-    if not args.reference and not args.case and report.results:
+    try:
+        report = grade(ex, impl, reference=args.reference, time_limit=args.timeout, memory_limit_mb=args.memory,
+                       cases=cases, options=options, isolated=isolated, total_limit=args.total_timeout)
+    except IsolationUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a judge bug must not stop the grading of the others
+        report = Report(ex.id, ex.slug, ex.title, str(impl or ex.practice_file))
+        report.fatal = f"the judge failed on this submission (a course bug; it scores 0): {type(exc).__name__}: {exc}"
+    if not args.reference and not args.case and report.results and not isolated:
         cache.save(ex, impl or ex.practice_path, report)
     return report
+
+
+def submissions(ex: Exercise, folder: Path) -> list[tuple[str, Path]]:
+    """(student, file) for a folder of submissions: its *.py and *.ipynb files (the student is the file's stem),
+    and nbgrader's layout <student>/<assignment>/*.ipynb (the student is the folder's name)."""
+    found = [(p.stem, p) for p in sorted(folder.iterdir())
+             if p.is_file() and p.suffix in (".py", ".ipynb") and p.name != "__init__.py"]
+    assignment = f"ex{ex.id}-{ex.slug}"
+    for student in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        nbs = sorted((student / assignment).glob("*.ipynb")) if (student / assignment).is_dir() else []
+        found += [(student.name, nbs[0])] if nbs else []
+    return found
+
+
+def isolation_problem(args) -> str | None:
+    """Why this command may not run: grading a class (--impl, --csv) unisolated needs --unisolated."""
+    if not (args.impl or args.csv) or args.unisolated or args.reference:
+        return None
+    problem = sandbox.bwrap_problem()
+    if problem is None:
+        return None
+    return (f"refusing to grade submissions unisolated: {problem}.\n"
+            "Graded code could then read the hidden tests and the references, change the course for the next "
+            "student, or outlive the judge. Install bubblewrap, or pass --unisolated to grade code you trust.")
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+    """Written once, whole, by a rename: a reader never sees half a file, and nothing changes it afterwards."""
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["student", "exercise", "passed", "failed", "score"])
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
 
 
 def cmd_list(args) -> int:
@@ -101,29 +139,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.impl and args.reference:
         print("--impl and --reference exclude each other", file=sys.stderr)
         return 2
+    problem = isolation_problem(args)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    isolated = bool(args.impl or args.csv) and not args.unisolated and not args.reference
+    if not isolated:
+        print(sandbox.NOT_ISOLATED)
 
     passed = failed = 0
-    rows = []
+    rows, table = [], []  # table: the closing summary, one line per graded file
     for ex in exercises:
-        targets: list[Path | None] = [None]
+        targets: list[tuple[str, Path | None]] = [(Path(ex.practice_file).stem, None)]
         if args.impl:
             impl = Path(args.impl)
-            targets = sorted(p for p in impl.glob("*.py") if p.name != "__init__.py") if impl.is_dir() else [impl]
+            targets = submissions(ex, impl) if impl.is_dir() else [(impl.stem, impl)]
             if not targets:
-                print(f"no *.py file in {impl}")
-        for target in targets:
-            report = _grade_one(ex, args, target)
+                print(f"no submission (*.py, *.ipynb, <student>/ex{ex.id}-{ex.slug}/*.ipynb) in {impl}")
+        for student, target in targets:
+            report = _grade_one(ex, args, target, isolated)
             print(report.text(summary=False, verbose=args.verbose))
             print(f"-- {report.summary()} ({report.seconds:.1f}s)\n")
             passed, failed = passed + report.passed, failed + report.failed
-            rows.append({"file": _rel(target) if target else ex.practice_file, "exercise": ex.id,
-                         "passed": report.passed, "failed": report.failed, "score": report.score})
+            name = f"{ex.slug} ({student})" if target else ex.slug
+            table.append(f"{ex.id:>4}  {name:<40}  {report.passed}/{report.passed + report.failed}")
+            rows.append({"student": student, "exercise": ex.id, "passed": report.passed, "failed": report.failed,
+                         "score": report.score})
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["file", "exercise", "passed", "failed", "score"])
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(args.csv, rows)
         print(f"wrote {len(rows)} rows to {args.csv}")
+    if len(table) > 1:
+        print("\n".join(table))
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 and passed > 0 else 1
 

@@ -18,6 +18,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from .secret import rng  # noqa: E402,F401 - random.Random for a hidden case, mixed with the instructor's secret
+
 # Set by the runner before cases run: the learner's file (for trimming tracebacks) and free-form options
 # (e.g. {"model": "/path/to/checkpoint"}), read by cases with `option(name, default)`.
 _STATE: dict[str, Any] = {"learner_file": None, "options": {}}
@@ -111,6 +113,9 @@ def is_memory_error(exc: BaseException) -> bool:
 
 def trimmed_traceback(exc: BaseException, learner_file: str | None = None) -> str:
     """The traceback of `exc`, keeping only frames in the learner's file (all frames if none is theirs)."""
+    remote = getattr(exc, "_judge_traceback", None)  # raised in the worker: trimmed there already
+    if remote:
+        return remote
     learner_file = learner_file or _STATE["learner_file"]
     frames = traceback.extract_tb(exc.__traceback__)
     theirs = [f for f in frames if learner_file and os.path.realpath(f.filename) == os.path.realpath(learner_file)]

@@ -20,8 +20,12 @@ class SetupError(Exception):
         self.kind, self.message = kind, message
 
 
-def module_name_for(path: Path) -> str:
-    """`practice.batch` for ROOT/practice/batch.py (so relative imports work), a private name otherwise."""
+def module_name_for(path: Path, exercise: Exercise | None = None) -> str:
+    """The name the learner's file is imported under: the practice module it replaces (`practice.scheduler` for
+    exercise 129, wherever the file lies), so that the stub's relative imports (`from .preemption import ...`)
+    work in a submitted copy too; for a file of another package in the repository, its own name."""
+    if exercise is not None:
+        return exercise.practice_file[:-3].replace("/", ".")
     try:
         rel = path.resolve().relative_to(ROOT)
     except ValueError:
@@ -31,12 +35,12 @@ def module_name_for(path: Path) -> str:
     return f"_judged_{path.stem}"
 
 
-def load_file(path: str | Path) -> ModuleType:
+def load_file(path: str | Path, exercise: Exercise | None = None) -> ModuleType:
     path = Path(path).resolve()
     if not path.is_file():
         raise SetupError("missing file", f"{path} does not exist")
     sys.dont_write_bytecode = True
-    name = module_name_for(path)
+    name = module_name_for(path, exercise)
     if "." in name:
         importlib.import_module(name.rsplit(".", 1)[0])  # the parent package, for relative imports
     spec = importlib.util.spec_from_file_location(name, path)

@@ -1,53 +1,44 @@
-"""Grading in a sandboxed subprocess (and, for function objects, in-process).
+"""Grading: the cases run here, in the grader; the learner's code runs in a separate process, the worker.
 
-One subprocess runs all cases of an exercise (torch is imported once). It gets a clean environment, a fresh
-temporary working directory, an address-space limit (RLIMIT_AS), no core dumps, a time limit per case, and an
-output limit; its results travel on a private pipe as HMAC-signed messages. If it dies or hangs in a case, that
-case gets the verdict (timeout, crash with signal, memory limit, exit, output flood) and a fresh process runs
-the remaining cases (at most `max_restarts` times). This guards against accidents, not against a learner who
-deliberately digs the key out of the grading process's memory.
+For each case the grader calls the learner's code through `judge.remote` proxies: the worker receives plain
+inputs, runs the learner's code (or a public driver of judge/drivers/ that builds what the exercise needs from the
+framework), and answers with plain data. The grader compares that data with expected values it computes itself
+and gives the verdict: nothing the worker does, prints or forges can pass a case.
+
+One case at a time: a case whose worker hangs, crashes, exits, exhausts its memory or floods its output gets that
+verdict, and a fresh worker runs the next case. A total time cap per submission stops the rest (reported).
+
+The worker is started by `judge.sandbox`: under bubblewrap when `isolated` (class grading), else as a plain
+subprocess with limits (self-study). For function objects, `grade_inprocess` runs the cases in this process.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
+import importlib
 import os
-import secrets
 import selectors
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
-from .registry import ROOT, Exercise, get_exercise
+from . import sandbox, wire
+from .registry import Exercise, get_exercise
+from .remote import RemoteModule, Session, WorkerLost
 from .report import CaseResult, Report
 
-STARTUP_TIMEOUT = 120.0  # seconds for the grading process to import torch and the hidden tests
-OUTPUT_LIMIT = 1_000_000  # bytes of learner output before the process is stopped
+STARTUP_TIMEOUT = 120.0  # seconds for the worker to start Python and reach the learner's module
+IMPORT_SLACK = 30.0  # seconds on top of the case limit to import the learner's module (it imports torch)
+OUTPUT_LIMIT = 1_000_000  # bytes of learner output before the worker is stopped
 KEEP_OUTPUT = 1500  # bytes kept from the start and from the end of the learner's output
 
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from judge._worker import main; main()"
 
-
-@dataclass
-class _Attempt:
-    names: list[str] | None = None  # all case names, once the worker has announced them
-    timeouts: dict[str, float] = field(default_factory=dict)
-    results: list[CaseResult] = field(default_factory=list)
-    fatal: str | None = None
-    fatal_kind: str | None = None
-    done: bool = False
-    current: str | None = None  # the case running when the process stopped
-    abnormal: CaseResult | None = None  # the verdict for `current` if the process stopped abnormally
-    imported: bool = False  # the learner's module was imported (a case started)
-    forged: int = 0
+class IsolationUnavailable(RuntimeError):
+    """Isolated grading was asked for and bubblewrap cannot run here."""
 
 
 class _Output:
@@ -72,17 +63,6 @@ class _Output:
         return head + middle + self.tail.decode("utf-8", "replace")
 
 
-def _clean_env(tmp: str, options: dict[str, Any]) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", os.defpath), "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8",
-        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-        "CUDA_VISIBLE_DEVICES": "", "MINI_LLM_DEVICE": "cpu", "TOKENIZERS_PARALLELISM": "false",
-    }
-    # One thread: the cases are small, and a busy 2-core machine makes more threads much slower.
-    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
-    return env
-
-
 def _signal_name(num: int) -> str:
     try:
         name = signal.Signals(num).name
@@ -93,170 +73,233 @@ def _signal_name(num: int) -> str:
     return name + extra
 
 
-def _run_worker(ex: Exercise, target: dict[str, Any], case_names: list[str] | None, time_limit: float | None,
-                memory_mb: int | None, options: dict[str, Any], output: _Output,
-                output_limit: int) -> _Attempt:
-    att = _Attempt()
-    key = secrets.token_bytes(32)
-    r, w = os.pipe()
-    tmp = tempfile.mkdtemp(prefix="judge-")
-    cfg = {"key": key.hex(), "fd": w, "exercise": ex.id, "cases": case_names, "options": options,
-           "memory_mb": memory_mb, **target}
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", "-u", "-c", _BOOT, str(ROOT)], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(w,), cwd=tmp, env=_clean_env(tmp, options),
-        start_new_session=True,
-    )
-    os.close(w)
-    status: int | None = None
-    rusage = None
-    sel = selectors.DefaultSelector()
-    try:
+class WorkerProcess(Session):
+    """One worker: started, asked, and stopped by the grader. `lost` says why it stopped, if it did."""
+
+    def __init__(self, ex: Exercise, target: dict[str, Any], isolated: bool, memory_mb: int | None,
+                 options: dict[str, Any], output: _Output, output_limit: int) -> None:
+        self.args = (ex, target, isolated, memory_mb, options, output, output_limit)
+        self.ex, self.output, self.output_limit, self.memory_mb = ex, output, output_limit, memory_mb
+        self.output_start = output.total  # the limit is per worker, hence per case
+        self.epoch = 0
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT
+        self.phase = "start"  # start | import | case
+        self.lost: tuple[str, str] | None = None  # (verdict, message)
+        self.status: int | None = None
+        self.rusage = None
+        self.buf = b""
+        self.tmp = tempfile.mkdtemp(prefix="judge-")
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        submission = Path(target["impl"]) if target.get("impl") else None
+        extra = [p for p in (options.get("model"),) if p and os.path.exists(p)]
+        argv, inner = sandbox.command(ex, isolated, submission, extra, (req_r, rep_w))
+        cfg = {"exercise": ex.id, "options": options, "memory_mb": memory_mb, "display": target.get("display"),
+               "impl_module": target.get("impl_module"), "impl": inner}
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     pass_fds=(req_r, rep_w), cwd=self.tmp, env=sandbox.worker_env(self.tmp),
+                                     start_new_session=True)
+        os.close(req_r)
+        os.close(rep_w)
+        self.out_fd = self.proc.stdout.fileno()
+        for fd in (self.rep_r, self.out_fd):
+            os.set_blocking(fd, False)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.rep_r, selectors.EVENT_READ, "reply")
+        self.sel.register(self.out_fd, selectors.EVENT_READ, "output")
+        self.open_fds = 2
+        self.next_id = 0
+        self._write(cfg)
+
+    # -- talking to it
+
+    def _write(self, msg: dict) -> None:
+        data = wire.dumps(msg)
         try:
-            proc.stdin.write((json.dumps(cfg) + "\n").encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        out_fd = proc.stdout.fileno()
-        os.set_blocking(r, False)
-        os.set_blocking(out_fd, False)
-        sel.register(r, selectors.EVENT_READ, "channel")
-        sel.register(out_fd, selectors.EVENT_READ, "output")
-        buf = b""
-        started = time.monotonic()
-        deadline = started + STARTUP_TIMEOUT
-        phase_limit = STARTUP_TIMEOUT
-        open_fds = 2
+            while data:
+                data = data[os.write(self.req_w, data):]
+        except (BrokenPipeError, OSError):
+            pass  # it died: the next read says how
 
-        def handle(msg: dict) -> None:
-            nonlocal deadline, phase_limit
-            t = msg.get("t")
-            now = time.monotonic()
-            if t == "cases":
-                att.names = list(msg["names"])
-                att.timeouts = dict(msg.get("timeouts") or {})
-                phase_limit = time_limit or ex.case_timeout  # importing the learner's module
-                deadline = now + phase_limit
-                att.current = None
-            elif t == "start":
-                att.imported = True
-                att.current = msg["case"]
-                phase_limit = time_limit or att.timeouts.get(att.current) or ex.case_timeout
-                deadline = now + phase_limit
-            elif t == "result":
-                att.results.append(CaseResult(msg["case"], bool(msg["passed"]), float(msg["seconds"]),
-                                              msg["verdict"], msg["message"], msg.get("details") or {}))
-                att.current = None
-            elif t == "fatal":
-                att.fatal, att.fatal_kind = msg["message"], msg["kind"]
-            elif t == "done":
-                att.done = True
-
-        def read_channel() -> bool:
-            nonlocal buf
-            try:
-                data = os.read(r, 65536)
-            except BlockingIOError:
-                return True
-            if not data:
-                return False
-            buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                mac, _, body = line.partition(b" ")
-                good = hmac.new(key, body, hashlib.sha256).hexdigest().encode()
-                if not hmac.compare_digest(mac, good):
-                    att.forged += 1
-                    continue
-                try:
-                    handle(json.loads(body))
-                except (ValueError, KeyError, TypeError):
-                    att.forged += 1
-            return True
-
-        stop_reason: CaseResult | None = None
+    def _read_message(self) -> dict:
+        """The next message of the worker; WorkerLost when it dies, hangs past the deadline or floods output."""
         while True:
-            if status is None:
-                pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    status, rusage = st, ru
-            timeout = max(0.0, min(deadline - time.monotonic(), 0.05 if status is None else 0.0))
-            events = sel.select(timeout) if open_fds else []
-            for sk, _ in events:
-                if sk.data == "channel":
-                    if not read_channel():
-                        sel.unregister(r)
-                        open_fds -= 1
-                else:
-                    try:
-                        data = os.read(out_fd, 65536)
-                    except BlockingIOError:
-                        continue
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                try:
+                    return wire.loads(line)
+                except ValueError:
+                    continue  # not a message: written by the learner's code on the reply pipe; ignored
+            if self.lost:
+                raise WorkerLost(self.lost[1])
+            self._pump()
+
+    def _pump(self) -> None:
+        if self.status is None:
+            pid, st, ru = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                self.status, self.rusage = st, ru
+        timeout = max(0.0, min(self.deadline - time.monotonic(), 0.05 if self.status is None else 0.0))
+        events = self.sel.select(timeout) if self.open_fds else []
+        for key, _ in events:
+            try:
+                data = os.read(key.fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:
+                self.sel.unregister(key.fd)
+                self.open_fds -= 1
+            elif key.data == "reply":
+                self.buf += data
+            else:
+                self.output.add(data)
+        if b"\n" in self.buf:
+            return
+        if self.output.total - self.output_start > self.output_limit:
+            self._stop("output", f"output limit exceeded: your code printed more than {self.output_limit} bytes "
+                                 "(remove the prints in loops)")
+        elif self.status is not None and not events:
+            self._stop(*self._death())
+        elif time.monotonic() > self.deadline and self.status is None:
+            limit = self.limit
+            if self.phase == "start":
+                msg = f"the grading process did not start within {limit:g}s"
+            elif self.phase == "import":
+                msg = f"time limit exceeded while importing your module (no result after {limit:g}s): " \
+                      "code at module level loops?"
+            else:
+                msg = f"time limit exceeded: no result after {limit:g}s (an infinite loop? a very slow implementation?)"
+            self._stop("timeout", msg)
+
+    limit = STARTUP_TIMEOUT
+
+    def set_deadline(self, seconds: float, cap: float | None = None) -> None:
+        self.limit = seconds
+        self.deadline = time.monotonic() + seconds
+        if cap is not None:
+            self.deadline = min(self.deadline, cap)
+
+    def _death(self) -> tuple[str, str]:
+        rc = os.waitstatus_to_exitcode(self.status)
+        maxrss_mb = (self.rusage.ru_maxrss / 1024) if self.rusage else 0
+        where = {"start": "before the tests started", "import": "while importing your module"}.get(
+            self.phase, "during this case")
+        if rc < 0:
+            sig = -rc
+            if self.memory_mb and maxrss_mb > 0.8 * self.memory_mb or sig == signal.SIGKILL:
+                return "memory", (f"killed by {_signal_name(sig)} {where}; it used {maxrss_mb:.0f} MB: memory limit "
+                                  f"({self.memory_mb} MB) exceeded, or your code killed its own process?")
+            return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
+        if rc == 0:
+            return "exit", (f"the grading process exited (code 0) {where}: your code must return its result, not "
+                            "call os._exit() or sys.exit()")
+        if rc >= 128 and sandbox_signal(rc):  # bubblewrap reports a signal of its child as 128 + signal
+            return self._death_by(rc - 128, where, maxrss_mb)
+        return "exit", f"the grading process exited with code {rc} {where} (os._exit()? a crash in C code?)"
+
+    def _death_by(self, sig: int, where: str, maxrss_mb: float) -> tuple[str, str]:
+        if sig == signal.SIGKILL:
+            return "memory", (f"killed by SIGKILL {where}: memory limit ({self.memory_mb} MB) exceeded, or your code "
+                              "killed its own process?")
+        return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
+
+    def _stop(self, verdict: str, message: str) -> None:
+        self.lost = (verdict, message)
+        self.close()
+
+    def request(self, msg: dict) -> dict:
+        """Send one request and return its reply (plain data); WorkerLost if the worker is gone."""
+        if self.lost:
+            raise WorkerLost(self.lost[1])
+        self.next_id += 1
+        self.epoch += 1
+        self._write({**msg, "id": self.next_id})
+        while True:
+            reply = self._read_message()
+            if reply.get("t") == "reply" and reply.get("id") == self.next_id:
+                return reply
+
+    def wait_ready(self, import_limit: float, cap: float | None) -> dict:
+        """{"t": "ready"} or {"t": "fatal", ...}; WorkerLost if it never gets there."""
+        self.set_deadline(STARTUP_TIMEOUT + import_limit, cap)
+        self.phase = "import"
+        while True:
+            msg = self._read_message()
+            if msg.get("t") in ("ready", "fatal"):
+                return msg
+
+    def sibling(self) -> "WorkerProcess":
+        """Another worker for the same code, ready (a fresh process: e.g. another hash seed)."""
+        w = WorkerProcess(*self.args)
+        msg = w.wait_ready(self.ex.case_timeout + IMPORT_SLACK, None)
+        if msg.get("t") != "ready":
+            w.close()
+            raise WorkerLost(str(msg.get("message")))
+        w.phase = "case"
+        w.set_deadline(self.limit)
+        return w
+
+    def close(self) -> None:
+        if getattr(self, "closed", False):
+            return
+        self.closed = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # bubblewrap and what it started; or the plain worker's group
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.status is None:
+            _, self.status, self.rusage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = os.waitstatus_to_exitcode(self.status)
+        # Drain what is left to read (the output of the last moments), without waiting.
+        for key in list(self.sel.get_map().values()):
+            try:
+                while True:
+                    data = os.read(key.fd, 1 << 16)
                     if not data:
-                        sel.unregister(out_fd)
-                        open_fds -= 1
+                        break
+                    if key.data == "output":
+                        self.output.add(data)
                     else:
-                        output.add(data)
-            if att.done or att.fatal:
-                break
-            if status is not None and not events:
-                break  # exited and everything it wrote has been read
-            if output.total > output_limit and stop_reason is None:
-                stop_reason = CaseResult(att.current or "(import)", False, 0.0, "output",
-                                         f"output limit exceeded: your code printed more than {output_limit} bytes"
-                                         " (remove the prints in loops)")
-                break
-            if time.monotonic() > deadline and status is None:
-                what = f"no result after {phase_limit:g}s"
-                if att.names is None:
-                    msg = f"the grading process did not start within {phase_limit:g}s"
-                elif att.current is None:
-                    msg = f"time limit exceeded while importing your module ({what}): code at module level loops?"
-                else:
-                    msg = f"time limit exceeded: {what} (an infinite loop? a very slow implementation?)"
-                stop_reason = CaseResult(att.current or "(import)", False, phase_limit, "timeout", msg)
-                break
-    finally:
-        if status is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
+                        self.buf += data
+            except (BlockingIOError, OSError):
                 pass
-            _, status, rusage = os.wait4(proc.pid, 0)
-        else:
+        self.sel.close()
+        for fd in (self.rep_r, self.req_w):
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # leftovers the learner may have started
-            except (ProcessLookupError, PermissionError):
+                os.close(fd)
+            except OSError:
                 pass
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        sel.close()
-        os.close(r)
-        proc.stdout.close()
-        _rmtree(tmp)
-    if att.done or att.fatal:
-        return att
-    if stop_reason is not None:
-        att.abnormal = stop_reason
-        return att
-    # The process ended without finishing: say how.
-    rc = proc.returncode
-    maxrss_mb = (rusage.ru_maxrss / 1024) if rusage else 0
-    where = f"during case {att.current!r}" if att.current else ("while importing your module" if att.names
-                                                               else "before the tests started")
-    if rc < 0:
-        sig = -rc
-        if memory_mb and maxrss_mb > 0.8 * memory_mb or (sig == signal.SIGKILL):
-            verdict, msg = "memory", (f"killed by {_signal_name(sig)} {where}; it used {maxrss_mb:.0f} MB: "
-                                      f"memory limit ({memory_mb} MB) exceeded?")
-        else:
-            verdict, msg = "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
-    elif rc == 0:
-        verdict, msg = "exit", (f"the grading process exited (code 0) {where}: your code must return its result, "
-                                "not call os._exit() or sys.exit()")
+        self.proc.stdout.close()
+        _rmtree(self.tmp)
+
+
+@contextmanager
+def another_process(impl: Any) -> Iterator[Any]:
+    """The learner's code loaded afresh in another process (its own hash seed), for a case that compares what two
+    processes compute: a sibling worker of a graded one, or for an in-process module, a plain worker on its file."""
+    from . import harness
+
+    if isinstance(impl, RemoteModule):
+        w = object.__getattribute__(impl, "_session").sibling()
     else:
-        verdict, msg = "exit", f"the grading process exited with code {rc} {where} (os._exit()? a crash in C code?)"
-    att.abnormal = CaseResult(att.current or "(import)", False, 0.0, verdict, msg)
-    return att
+        path = getattr(impl, "__file__", None) or harness._STATE.get("learner_file")
+        ex = harness._STATE.get("exercise")
+        if not path or not os.path.isfile(path) or ex is None:
+            raise RuntimeError("no file to load in another process")
+        w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT)
+        w.phase = "case"
+        msg = w.wait_ready(ex.case_timeout + IMPORT_SLACK, None)
+        if msg.get("t") != "ready":
+            w.close()
+            raise WorkerLost(str(msg.get("message")))
+    try:
+        yield RemoteModule(w, None)
+    finally:
+        w.close()
+
+
+def sandbox_signal(rc: int) -> bool:
+    return 128 < rc < 128 + 65
 
 
 def _rmtree(path: str) -> None:
@@ -273,6 +316,8 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
         tmp = tempfile.mkdtemp(prefix="judge-src-")
         path = Path(tmp) / Path(ex.practice_file).name
         path.write_text(source)
+        os.chmod(tmp, 0o755)
+        os.chmod(path, 0o644)
         return {"impl": str(path), "display": "your code"}, "your code (source text)", tmp
     if impl is None:
         path = ex.practice_path
@@ -293,79 +338,108 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
                 return {"impl_module": text, "display": text}, text, None
         path = Path(impl)
     path = path.resolve()
+    if path.suffix == ".ipynb":
+        from .notebooks import solution_source
+
+        src, problem = solution_source(path)
+        if problem:
+            return {"fatal": problem}, str(path), None
+        target, _, tmp = _target_for(ex, None, src, False)
+        return target, _display(path), tmp
+    return {"impl": str(path), "display": _display(path)}, _display(path), None
+
+
+def _display(path: Path) -> str:
     try:
-        display = str(path.relative_to(Path.cwd()))
+        return str(path.relative_to(Path.cwd()))
     except ValueError:
-        display = str(path)
-    return {"impl": str(path), "display": display}, display, None
+        return str(path)
+
+
+def _case_list(ex: Exercise, cases: list[str] | None) -> list:
+    from . import harness
+
+    try:
+        every = list(importlib.import_module(ex.tests).CASES)
+    except ModuleNotFoundError as exc:
+        every = _public_cases(ex, exc)
+    if cases is None:
+        return every
+    names = [c.name for c in every]
+    return [c for c in every if harness.selected(c.name, cases, names)]
+
+
+def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
+    """The recorded public cases, where the hidden ones are not installed (a student's copy of the course)."""
+    from . import harness, public
+
+    logs = public.load(ex)
+    if logs is None or not (missing.name and ex.tests.startswith(missing.name)):
+        raise missing
+
+    def case_fn(log: list):
+        def run(impl: Any) -> None:
+            problem = public.replay(object.__getattribute__(impl, "_session"), log)
+            if problem:
+                raise harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented")
+                                          else "fail")
+
+        return run
+
+    return [harness.Case(name, case_fn(log)) for name, log in logs.items()]
 
 
 def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | None = None, reference: bool = False,
           time_limit: float | None = None, memory_limit_mb: int | None = None, cases: list[str] | None = None,
-          options: dict[str, Any] | None = None, output_limit: int = OUTPUT_LIMIT,
-          max_restarts: int = 2) -> Report:
+          options: dict[str, Any] | None = None, output_limit: int = OUTPUT_LIMIT, isolated: bool = False,
+          total_limit: float | None = None) -> Report:
     """Grade one exercise and return a Report (never raises for learner misbehaviour).
 
-    impl: None (the learner's practice file), a path, a dotted module name, a module with a __file__, or a function / namespace /
-    class (then the cases run in this process, without the sandbox: see `grade_inprocess`).
+    impl: None (the learner's practice file), a path (.py, or a submitted .ipynb: its solution cell), a dotted module
+    name, a module with a __file__, or a function / namespace / class (then the cases run in this process, without
+    the sandbox: see `grade_inprocess`).
     source: the learner's code as text (graded from a temporary file).
-    reference: grade the reference solution instead.
+    reference: grade the reference solution instead (never isolated: it is the instructor's own code).
     time_limit: seconds per case (and for importing the learner's module), overriding the exercise's.
     cases: only these cases (exact names, or else case-insensitive parts of names).
+    isolated: run the learner's code under bubblewrap (IsolationUnavailable if it cannot run here).
+    total_limit: seconds for the whole submission (default: the exercise's total_timeout).
     """
     ex = get_exercise(exercise)
     if impl is not None and not isinstance(impl, (str, os.PathLike, ModuleType)):
         return grade_inprocess(ex, impl, cases=cases, options=options)
+    if isolated and not reference:
+        problem = sandbox.bwrap_problem()
+        if problem:
+            raise IsolationUnavailable(problem)
     t0 = time.monotonic()
     target, display, tmp = _target_for(ex, impl, source, reference)
     report = Report(ex.id, ex.slug, ex.title, display)
     memory_mb = ex.memory_limit_mb if memory_limit_mb is None else memory_limit_mb
-    options = dict(options or {})
+    cap = t0 + (total_limit or ex.total_timeout)
     output = _Output()
     try:
+        if target.get("fatal"):
+            report.fatal = target["fatal"]
+            return report
         if "impl" in target and not Path(target["impl"]).is_file():
             report.fatal = f"{display} does not exist (exercise {ex.id} is edited in {ex.practice_file})"
             return report
-        names: list[str] | None = cases
-        all_names: list[str] | None = None
-        results: dict[str, CaseResult] = {}
-        restarts = 0
-        while True:
-            att = _run_worker(ex, target, names, time_limit, memory_mb, options, output, output_limit)
-            if att.forged:
-                report.notes.append(f"{att.forged} unsigned message(s) on the result channel were ignored")
-            if att.names is not None and all_names is None:
-                all_names = att.names
-            for r in att.results:
-                results[r.name] = r
-            if att.fatal:
-                report.fatal = att.fatal
-                break
-            if att.done or att.abnormal is None:
-                break
-            ab = att.abnormal
-            if all_names is None:  # never got going
-                report.fatal = ab.message
-                break
-            if att.current is None:  # while importing the learner's module: every case would do the same
-                report.fatal = ab.message
-                break
-            results[ab.name] = ab
-            left = [n for n in all_names if n not in results]
-            if not left:
-                break
-            if restarts >= max_restarts:
-                for n in left:
-                    results[n] = CaseResult(n, False, 0.0, "not run",
-                                            f"not run: the grading process stopped abnormally {restarts + 1} times")
-                break
-            restarts += 1
-            names = left
-        if all_names == [] and cases and not report.fatal:
-            report.fatal = f"no case of exercise {ex.id} matches {cases}"
-        if all_names is not None:
-            fatal_msg = "not run: see above" if report.fatal else "not run"
-            report.results = [results.get(n) or CaseResult(n, False, 0.0, "not run", fatal_msg) for n in all_names]
+        run = _Run(ex, target, isolated and not reference, memory_mb, dict(options or {}), output, output_limit,
+                   time_limit, cap)
+        try:
+            run.spawn()  # the worker starts Python and imports while this process imports the cases
+            selected = _case_list(ex, cases)
+            if not selected:
+                if cases:
+                    report.fatal = f"no case of exercise {ex.id} matches {cases}"
+                return report
+            report.results, report.fatal = run.cases(selected)
+        finally:
+            run.stop()
+        if run.capped:
+            report.notes.append(f"the total time cap of {cap - t0:g}s for one submission was reached: "
+                                f"{run.capped} case(s) not run")
         report.output, report.output_bytes = output.text(), output.total
         return report
     finally:
@@ -374,12 +448,98 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
             _rmtree(tmp)
 
 
+class _Run:
+    """The cases of one submission, each with a live worker (a fresh one after a worker was lost)."""
+
+    def __init__(self, ex, target, isolated, memory_mb, options, output, output_limit, time_limit, cap) -> None:
+        self.ex, self.target, self.isolated, self.memory_mb = ex, target, isolated, memory_mb
+        self.options, self.output, self.output_limit = options, output, output_limit
+        self.time_limit, self.cap = time_limit, cap
+        self.worker: WorkerProcess | None = None
+        self.ready = False
+        self.capped = 0
+
+    def spawn(self) -> None:
+        """Start a worker (it imports while the grader goes on)."""
+        self.worker = WorkerProcess(self.ex, self.target, self.isolated, self.memory_mb, self.options, self.output,
+                                    self.output_limit)
+        self.ready = False
+
+    def start(self) -> str | None:
+        """A worker with the learner's module loaded; the reason if that fails (for every case)."""
+        if self.worker is None:
+            self.spawn()
+        w = self.worker
+        try:
+            msg = w.wait_ready(self.time_limit or self.ex.case_timeout + IMPORT_SLACK, self.cap)
+        except WorkerLost:
+            self.stop()
+            return w.lost[1] if w.lost else "the grading process stopped"
+        if msg.get("t") == "fatal":
+            self.stop()
+            return str(msg.get("message"))
+        w.phase = "case"
+        self.ready = True
+        return None
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+            self.ready = False
+
+    def cases(self, selected: list) -> tuple[list[CaseResult], str | None]:
+        from . import harness
+
+        results: list[CaseResult] = []
+        for i, case in enumerate(selected):
+            fatal = None
+            if (self.worker is None or not self.ready) and time.monotonic() < self.cap:
+                fatal = self.start()
+            if time.monotonic() >= self.cap:
+                self.capped = len(selected) - i
+                results += [CaseResult(c.name, False, 0.0, "timeout", "not run: the total time cap for one "
+                                       "submission was used up") for c in selected[i:]]
+                break
+            if fatal:
+                return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")
+                                  for c in selected[i:]], fatal
+            w = self.worker
+            w.set_deadline(self.time_limit or case.timeout or self.ex.case_timeout, self.cap)
+            t0 = time.perf_counter()
+            if self.ex.grading == "inworker":
+                out = self._in_worker(case.name)
+            else:
+                saved = dict(harness._STATE)
+                harness._STATE.update(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
+                                      learner_file=self.target.get("impl") or self.ex.practice_file)
+                try:
+                    out = harness.run_case(case, RemoteModule(w, None))
+                finally:
+                    harness._STATE.clear()
+                    harness._STATE.update(saved)
+                out = CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message, out.details)
+            if w.lost:  # whatever the case made of it, the worker's end is the verdict
+                verdict, message = w.lost
+                out = CaseResult(case.name, False, time.perf_counter() - t0, verdict, message)
+                self.stop()
+            results.append(out)
+        return results, None
+
+    def _in_worker(self, name: str) -> CaseResult:
+        try:
+            reply = self.worker.request({"op": "case", "name": name})
+        except WorkerLost:
+            return CaseResult(name, False, 0.0, "error", "lost")  # replaced by the worker's verdict
+        v = reply.get("value") or {}
+        return CaseResult(name, bool(v.get("passed")), float(v.get("seconds", 0.0)), str(v.get("verdict")),
+                          str(v.get("message", "")), dict(v.get("details") or {}))
+
+
 def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[str] | None = None,
                     options: dict[str, Any] | None = None) -> Report:
     """Run the cases in this process on `impl`: a module, a namespace, or (for one-function exercises) the
-    function itself. No sandbox: no time limit and no isolation (for notebooks, whose kernel is the sandbox)."""
-    import importlib
-
+    function itself. No sandbox: no time limit and no isolation (for tests and trusted code)."""
     from . import harness
     from .loader import SetupError, check_api
 
@@ -402,7 +562,8 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
             return report
         first = getattr(impl, next(iter(ex.api)), None) if ex.api else None
         code = getattr(first, "__code__", None)
-        harness._STATE.update(learner_file=code.co_filename if code else None, options=dict(options or {}))
+        harness._STATE.update(learner_file=code.co_filename if code else None, options=dict(options or {}),
+                              exercise=ex)
         for c in selected:
             out = harness.run_case(c, impl)
             report.results.append(CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message,
@@ -419,3 +580,4 @@ def check(exercise: int | str | Exercise, impl: Any = None, **kwargs: Any) -> No
     report = grade(exercise, impl, **kwargs)
     if not report.ok:
         raise AssertionError("\n" + report.text())
+

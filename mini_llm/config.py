@@ -38,11 +38,6 @@ class Qwen3Config:
             )
 
     @property
-    def hd(self) -> int:
-        """Short name for `head_dim`, used throughout the course."""
-        return self.head_dim
-
-    @property
     def num_queries_per_kv(self) -> int:
         return self.num_attention_heads // self.num_key_value_heads
 

@@ -164,9 +164,3 @@ class Transformer(nn.Module):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         hidden = self.hidden_states(input_ids, positions, lambda _, q, k, v: causal_attention(q, k, v))
         return self.compute_logits(hidden)
-
-    @classmethod
-    def from_pretrained(cls, path=None, dtype: torch.dtype | None = None, device=None) -> "Transformer":
-        from .loading import load_transformer
-
-        return load_transformer(path, dtype=dtype, device=device)

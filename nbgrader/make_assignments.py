@@ -9,9 +9,10 @@ One assignment per exercise, named `ex<id>-<slug>`, holding one notebook of the 
 - the solution cell: the learner's stub (practice/...py) whose `raise NotImplementedError` bodies are replaced by
   the reference's bodies (solutions/...py) between `### BEGIN SOLUTION` / `### END SOLUTION`, so that
   `nbgrader generate_assignment` releases exactly the stub the practice/ folder has;
-- a locked cell that grades the code of the solution cell with the judge, in its sandbox (a subprocess with
-  per-case time limits and a memory limit), and one autograded cell of 1 point per hidden test case.
-The hidden tests stay in the installed `judge` package: nothing of them is released. See docs/instructors.md.
+- a locked cell that grades the code of the solution cell with the judge (for a student: the public cases of the
+  student edition), and one autograded cell of 1 point per test case.
+`nbgrader autograde` never runs the student's code in the kernel: judge/nbgrading.py grades the solution cell,
+isolated, outside it (see nbgrader_config.py). Nothing of the hidden tests is released. See docs/instructors.md.
 """
 
 from __future__ import annotations
@@ -125,12 +126,29 @@ def _body_lines(fn: ast.FunctionDef, lines: list[str], indent: str) -> list[str]
     return out
 
 
-def _needed_imports(fns: list[ast.FunctionDef], ref_bindings: dict[str, str], stub_names: set[str]) -> list[str]:
-    """Import lines for the reference's module-level names that these functions use and the stub lacks."""
-    used = {n.id for fn in fns for stmt in fn.body for n in ast.walk(stmt)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    lines = {ref_bindings[n] for n in used if n in ref_bindings and n not in stub_names}
-    return sorted(lines, key=lambda line: (line.startswith("from "), line))
+def _used_names(nodes: list[ast.AST]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _needed_imports(fns: list[ast.FunctionDef], ref_bindings: dict[str, str], stub_names: set[str],
+                    ref: tuple[ast.Module, list[str], str] | None = None) -> list[str]:
+    """The lines a solution region needs before the reference's body: imports of the module-level names these
+    functions use and the stub lacks; a name defined in the reference module itself (a helper, a dataclass) is
+    copied in, not imported, because graded code cannot import the reference."""
+    used = _used_names([stmt for fn in fns for stmt in fn.body])
+    missing = sorted(n for n in used if n in ref_bindings and n not in stub_names)
+    own = {n for n in missing if ref is not None and ref_bindings[n] == f"from {ref[2]} import {n}"}
+    defs = [node for node in (ref[0].body if ref else []) if getattr(node, "name", None) in own]
+    for node in defs:  # what the copied definitions use in turn
+        missing += sorted(n for n in _used_names([node]) if n in ref_bindings and n not in stub_names
+                          and n not in own and n not in missing)
+    imports = sorted({ref_bindings[n] for n in missing if n not in own},
+                     key=lambda line: (line.startswith("from "), line))
+    copied = []
+    for node in defs:
+        first = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno]) - 1
+        copied += ["", *ref[1][first:node.end_lineno]] if copied else ref[1][first:node.end_lineno]
+    return imports + ([""] if imports and copied else []) + copied + ([""] if copied else [])
 
 
 def _self_attributes(fns: list[ast.FunctionDef]) -> set[str]:
@@ -172,7 +190,8 @@ def solution_code(ex: Exercise) -> str:
             raise ValueError(f"exercise {ex.id}: {qual} has parameters {_param_names(fn)} in the stub but "
                              f"{_param_names(ref_fn)} in {ex.reference}")
         indent = " " * raise_stmt.col_offset
-        region = [indent + BEGIN, *(indent + i for i in _needed_imports([ref_fn], ref_bindings, stub_names)),
+        prelude = _needed_imports([ref_fn], ref_bindings, stub_names, (ref, ref_lines, ex.reference))
+        region = [indent + BEGIN, *(indent + i if i else "" for i in prelude),
                   *_body_lines(ref_fn, ref_lines, indent), indent + END]
         edits[raise_stmt.lineno - 1] = (raise_stmt.end_lineno - 1, region)
         if "." in qual:
@@ -257,26 +276,23 @@ def case_names(ex: Exercise) -> list[str]:
 
 
 def judge_cell_limit(ex: Exercise) -> int:
-    """Seconds the judge cell may take: the judge's worst case (up to three grading processes, each with its
-    start-up and import limits, plus every case's limit) and a margin. nbgrader_config.py reads it."""
+    """Seconds the judge cell may take when a student runs it: the judge's total cap for one submission, a worker
+    start-up, and a margin. nbgrader_config.py reads it (autograding reads a finished report instead)."""
     from judge.runner import STARTUP_TIMEOUT
 
-    cases = list(importlib.import_module(ex.tests).CASES)
-    worst = 3 * (STARTUP_TIMEOUT + ex.case_timeout) + sum(c.timeout or ex.case_timeout for c in cases)
-    return int(worst) + 60
+    return int(ex.total_timeout + STARTUP_TIMEOUT) + 60
 
 
 RUN_CELL = '''\
 # Time limit of this cell (read by nbgrader_config.py): {limit} s for {num_cases} cases.
-# Grades the code of the solution cell above with the course's hidden tests (the installed `judge` package), in
-# the judge's sandbox: a separate process with a time limit per case and a memory limit, so an endless loop or a
-# crash in that code fails cases instead of stopping this notebook. Keep all your code in that one cell (no
-# %magics): it is graded as a file. The cells below award 1 point per test case passed.
+# Checks the code of the solution cell above with the course judge, in a separate process with a time limit per
+# case and a memory limit. Here it runs the cases your copy of the course has (the worked example and a few basic
+# ones); the hidden cases are run after you submit, outside this notebook, on the solution cell alone. Keep all
+# your code in that one cell (no %magics): it is graded as a file. The cells below award 1 point per test case.
 # Grading options (environment variables): JUDGE_TIMEOUT (seconds per case), JUDGE_MEMORY_MB, JUDGE_MODEL.
 import linecache
-import os
 
-import judge
+import judge.nbgrading
 
 
 def _cell_code(*objs) -> str:
@@ -292,23 +308,13 @@ def _cell_code(*objs) -> str:
     return "\\n".join("".join(linecache.cache[name][2]) for name in files)
 
 
-_env = os.environ.get
-_report = judge.grade(
-    {id}, source=_cell_code(*[globals().get(name) for name in {names!r}]),
-    time_limit=float(_env("JUDGE_TIMEOUT")) if _env("JUDGE_TIMEOUT") else None,
-    memory_limit_mb=int(_env("JUDGE_MEMORY_MB")) if _env("JUDGE_MEMORY_MB") else None,
-    options={{"model": _env("JUDGE_MODEL")}} if _env("JUDGE_MODEL") else None,
-)
+_report = judge.nbgrading.notebook_report({id}, _cell_code(*[globals().get(name) for name in {names!r}]))
 print(_report.text())
 
 
 def _case(name: str) -> None:
-    """Raise AssertionError (0 points) unless the hidden test case `name` passed."""
-    found = [r for r in _report.results if r.name == name]
-    if not found:
-        raise AssertionError(_report.fatal or f"no test case {{name!r}}: regenerate the assignment")
-    if not found[0].passed:
-        raise AssertionError(f"[{{found[0].verdict}}] {{found[0].message}}\\n{{found[0].details or ''}}")
+    """Raise AssertionError (0 points) unless the test case `name` passed."""
+    judge.nbgrading.case_check(_report, name)
 '''
 
 

@@ -1,4 +1,5 @@
-"""The KV-cache manager (framework/kv_cache_manager.py) on your own block pool (125) and prefix cache (132)."""
+"""The KV-cache manager (framework/kv_cache_manager.py) on your own block pool (125) and prefix cache (132), both
+at once. The chapters assemble theirs module by module instead (`course.use`: yours where its exercise passed)."""
 
 from framework.kv_cache_manager import KVCacheManagerBase
 

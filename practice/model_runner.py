@@ -1,5 +1,6 @@
 """The model runner's shell (framework/model_runner.py) driven by your own batch layout (128), cache writes (126)
-and attention (127)."""
+and attention (127), all three at once. The chapters assemble theirs module by module instead (`course.use`:
+yours where its exercise passed, the reference elsewhere)."""
 
 from framework.model_runner import ModelRunnerBase
 

@@ -22,7 +22,7 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
         queries are the positions seq_lens[i]-t .. seq_lens[i]-1; query j may attend to positions
         0 .. seq_lens[i]-t+j (causal), which live in blocks block_tables[i][0], block_tables[i][1], ...
     block_tables: B sequences of block ids.
-    scale: softmax scale; None means 1/sqrt(head_dim).
+    scale: softmax scale; None means 1/sqrt(head_dim), any number (0.0 included) is used as given.
     Grouped-query attention: query head h reads KV head h // (n_heads // n_kv_heads).
 
     Returns [N, n_heads, head_dim] in query's dtype and device. A request with no queries contributes no rows.

@@ -12,8 +12,8 @@ NONE_HASH = 0  # the parent hash of a request's first block
 
 def hash_block(parent_hash: int, token_ids: Sequence[int]) -> int:
     """The hash naming a full block: its tokens chained with its parent block's hash, so that equal hashes mean
-    equal prefixes, not merely equal blocks. Must be deterministic and depend on both arguments (Python's
-    `hash` of a tuple of ints is deterministic)."""
+    equal prefixes, not merely equal blocks. Must be deterministic, equal in every process, and depend on
+    both arguments (Python's `hash` of a tuple of ints is; its `hash` of a str changes with PYTHONHASHSEED)."""
     raise NotImplementedError("exercise 132: hash_block is not implemented yet (practice/prefix_cache.py)")
 
 

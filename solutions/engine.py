@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from framework.engine import (  # noqa: F401  (re-exported: the engine's public names)
-    CompletionOutput, EngineConfig, LLMBase, LLMEngineBase, RequestOutput, stop_reason)
+    CompletionOutput, EngineConfig, LLMBase, LLMEngineBase, RequestOutput, StepError, stop_reason)
 from framework.sampling import SamplingParams, sample_token
 from framework.scheduler import SchedulerOutput
 
@@ -30,14 +30,24 @@ class LLMEngine(LLMEngineBase):
     kv_cache_manager_cls = KVCacheManager
 
     def step(self) -> list[RequestOutput]:
-        """One iteration: schedule, one forward pass, sample, update; outputs for requests that got a token."""
+        """One iteration: schedule, one forward pass, sample, update; outputs for requests that got a token.
+
+        If the forward pass or the sampling raises (or is interrupted), the requests of this step are finished
+        with reason "error" and their blocks freed (`fail_step`), and a `StepError` naming them is raised, once:
+        the engine goes on serving the others, instead of failing the same way at every later step."""
         sched = self.scheduler.schedule()
         if not sched:
             return []
         items = [(s.request.all_token_ids[s.request.num_computed_tokens: s.request.num_computed_tokens + s.num_new_tokens],
                   s.request.num_computed_tokens, s.request.block_table, s.completes_prompt) for s in sched.scheduled]
-        logits = self.runner.execute_model(items)
-        return self.update_from_output(sched, logits)
+        try:
+            logits = self.runner.execute_model(items)
+            return self.update_from_output(sched, logits)
+        except BaseException as error:
+            failure = self.fail_step([s.request for s in sched.scheduled], error)
+            if isinstance(error, Exception):  # an interrupt (Ctrl-C) stays itself
+                raise failure from error
+            raise
 
     def update_from_output(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
         """Advance each scheduled request; sample one token for each whose pending tokens are now all computed
@@ -61,10 +71,16 @@ class LLMEngine(LLMEngineBase):
 
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams | Sequence[SamplingParams] | None = None
                  ) -> list[RequestOutput]:
-        """Run the prompts (token ids) to completion; one final output per prompt, in order."""
+        """Run the prompts (token ids) to completion; one final output per prompt, in order. If a step fails
+        (or the run is interrupted), the prompts' requests are aborted before the exception goes up: nobody will
+        collect their outputs, and they must not hold blocks or steps of later calls."""
         requests = self.add_requests(prompts, params)
-        while self.has_unfinished_requests():
-            self.step()
+        try:
+            while self.has_unfinished_requests():
+                self.step()
+        except BaseException:
+            self.abort_requests(requests, "abort")
+            raise
         return [self.make_output(r, []) for r in requests]
 
 

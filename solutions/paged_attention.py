@@ -15,13 +15,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from framework.kv_cache_manager import blocks_needed
 from mini_llm import repeat_kv
 
 
 def gather_context(cache: torch.Tensor, block_table: Sequence[int], seq_len: int) -> torch.Tensor:
     """The first `seq_len` tokens' rows `[seq_len, n_kv_heads, head_dim]` of one request from a paged cache."""
     block_size = cache.shape[1]
-    blocks = torch.as_tensor(list(block_table[: -(-seq_len // block_size)]), device=cache.device)
+    blocks = torch.as_tensor(list(block_table[: blocks_needed(seq_len, block_size)]), device=cache.device)
     return cache[blocks].flatten(0, 1)[:seq_len]
 
 
@@ -81,14 +82,14 @@ def build_padded_groups(query_start_loc: Sequence[int], seq_lens: Sequence[int],
         if len(members) == 0:
             continue
         q, ctx, start = q_lens[members], lens[members], qsl[members]
-        width = int(-(-ctx.max() // block_size))
+        width = blocks_needed(int(ctx.max()), block_size)
         rows = np.arange(q.max())
         token_index = start[:, None] + np.minimum(rows[None, :], q[:, None] - 1)
         valid = rows[None, :] < q[:, None]
         padded_row = np.flatnonzero(valid)
         tables = np.zeros((len(members), width), dtype=np.int64)
         for g, i in enumerate(members):
-            n = -(-int(ctx[g]) // block_size)
+            n = blocks_needed(int(ctx[g]), block_size)
             tables[g, :n] = block_tables[i][:n]
         # Query row r of a request is position ctx - q + r and sees keys up to there (padded rows see more,
         # harmlessly: their outputs are dropped).

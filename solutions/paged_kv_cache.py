@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import torch
 
+from framework.kv_cache_manager import blocks_needed
 from framework.paged_kv_cache import PagedKVCache  # noqa: F401  (the cache tensors: framework)
 
 
 def compute_slot_mapping(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
     """The cache slots of a request's positions `start .. end-1`, given its block table."""
     if end > len(block_table) * block_size:
-        raise ValueError(f"positions up to {end - 1} need {-(-end // block_size)} blocks, table has {len(block_table)}")
+        raise ValueError(f"positions up to {end - 1} need {blocks_needed(end, block_size)} blocks, table has {len(block_table)}")
     return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
 
 

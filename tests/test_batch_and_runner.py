@@ -11,6 +11,7 @@ import random
 import pytest
 import torch
 
+from framework.kv_cache_manager import blocks_needed
 from mini_llm import Qwen3Config, Transformer
 from solutions.batch import BatchItem, build_batch
 from solutions.model_runner import ModelRunner
@@ -61,7 +62,7 @@ def random_items(rng: random.Random, block_size: int) -> list[BatchItem]:
     for _ in range(rng.randint(1, 8)):
         num_computed = rng.choice([0, rng.randint(0, 40)])
         num_new = rng.choice([1, rng.randint(1, 30)])
-        nb = -(-(num_computed + num_new) // block_size) + rng.randint(0, 2)  # spare blocks are allowed
+        nb = blocks_needed(num_computed + num_new, block_size) + rng.randint(0, 2)  # spare blocks are allowed
         table, free = free[:nb], free[nb:]
         ids = [rng.randrange(1000) for _ in range(num_new)]
         items.append(BatchItem(ids, num_computed, table, rng.random() < 0.6))
@@ -128,7 +129,7 @@ def test_mixed_step_equals_each_request_alone(model, block_size):
     rng.shuffle(free)  # every request's blocks are scattered over the pool
     tables = {}
     for name, p in prompts.items():
-        nb = -(-(len(p) + 2) // block_size)
+        nb = blocks_needed(len(p) + 2, block_size)
         tables[name], free = free[:nb], free[nb:]
     runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size)
 

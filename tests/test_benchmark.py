@@ -25,6 +25,7 @@ from benchmarks.throughput import (  # noqa: E402
     ENGINE_VARIANTS, SHAPE_SYSTEMS, SYSTEMS, format_report, main, make_workload, mismatches, run_benchmark)
 from mini_llm import EMBEDDED_MODEL, load_transformer, pick_device  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
+from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.model_runner import ModelRunnerBase  # noqa: E402
 from solutions.paged_attention import (  # noqa: E402
     GatherWorkspace, build_padded_groups, paged_attention, paged_attention_batched)
@@ -150,7 +151,7 @@ def random_batch(seed: int, block_size: int, n_heads: int, n_kv_heads: int, q_le
     blocks = rng.permutation(num_blocks).tolist()
     tables = []
     for ctx in ctx_lens:  # disjoint tables, sometimes longer than needed
-        n = -(-ctx // block_size) + int(rng.integers(0, 2))
+        n = blocks_needed(ctx, block_size) + int(rng.integers(0, 2))
         tables.append(blocks[:n])
         blocks = blocks[n:]
     qsl = np.concatenate([[0], np.cumsum(q_lens)]).tolist()

@@ -15,6 +15,7 @@ import pytest
 import judge
 from judge.hidden import batch_layout
 from judge.loader import load_file
+from judge.sandbox import bwrap_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases" / "batch_layout"
@@ -112,12 +113,29 @@ def test_cli_grades_a_folder_into_csv(tmp_path):
         (folder / name).write_text((CASES_DIR / name).read_text())
     out = tmp_path / "grades.csv"
     proc = subprocess.run([sys.executable, str(ROOT / "practice" / "judge.py"), "128", "--impl", str(folder),
-                           "--csv", str(out), "--case", "single", "--case", "mixed"],
+                           "--csv", str(out), "--case", "single", "--case", "mixed",
+                           *([] if bwrap_problem() is None else ["--unisolated"])],
                           capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # positions from zero are right for a prefill (single prefill passes), wrong elsewhere
     assert proc.stdout.rstrip("\n").splitlines()[-1] == "4 passed, 2 failed"
     rows = list(csv.DictReader(out.open()))
-    assert [Path(r["file"]).name for r in rows] == ["right_numpy_vectorized.py", "wrong_positions_from_zero.py"]
+    assert [r["student"] for r in rows] == ["right_numpy_vectorized", "wrong_positions_from_zero"]  # file stems
     assert [(r["exercise"], r["passed"], r["failed"], r["score"]) for r in rows] == [
         ("128", "3", "0", "100.0"), ("128", "1", "2", "33.3")]
+
+
+@pytest.mark.parametrize("name, field", [("wrong_local_logits_indices", "logits_indices"),
+                                         ("wrong_positions_from_zero", "positions")])
+def test_end_to_end_failure_is_shrunk_labelled_and_names_its_attribute(name, field, model_dir):
+    """The end-to-end case shows the smallest part of the step's batch that is still wrong, each item labelled
+    with its request and what it is, and the hint of the attribute that differs (not a generic one)."""
+    report = judge.grade_inprocess(128, load_file(CASES_DIR / f"{name}.py"), cases=[E2E],
+                                   options={"model": model_dir})
+    details = report.results[0].details
+    assert details["field"] == field, report.text()
+    assert "# request " in details["input"] and details["input"].count("# request ") <= 2, report.text()
+    other = "positions" if field == "logits_indices" else "logits_indices"
+    assert other not in details["hint"], report.text()
+    items = eval(details["input"][len("build_batch("):].rsplit(", block_size=", 1)[0])  # noqa: S307 - our output
+    assert all(len(it) == 4 for it in items)

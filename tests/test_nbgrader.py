@@ -23,12 +23,14 @@ import nbformat
 import pytest
 
 import judge
+import judge.sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
 GRADED = (128, 130)
 STUDENTS = ("correct", "wrong", "crash", "loop")
-JUDGE_TIMEOUT = "20"  # seconds per case while grading here (the loop submissions time out 3 times each)
+JUDGE_TIMEOUT = "20"  # seconds per case while grading here
+JUDGE_TOTAL_TIMEOUT = "45"  # seconds per submission: a loop submission times out twice, then the cap stops it
 
 
 def _load_generator() -> types.ModuleType:
@@ -57,7 +59,7 @@ def test_generated_notebook_matches_the_judge(ex):
     assert names == [f"# hidden test case {i}: {n}" for i, n in enumerate(gen.case_names(ex), 1)]
     assert all(c.metadata["nbgrader"]["points"] == 1 for c in nb.cells if c.metadata["nbgrader"]["grade"])
     judge_cell = _cell(nb, "judge").source
-    assert f"judge.grade(\n    {ex.id}, source=_cell_code(" in judge_cell
+    assert f"judge.nbgrading.notebook_report({ex.id}, _cell_code(" in judge_cell
     assert all(c.source.rstrip().endswith(")") and c.source.count("\n") == 1  # `_case(...)`: returns None
                for c in nb.cells if c.metadata["nbgrader"]["grade"])
 
@@ -90,10 +92,14 @@ def test_released_code_is_the_stub(ex):
 
 
 @pytest.mark.parametrize("ex", list(judge.load_exercises().values()), ids=lambda e: str(e.id))
-def test_solution_cell_passes_the_judge(ex, model_dir):
+def test_solution_cell_passes_the_judge(ex, model_dir, tmp_path):
     """The reference code in the solution regions (the source notebook's solution cell) passes every case."""
     module = types.ModuleType(f"_nbgrader_solution_{ex.id}")
-    exec(compile(gen.solution_code(ex), f"<solution {ex.id}>", "exec"), module.__dict__)  # noqa: S102
+    sys.modules[module.__name__] = module  # as when the judge imports the cell's code (dataclasses look it up)
+    path = tmp_path / f"solution_{ex.id}.py"  # a file, as autograding has: 132 runs it in other processes too
+    path.write_text(gen.solution_code(ex))
+    module.__file__ = str(path)
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)  # noqa: S102
     import torch
 
     threads = torch.get_num_threads()
@@ -117,10 +123,9 @@ def test_config_time_limits(ex, monkeypatch):
     c = ns["c"]
     nb = gen.make_notebook(ex)
     cases = list(importlib.import_module(ex.tests).CASES)
-    worst = 3 * (STARTUP_TIMEOUT + ex.case_timeout) + sum(k.timeout or ex.case_timeout for k in cases)
-    assert c.Execute.timeout_func(_cell(nb, "judge")) > worst
+    assert c.Execute.timeout_func(_cell(nb, "judge")) > ex.total_timeout + STARTUP_TIMEOUT
     monkeypatch.setenv("JUDGE_TIMEOUT", "100")
-    assert c.Execute.timeout_func(_cell(nb, "judge")) > 3 * (STARTUP_TIMEOUT + 100) + 100 * len(cases)
+    assert c.Execute.timeout_func(_cell(nb, "judge")) > ex.total_timeout + STARTUP_TIMEOUT + 100 * len(cases)
     for cell in (_cell(nb, "solution"), _cell(nb, "case_01")):
         assert c.Execute.timeout_func(cell) == c.Execute.timeout == ns["CELL_TIMEOUT"] > 30
     assert c.Execute.interrupt_on_timeout is True
@@ -164,8 +169,10 @@ def _nbgrader(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Com
 def graded_course(tmp_path_factory, model_dir) -> Path:
     course = tmp_path_factory.mktemp("course")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               JUDGE_TIMEOUT=JUDGE_TIMEOUT, JUDGE_MODEL=model_dir, NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
+               JUDGE_TIMEOUT=JUDGE_TIMEOUT, JUDGE_TOTAL_TIMEOUT=JUDGE_TOTAL_TIMEOUT, JUDGE_MODEL=model_dir, NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    if judge.sandbox.bwrap_problem():  # autograding refuses to run unisolated unless told to
+        env["JUDGE_UNISOLATED"] = "1"
     gen.write_course(course, list(GRADED))
     for ex_id in GRADED:
         name = gen.assignment_name(judge.get_exercise(ex_id))
@@ -181,14 +188,14 @@ def graded_course(tmp_path_factory, model_dir) -> Path:
             nbformat.write(nb, path)
         run = _nbgrader(["autograde", name], course, env)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    # A kernel that dies in the solution cell: nbgrader reports an error for that student and keeps a 0.
+    # A solution cell that kills its process: it never runs in the kernel; the judge gives it 0.
     name = gen.assignment_name(judge.get_exercise(128))
     nb = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
     _cell(nb, "solution").source = "import os\n\nos._exit(1)\n"
     (course / "submitted" / "dies" / name).mkdir(parents=True)
     nbformat.write(nb, course / "submitted" / "dies" / name / f"{name}.ipynb")
     run = _nbgrader(["autograde", name, "--student", "dies"], course, env)
-    assert run.returncode != 0 and "Kernel died" in run.stdout + run.stderr, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return course
 
 

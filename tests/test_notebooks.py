@@ -1,98 +1,55 @@
-"""Every chapter notebook runs top to bottom, and gives the same results on practice/ filled with the reference.
+"""Every chapter is committed with its outputs, and a fresh run reproduces them, also on the learner's side.
 
-1. `test_notebook_runs[<chapter>]` executes each chapters/*.ipynb (found by glob, so new chapters join
-   automatically) on the reference engine (COURSE_IMPL=solutions), with cwd chapters/; any error fails the test
-   with the cell's traceback.
-2. `test_practice_matches_solutions[<chapter>]` builds a package `practice` in a temporary folder from copies of
-   solutions/*.py (they import each other relatively, so the copy is complete), puts that folder first on the
-   kernel's PYTHONPATH, sets COURSE_IMPL=practice and executes the chapter again. The text outputs of every cell
-   must equal those of run 1, except in cells tagged "timing".
+1. `test_stored_outputs`: every code cell of every chapters/*.ipynb has been run and stored its outputs (figures
+   as PNG), and all chapters' outputs together stay under 5 MiB. No kernel: a fraction of a second.
+2. `test_chapter_reproduces_its_outputs[<chapter>]` runs the chapter on the reference (the environment of
+   scripts/execute_chapters.py: CPU, one thread, the embedded model) and compares the text every code cell shows
+   with the stored text, except in cells tagged "timing": the stored outputs are current
+   (`python scripts/execute_chapters.py <chapter>` regenerates them). The chapters on a learner's own code, at
+   every stage of the course, are tests/test_learner_journey.py.
 
-Convention for chapter authors: tag (cell metadata "tags") with "timing" every cell whose output holds timings or
-other run-to-run variation; its output is then not compared (it must still run without error).
-Environment: NOTEBOOK_CELL_TIMEOUT (seconds per cell, default 300); OMP_NUM_THREADS for the kernels (default 1).
+Normalised before comparing: object addresses, the implementation's name (practice / solutions), the line that
+`course.banner()` prints (it names the implementation in use) and numbers in scientific notation (rounding
+errors such as 4.8e-07 differ between CPUs; the cells assert their bounds). Convention for chapter authors: tag
+(cell metadata "tags") with "timing" every cell whose output holds timings or other run-to-run variation; its
+output is then not compared (it must still run without error).
+Environment: NOTEBOOK_CELL_TIMEOUT (seconds per cell, default 300).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = ROOT / "chapters"
-NOTEBOOKS = sorted(CHAPTERS.glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 TIMING_TAG = "timing"
-CELL_TIMEOUT = int(os.environ.get("NOTEBOOK_CELL_TIMEOUT", "300"))
 PROBE_TAG = "test-probe"
+CELL_TIMEOUT = int(os.environ.get("NOTEBOOK_CELL_TIMEOUT", "300"))
 # Run first in every kernel: which Python runs it and which implementation `course.use` resolves to.
 PROBE = (
     "import json, sys, course\n"
     "print(json.dumps({'executable': sys.executable, 'impl': course.IMPL, "
     "'batch': course.use('batch').__file__, 'block_pool': course.use('block_pool').__file__}))"
 )
-_solution_runs: dict[str, nbformat.NotebookNode] = {}
 
 
-@pytest.fixture(scope="session", autouse=True)
-def venv_kernel(tmp_path_factory):
-    """A kernelspec "python3" that runs this very interpreter (the venv's), first on JUPYTER_PATH, so that no
-    user- or system-wide "python3" kernel of another Python is picked up."""
-    share = tmp_path_factory.mktemp("jupyter")
-    spec = share / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "course venv", "language": "python"}))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(share), os.environ.get("JUPYTER_PATH")])))
-        yield
+def _load_executor():
+    spec = importlib.util.spec_from_file_location("execute_chapters", ROOT / "scripts" / "execute_chapters.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.fixture(scope="session")
-def filled_practice(tmp_path_factory) -> Path:
-    """A folder holding a package `practice` whose modules are the reference code."""
-    root = tmp_path_factory.mktemp("filled")
-    pkg = root / "practice"
-    pkg.mkdir()
-    for src in (ROOT / "solutions").glob("*.py"):
-        shutil.copy(src, pkg / src.name)
-    learner_modules = {p.name for p in (ROOT / "practice").glob("*.py")} - {"judge.py"}
-    missing = learner_modules - {p.name for p in pkg.glob("*.py")}
-    assert not missing, f"practice modules with no namesake in solutions/: {sorted(missing)}"
-    return root
-
-
-def execute(path: Path, impl: str, pythonpath: Path | None = None) -> nbformat.NotebookNode:
-    """Run the notebook in a fresh kernel (cwd chapters/) with COURSE_IMPL=impl; return it with its outputs."""
-    nb = nbformat.read(path, as_version=4)
-    probe = nbformat.v4.new_code_cell(PROBE, metadata={"tags": [PROBE_TAG]})
-    nb.cells.insert(0, probe)
-    env = dict(os.environ, COURSE_IMPL=impl)
-    # One intra-op thread unless the caller chose: on a loaded machine (CI, several test runs at once) torch's
-    # spinning OpenMP threads make small-model cells tens of times slower than one thread.
-    env.setdefault("OMP_NUM_THREADS", "1")
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                            resources={"metadata": {"path": str(CHAPTERS)}})
-    try:
-        client.execute(env=env)
-    except CellExecutionError as e:
-        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the kernel colours its tracebacks
-        pytest.fail(f"{path.name} (COURSE_IMPL={impl}) failed:\n{plain}", pytrace=False)
-    info = json.loads(_text(nb.cells[0]))
-    assert Path(info["executable"]).resolve() == Path(sys.executable).resolve(), \
-        f"the kernel ran {info['executable']}, not this venv's {sys.executable}"
-    assert info["impl"] == impl
-    return nb
+executor = _load_executor()
 
 
 def _text(cell) -> str:
@@ -110,37 +67,58 @@ def _text(cell) -> str:
     return "".join(parts)
 
 
-def _comparable(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
-    """(cell index, normalised text) of each code cell that is neither the probe nor tagged timing."""
-    rows = []
-    for i, cell in enumerate(nb.cells):
-        tags = cell.get("metadata", {}).get("tags", [])
-        if cell.cell_type != "code" or PROBE_TAG in tags or TIMING_TAG in tags:
-            continue
-        text = re.sub(r"0x[0-9a-f]+", "0x…", _text(cell))  # object addresses differ per process
-        rows.append((i, re.sub(r"\bpractice\b", "solutions", text)))  # so do the implementation's names, by design
-    return rows
+def _normalised(cell) -> str:
+    text = _text(cell)
+    if "course.banner()" in cell.source:  # its first line names the implementation in use
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    text = re.sub(r"0x[0-9a-f]+", "0x…", text)  # object addresses differ per process
+    text = re.sub(r"\bpractice\b", "solutions", text)  # so do the implementation's names, by design
+    return re.sub(r"-?\d+(?:\.\d+)?e[+-]\d+", "<sci>", text)
+
+
+def _comparable(cells) -> list[tuple[int, str, str]]:
+    """(index, source, normalised text) of each code cell not tagged timing."""
+    return [(i, cell.source, _normalised(cell)) for i, cell in enumerate(cells)
+            if cell.cell_type == "code" and TIMING_TAG not in cell.get("metadata", {}).get("tags", [])]
+
+
+def test_stored_outputs():
+    total = 0
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        unrun = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count is None]
+        assert not unrun, (f"{path.name}: code cells {unrun} have no stored outputs; run "
+                           f"`python scripts/execute_chapters.py {path.name[:2]}` and commit the notebook")
+        errors = [i for i, c in enumerate(nb.cells) if any(o.output_type == "error" for o in c.get("outputs", []))]
+        assert not errors, f"{path.name}: cells {errors} stored an error"
+        total += executor.output_bytes(nb)
+    assert total <= executor.MAX_OUTPUT_BYTES, \
+        f"the chapters store {total / 2**20:.1f} MiB of outputs; keep it under 5 MiB (course.figures.DPI, figure sizes)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path: Path):
-    nb = execute(path, "solutions")
+def test_chapter_reproduces_its_outputs(path: Path):
+    stored = nbformat.read(path, as_version=4)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(PROBE, metadata={"tags": [PROBE_TAG]}))
+    try:
+        nb = executor.execute(nb, executor.kernel_env("solutions"), timeout=CELL_TIMEOUT)
+    except CellExecutionError as e:
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the kernel colours its tracebacks
+        pytest.fail(f"{path.name} failed:\n{plain}", pytrace=False)
     info = json.loads(_text(nb.cells[0]))
-    assert Path(info["batch"]).resolve().is_relative_to(ROOT / "solutions")
-    _solution_runs[path.name] = nb
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_practice_matches_solutions(path: Path, filled_practice: Path):
-    reference = _solution_runs.get(path.name) or execute(path, "solutions")
-    nb = execute(path, "practice", pythonpath=filled_practice)
-    info = json.loads(_text(nb.cells[0]))
+    assert Path(info["executable"]).resolve() == Path(sys.executable).resolve(), \
+        f"the kernel ran {info['executable']}, not {sys.executable}"
+    assert info["impl"] == "solutions"
     for module in ("batch", "block_pool"):
-        assert Path(info[module]).resolve().is_relative_to(filled_practice.resolve()), \
-            f"the kernel imported {info[module]}, not the filled practice package in {filled_practice}"
-    for (i, expected), (_, got) in zip(_comparable(reference), _comparable(nb), strict=True):
-        assert got == expected, (
-            f"{path.name}, cell {i - 1} (0-based; source below) prints differently on practice/ filled with the reference. "
-            f"If its output varies from run to run (timings), tag the cell '{TIMING_TAG}'.\n"
-            f"--- source\n{nb.cells[i].source}\n--- solutions\n{expected}\n--- practice\n{got}"
+        assert Path(info[module]).resolve().is_relative_to(ROOT / "solutions"), \
+            f"the kernel imported {info[module]}, not the reference in {ROOT / 'solutions'}"
+    fresh, expected = _comparable(nb.cells[1:]), _comparable(stored.cells)
+    assert [i for i, *_ in fresh] == [i for i, *_ in expected], f"{path.name}: cells differ from the stored notebook"
+    for (i, source, got), (_, _, want) in zip(fresh, expected):
+        assert got == want, (
+            f"{path.name}, cell {i} (0-based; source below) shows something else than its stored output. If the "
+            f"chapter changed, regenerate it: `python scripts/execute_chapters.py {path.name[:2]}`. If its output "
+            f"varies from run to run (timings), tag the cell '{TIMING_TAG}'.\n"
+            f"--- source\n{source}\n--- stored\n{want}\n--- fresh run\n{got}"
         )

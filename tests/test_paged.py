@@ -13,6 +13,7 @@ import random
 import pytest
 import torch
 
+from framework.kv_cache_manager import blocks_needed
 from solutions.paged_attention import gather_context, paged_attention
 from solutions.paged_kv_cache import PagedKVCache, compute_slot_mapping, write_kv
 
@@ -109,12 +110,12 @@ def random_paged_batch(seed: int, block_size: int, n_heads: int, n_kv_heads: int
     ctx_lens = [rng.randint(1, 23) for _ in range(rng.randint(1, 5))]
     # Query counts: 1 (decode), all (prefill), anything between (a chunk, often starting mid-block), or 0.
     q_lens = [rng.choice([1, ctx, rng.randint(0, ctx)]) for ctx in ctx_lens]
-    blocks_needed = [-(-ctx // block_size) for ctx in ctx_lens]
-    num_blocks = sum(blocks_needed) + 3
+    num_blocks_needed = [blocks_needed(ctx, block_size) for ctx in ctx_lens]
+    num_blocks = sum(num_blocks_needed) + 3
     free = list(range(num_blocks))
     rng.shuffle(free)
     tables = []
-    for nb in blocks_needed:
+    for nb in num_blocks_needed:
         tables.append(free[:nb])
         free = free[nb:]
 

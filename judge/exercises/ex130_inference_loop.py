@@ -12,4 +12,5 @@ EXERCISE = Exercise(
     api={"LLMEngine": ("model",)},
     statement="practice/exercises/130-inference-loop.md",
     case_timeout=60.0,
+    grading="inworker",  # not split yet: see judge/README.md
 )

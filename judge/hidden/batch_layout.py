@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
 import numpy as np
 import torch
 
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, option, raised_failure, shrink, short
+from framework.kv_cache_manager import blocks_needed
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
+from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, option, raised_failure, shrink, short
+from judge.hidden.support import load_fp32_model
 from solutions import batch as ref
 
 CASES = Cases()
@@ -166,10 +168,6 @@ def diff(items: list[Item], block_size: int, fn) -> CaseFailure | None:
 # Random batches and shrinking
 
 
-def blocks_needed(n: int, block_size: int) -> int:
-    return max(1, math.ceil(n / block_size))
-
-
 def make_items(rng: random.Random, kinds: list[str], block_size: int, spare: bool = True) -> list[Item]:
     pool = list(range(1, 4 * len(kinds) * (64 // block_size + 8) + 16))
     rng.shuffle(pool)  # non-contiguous, unsorted block ids
@@ -189,7 +187,7 @@ def make_items(rng: random.Random, kinds: list[str], block_size: int, spare: boo
             logits = rng.random() < 0.7
         else:
             raise ValueError(kind)
-        nblocks = blocks_needed(nc + n, block_size) + (rng.randint(0, 2) if spare and rng.random() < 0.3 else 0)
+        nblocks = max(1, blocks_needed(nc + n, block_size)) + (rng.randint(0, 2) if spare and rng.random() < 0.3 else 0)
         table = [pool.pop() for _ in range(nblocks)]
         items.append(([rng.randrange(1, 5000) for _ in range(n)], nc, table, logits))
     return items
@@ -207,7 +205,7 @@ def candidates(value):
     for i, (toks, nc, table, logits) in enumerate(items):
         def put(it):
             return items[:i] + [it] + items[i + 1:], bs
-        need = blocks_needed(nc + len(toks), bs)
+        need = max(1, blocks_needed(nc + len(toks), bs))
         if len(table) > need:
             yield put((toks, nc, table[:need], logits))
         if len(toks) > 1:
@@ -234,7 +232,7 @@ def check_batches(impl, batches: list[tuple[list[Item], int]]) -> None:
 
 def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_req=(1, 6),
                    spare: bool = True) -> list[tuple[list[Item], int]]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for _ in range(count):
         bs = rng.choice(sizes)
@@ -294,7 +292,7 @@ def _(impl):
 
 @CASES("requests that need no logits")
 def _(impl):
-    rng = random.Random(8)
+    rng = seeded(8)
     batches = []
     for _ in range(25):
         bs = rng.choice([2, 4, 8])
@@ -316,7 +314,7 @@ def _(impl):
 
 @CASES("block tables longer than needed")
 def _(impl):
-    rng = random.Random(9)
+    rng = seeded(9)
     batches = []
     for _ in range(15):
         bs = rng.choice([2, 4])
@@ -346,43 +344,56 @@ def _(impl):
     if items != before:
         raise CaseFailure("build_batch modified its input items", input=show_input(before, 4),
                           field="items", expected=before, got=items, hint="read the items; never change them")
+    check_batches(impl, [(before, 4)])  # and the batch is right: a build_batch doing nothing cannot pass
 
 
 # ----------------------------------------------------------------------------------------------------------
-# End to end: the learner's build_batch drives the reference ModelRunner on the embedded model
+# End to end: the learner's build_batch drives the model runner on the embedded model, on the chapters' code
+# path (framework.model_runner reads the batch; the reference write_kv and attention do the rest)
 
 
-def _as_reference_batch(fn):
-    """The learner's build_batch, its result checked and converted to the reference Batch (int64 tensors)."""
-
-    def build(items, block_size):
-        try:
-            out = call(fn, items, block_size)
-        except LearnerRaised as err:
-            raise raised_failure(err, "build_batch", input=show_input(items, block_size)) from None
-        try:
-            v = read_batch(out)
-        except CaseFailure as f:
-            f.input = show_input(items, block_size)
-            raise
-        long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-        return ref.Batch(long(v["input_ids"]), long(v["positions"]), long(v["slot_mapping"]),
-                         long(v["query_start_loc"]), long(v["seq_lens"]), v["block_tables"], long(v["logits_indices"]))
-
-    return build
+def describe(item: Item) -> str:
+    tokens, nc, _, need = item
+    if not need:
+        return "a prompt chunk that needs no logits"
+    if nc == 0:
+        return "a prefill of a whole prompt"
+    return "a decode" if len(tokens) == 1 else "the last chunk of a prompt"
 
 
-def load_fp32_model(path):
-    """The checkpoint in fp32 on the CPU (the sandbox has no GPU)."""
-    from mini_llm import load_transformer
+def show_labelled(labelled: list[tuple[str, Item]], block_size: int) -> str:
+    lines = [f"    {tuple(it)!r},  # request {label}: {describe(it)}" for label, it in labelled]
+    return "build_batch([\n" + "\n".join(lines) + f"\n], block_size={block_size})"
 
-    return load_transformer(path, dtype=torch.float32, device="cpu")
+
+def labelled_candidates(value):
+    """Smaller labelled inputs: drop a request, or shrink one request's item as `candidates` does."""
+    labelled, bs = value
+    for i in range(len(labelled)) if len(labelled) > 1 else ():
+        yield labelled[:i] + labelled[i + 1:], bs
+    for i, (label, item) in enumerate(labelled):
+        for (smaller,), _ in (c for c in candidates(([item], bs)) if len(c[0]) == 1):
+            yield labelled[:i] + [(label, smaller)] + labelled[i + 1:], bs
+
+
+def diagnose(fn, labelled: list[tuple[str, Item]], bs: int) -> CaseFailure | None:
+    """The smallest labelled sub-batch on which fn's batch differs from the reference, as a failure."""
+    def failure(value):
+        return diff([it for _, it in value[0]], value[1], fn)
+
+    if failure((labelled, bs)) is None:
+        return None
+    smallest = shrink((labelled, bs), lambda v: failure(v) is not None, labelled_candidates)
+    f = failure(smallest)
+    f.input = show_labelled(*smallest)
+    return f
 
 
 @CASES("end to end: ModelRunner logits equal each request run alone", timeout=120)
 def _(impl):
+    import course
     from mini_llm.settings import EMBEDDED_MODEL
-    from solutions.model_runner import ModelRunner
+    from solutions.paged_kv_cache import write_kv
 
     path = option("model") or EMBEDDED_MODEL
     try:
@@ -391,8 +402,7 @@ def _(impl):
         raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
                           kind="error") from None
 
-    class Runner(ModelRunner):
-        build_batch = staticmethod(_as_reference_batch(impl.build_batch))
+    Runner = course.runner_class(impl.build_batch, write_kv, None)  # a chapter's runner with your build_batch
 
     bs = 4
     runner = Runner(model, num_blocks=64, block_size=bs)
@@ -408,25 +418,41 @@ def _(impl):
         with torch.inference_mode():
             return model(torch.tensor([tokens]))[0, -1].float()
 
-    def step(label: str, plan: list[tuple[str, int, bool, str]]) -> None:
-        """plan: (request, number of new tokens, need_logits, description)."""
-        items = []
-        for r, n, need, _ in plan:
-            items.append((seqs[r][done[r]: done[r] + n], done[r], tables[r], need))
-        logits = runner.execute_model(items)
-        wanted = [(r, done[r] + n, what) for r, n, need, what in plan if need]
+    def step(label: str, plan: list[tuple[str, int, bool]]) -> None:
+        """plan: (request, number of new tokens, need_logits)."""
+        labelled = [(r, (seqs[r][done[r]: done[r] + n], done[r], tables[r], need)) for r, n, need in plan]
+        items = [it for _, it in labelled]
+        try:
+            logits = call_live(runner.execute_model, items)
+        except LearnerRaised as err:
+            failure = diagnose(impl.build_batch, labelled, bs)
+            if failure is not None:
+                failure.message = (f"{label}: the runner failed on your batch. The cause, shown on the smallest "
+                                   f"part of this step's batch that still has it: {failure.message}")
+                raise failure from None
+            raise raised_failure(err, "ModelRunner.execute_model on your batch",
+                                 input=show_labelled(labelled, bs)) from None
+        wanted = [(r, done[r] + n, describe(it)) for (r, it), (_, n, need) in zip(labelled, plan) if need]
+        bad = None
         if tuple(logits.shape) != (len(wanted), vocab):
-            raise CaseFailure(f"{label}: the runner returned logits of shape {tuple(logits.shape)}, expected "
-                              f"{(len(wanted), vocab)}", input=show_input(items, bs),
-                              hint="logits_indices needs one entry per request with need_logits")
-        for row, (r, upto, what) in zip(logits, wanted):
-            err = (row - alone(seqs[r][:upto])).abs().max().item()
-            if not err <= 1e-4:
-                raise CaseFailure(f"{label}: the logits of request {r} ({what}) differ from running it alone by "
-                                  f"{err:.3g} (tolerance 1e-4)", input=show_input(items, bs),
-                                  hint="compare your batch with the reference on this input: positions, seq_lens "
-                                       "and slot_mapping decide what attention sees")
-        for r, n, _, _ in plan:
+            bad = (f"the runner returned logits of shape {tuple(logits.shape)}, expected {(len(wanted), vocab)} "
+                   "(one row per request that needs logits)")
+        else:
+            for row, (r, upto, what) in zip(logits, wanted):
+                err = (row - alone(seqs[r][:upto])).abs().max().item()
+                if not err <= 1e-4:
+                    bad = f"the logits of request {r} ({what}) differ from running it alone by {err:.3g} (tolerance 1e-4)"
+                    break
+        if bad is not None:
+            failure = diagnose(impl.build_batch, labelled, bs)
+            if failure is not None:
+                failure.message = (f"{label}: {bad}. The cause, shown on the smallest part of this step's batch "
+                                   f"that still has it: {failure.message}")
+                raise failure
+            raise CaseFailure(f"{label}: {bad}, though every attribute of your batch has the expected values",
+                              input=show_labelled(labelled, bs),
+                              hint="check the types: integer tensors (torch.long or torch.int32) or lists")
+        for r, n, _ in plan:
             done[r] += n
 
     threads = torch.get_num_threads()
@@ -438,12 +464,10 @@ def _(impl):
 
 
 def _steps(step, seqs, rng, vocab) -> None:
-    step("step 1", [("A", 13, True, "full prefill"), ("B", 12, False, "first chunk"), ("C", 6, True, "full prefill")])
+    step("step 1", [("A", 13, True), ("B", 12, False), ("C", 6, True)])
     for r in ("A", "C"):
         seqs[r].append(rng.randrange(vocab))
-    step("step 2 (mixed)", [("D", 9, True, "full prefill"), ("A", 1, True, "decode"),
-                            ("B", 10, True, "middle chunk of a chunked prefill"), ("C", 1, True, "decode")])
+    step("step 2 (mixed)", [("D", 9, True), ("A", 1, True), ("B", 10, False), ("C", 1, True)])
     for r in ("A", "C", "D"):
         seqs[r].append(rng.randrange(vocab))
-    step("step 3", [("C", 1, True, "decode"), ("B", 8, True, "last chunk"), ("A", 1, True, "decode"),
-                    ("D", 1, True, "decode")])
+    step("step 3", [("C", 1, True), ("B", 8, True), ("A", 1, True), ("D", 1, True)])

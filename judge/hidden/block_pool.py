@@ -12,6 +12,8 @@ import random
 from collections import Counter
 from typing import Any
 
+from judge.hidden.support import int_values
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, raised_failure, shrink, short
 
 CASES = Cases()
@@ -19,6 +21,7 @@ CASES = Cases()
 # An operation: ("allocate", n) | ("free", [ids]) | ("incref", id) | ("drain",) = allocate every free block.
 Op = tuple
 NO_FREE = "NoFreeBlocksError"
+LOOK_ALIKE = "NoFreeBlocksError (a class of your own, not framework.errors.NoFreeBlocksError)"
 
 
 class Spec:
@@ -78,19 +81,20 @@ def script_text(num_blocks: int, ops: list[Op], upto: int | None = None) -> str:
 
 
 def _error_name(exc: BaseException) -> str:
-    if any(c.__name__ == NO_FREE for c in type(exc).__mro__):
+    from framework.errors import NoFreeBlocksError
+
+    if isinstance(exc, NoFreeBlocksError):  # the very class: the engine catches it, not a look-alike
         return NO_FREE
+    if any(c.__name__ == NO_FREE for c in type(exc).__mro__):
+        return LOOK_ALIKE
     return type(exc).__name__
 
 
 def _int_list(value: Any, what: str) -> list[int]:
-    items = value.tolist() if hasattr(value, "tolist") else value
-    try:
-        if any(isinstance(x, (float, bool)) for x in items):
-            raise TypeError
-        return [int(x) for x in items]
-    except (TypeError, ValueError):
-        raise CaseFailure(f"{what} is {short(value)} ({type(value).__name__}); expected a list of integers") from None
+    values = int_values(value)
+    if values is None:
+        raise CaseFailure(f"{what} is {short(value)} ({type(value).__name__}); expected a list of integers")
+    return values
 
 
 def observe(pool: Any) -> dict[str, Any]:
@@ -112,6 +116,9 @@ def observe(pool: Any) -> dict[str, Any]:
 def _hint(op: Op, field: str, exp: Any, got: Any, spec_before: Spec) -> str:
     kind = op[0]
     if field == "raises":
+        if exp == NO_FREE and got == LOOK_ALIKE:
+            return ("raise the NoFreeBlocksError that the starter file imports (from framework.errors import "
+                    "NoFreeBlocksError), not a class of the same name: the engine catches that very class")
         if exp == NO_FREE:
             return "allocate(n) with fewer than n free blocks raises NoFreeBlocksError and changes nothing"
         if exp == "ValueError" and kind == "free":
@@ -284,7 +291,7 @@ def random_script(rng: random.Random, num_blocks: int, length: int, misuse: floa
 
 def random_scripts(seed: int, count: int, sizes: tuple[int, int], length: tuple[int, int],
                    misuse: float) -> list[tuple[int, list[Op]]]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for _ in range(count):
         nb = rng.randint(*sizes)

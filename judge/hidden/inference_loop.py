@@ -19,8 +19,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 import mini_llm
-from judge.harness import CaseFailure, Cases, LearnerRaised, learner_call, option, raised_failure, short
-from judge.hidden.batch_layout import load_fp32_model
+from judge.harness import CaseFailure, Cases, LearnerRaised, is_memory_error, option, raised_failure, short
+from judge.hidden.support import alone, load_model, random_prompts  # noqa: F401
 from framework.engine import LLMEngineBase
 from solutions import engine as ref
 from solutions.kv_cache_manager import KVCacheManager
@@ -34,37 +34,6 @@ CASES = Cases()
 
 # ----------------------------------------------------------------------------------------------------------
 # The model and the independent reference
-
-
-@functools.lru_cache(maxsize=2)
-def _model_at(path: str):
-    return load_fp32_model(path)
-
-
-def load_model():
-    from mini_llm.settings import EMBEDDED_MODEL
-
-    path = str(option("model") or EMBEDDED_MODEL)
-    try:
-        return _model_at(path)
-    except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
-        raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
-                          kind="error") from None
-
-
-@functools.lru_cache(maxsize=256)
-def _alone(model, prompt: tuple[int, ...], max_tokens: int, eos: int | None) -> tuple[int, ...]:
-    return tuple(mini_llm.generate(model, list(prompt), max_tokens, eos_token_id=eos))
-
-
-def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None) -> list[int]:
-    """The greedy continuation of `prompt` generated alone, stopping as the engine must."""
-    return list(_alone(model, tuple(prompt), params.max_tokens, None if params.ignore_eos else eos))
-
-
-def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -160,18 +129,61 @@ def engine_class(impl, scheduler: type = RecordingScheduler) -> type:
                                   hint="a request is done when stop_reason(...) returns a reason; then call "
                                        "self.scheduler.finish(request, reason), which frees its blocks")
             n_sched, n_calls = len(self.scheduler.log), len(self.runner.calls)
-            outs = learner_call(super().step, "LLMEngine.step")
+            outs = call_learner(super().step, "LLMEngine.step")
             check_step(self, n_sched, n_calls, outs)
             return outs
 
     return Checked
 
 
+def crash_hint(exc: BaseException) -> str | None:
+    """A hint for each way a learner's step or generate commonly crashes."""
+    text = str(exc)
+    if isinstance(exc, IndexError) and "out of bounds" in text:
+        return ("the logits have one row per item whose need_logits is true, in item order, not one per scheduled "
+                "request: keep a row counter that advances only when a request samples a token (and decide "
+                "whether it samples from completes_prompt read before num_computed_tokens is updated)")
+    if "NoneType" in text:
+        return ("something is None: does every function end with its `return` (step returns a list of "
+                "RequestOutput, [] when nothing is scheduled; generate returns the final outputs)?")
+    if isinstance(exc, AttributeError) and ("SchedulerOutput" in text or "ScheduledRequest" in text):
+        return ("sched.scheduled is a list of ScheduledRequest; each has .request, .num_new_tokens and "
+                ".completes_prompt")
+    if isinstance(exc, TypeError) and "not iterable" in text:
+        return "step returns a list of RequestOutput and generate a list with one final output per prompt"
+    return None
+
+
+def call_learner(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
+    """`learner_call` with a hint for the usual crashes of a step or a generate."""
+    try:
+        return fn(*args)
+    except (CaseFailure, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        inner = exc.exc if isinstance(exc, LearnerRaised) else exc
+        if isinstance(inner, CaseFailure):
+            raise inner from None
+        if is_memory_error(inner):
+            raise
+        failure = raised_failure(LearnerRaised(inner), name, input=input)
+        if failure.kind == "error":
+            failure.hint = crash_hint(inner)
+        raise failure from None
+
+
+class BracketTokenizer:
+    """A tokenizer for stop strings that needs no files: token t decodes to "<t>"."""
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return "".join(f"<{int(t)}>" for t in token_ids)
+
+
 def make_engine(impl, model, eos: int | None, step_limit: int = 400, scheduler: type = RecordingScheduler,
-                **config: Any):
+                tokenizer: Any = None, **config: Any):
     cls = engine_class(impl, scheduler)
     try:
-        return cls(model, ref.EngineConfig(**config), eos_token_id=eos, step_limit=step_limit)
+        return cls(model, ref.EngineConfig(**config), tokenizer, eos_token_id=eos, step_limit=step_limit)
     except CaseFailure:
         raise
     except Exception as exc:  # noqa: BLE001 - the learner's class could not even be built
@@ -213,8 +225,12 @@ def check_items(k: int, sched: list[Scheduled], items: list) -> None:
                         hint="each item is (token_ids, num_computed, block_table, need_logits)")
         for name, g, e in zip(names, got, exp):
             if g != e:
+                hint = hints[name]
+                if got[1] == s.num_computed + s.num_new and s.num_computed != got[1]:
+                    hint = ("build every item BEFORE you update num_computed_tokens: the item describes the "
+                            "tokens this step computes, from the count the scheduler left")
                 raise _fail(k, f"wrong {name} in the item of request {s.request.request_id}", field=name,
-                            expected=e, got=g, hint=hints[name])
+                            expected=e, got=g, hint=hint)
 
 
 def check_step(engine, n_sched: int, n_calls: int, outs: Any) -> None:
@@ -225,8 +241,13 @@ def check_step(engine, n_sched: int, n_calls: int, outs: Any) -> None:
         raise _fail(k, f"step called self.scheduler.schedule() {len(new_scheds)} times; once per step",
                     hint="start the step with sched = self.scheduler.schedule()")
     sched, calls = new_scheds[0], engine.runner.calls[n_calls:]
+    if outs is None:
+        raise _fail(k, "step returned None; it must return a list of RequestOutput",
+                    hint="end step with `return outputs` (the list of self.make_output(request, [token])); "
+                         "return [] when nothing is scheduled")
     if not isinstance(outs, list):
-        raise _fail(k, f"step returned a {type(outs).__name__}; it must return a list of RequestOutput")
+        raise _fail(k, f"step returned a {type(outs).__name__}; it must return a list of RequestOutput",
+                    hint="return a list, [self.make_output(request, [token]), ...], even for one request")
     if not sched:
         if calls or outs:
             raise _fail(k, "nothing was scheduled, yet the step ran the model or returned outputs",
@@ -253,6 +274,12 @@ def check_step(engine, n_sched: int, n_calls: int, outs: Any) -> None:
                                f"({s.num_computed + s.num_new} of {len(s.token_ids)} tokens computed)",
                             hint="only a request whose pending tokens are all computed samples a token")
             continue
+        if not new:
+            raise _fail(k, f"request {rid} completed its pending tokens ({s.num_computed} + {s.num_new} = "
+                           f"{len(s.token_ids)}) but got 0 new tokens; exactly one is sampled",
+                        hint="read s.completes_prompt BEFORE num_computed_tokens += num_new_tokens: after the "
+                             "update it compares the new count and is false; then append the sampled token to "
+                             "request.output_token_ids")
         if len(new) != 1:
             raise _fail(k, f"request {rid} completed its pending tokens but got {len(new)} new tokens ({new}); "
                            "exactly one is sampled", hint="append the sampled token to request.output_token_ids")
@@ -275,8 +302,15 @@ def check_step(engine, n_sched: int, n_calls: int, outs: Any) -> None:
                            "num_computed_tokens", hint="update only the requests in sched.scheduled")
 
 
-def expected_reason(r: Request, eos: int | None) -> str | None:
+def hit_stop_string(r: Request, tokenizer: Any) -> bool:
+    return bool(r.sampling_params.stop and tokenizer is not None
+                and any(stop in tokenizer.decode(r.output_token_ids) for stop in r.sampling_params.stop))
+
+
+def expected_reason(r: Request, eos: int | None, tokenizer: Any = None) -> str | None:
     if r.output_token_ids[-1] == eos and not r.sampling_params.ignore_eos:
+        return "stop"
+    if hit_stop_string(r, tokenizer):
         return "stop"
     if len(r.output_token_ids) >= r.sampling_params.max_tokens:
         return "length"
@@ -284,7 +318,7 @@ def expected_reason(r: Request, eos: int | None) -> str | None:
 
 
 def check_stop(k: int, engine, r: Request) -> None:
-    reason, rid = expected_reason(r, engine.eos_token_id), r.request_id
+    reason, rid = expected_reason(r, engine.eos_token_id, engine.tokenizer), r.request_id
     n, limit = len(r.output_token_ids), r.sampling_params.max_tokens
     if reason is None:
         if r.is_finished or r not in engine.scheduler.running:
@@ -294,11 +328,15 @@ def check_stop(k: int, engine, r: Request) -> None:
                              "returns a reason")
         return
     why = "its last token is end-of-sequence" if reason == "stop" else f"it has max_tokens={limit} tokens"
+    hint = ("when stop_reason(...) returns a reason call self.scheduler.finish(request, reason): it retires the "
+            "request and frees its blocks")
+    if reason == "stop" and r.output_token_ids[-1] != engine.eos_token_id:
+        why = f"its text {engine.tokenizer.decode(r.output_token_ids)!r} contains a stop string of {r.sampling_params.stop}"
+        hint = ("stop strings are seen through the tokenizer: call stop_reason(request, self.eos_token_id, "
+                "self.tokenizer), with all three arguments")
     if r in engine.scheduler.running or not r.is_finished or r.block_table:
         raise _fail(k, f"request {rid} should have finished ({why}) but is still running or holds blocks "
-                       f"(status {r.status.value}, {len(r.block_table)} blocks)",
-                    hint="when stop_reason(...) returns a reason call self.scheduler.finish(request, reason): it "
-                         "retires the request and frees its blocks")
+                       f"(status {r.status.value}, {len(r.block_table)} blocks)", hint=hint)
     if r.finish_reason != reason:
         raise _fail(k, f"request {rid} finished with reason {r.finish_reason!r}, expected {reason!r} ({why})",
                     hint="pass stop_reason's result to self.scheduler.finish")
@@ -329,10 +367,15 @@ def check_outputs(k: int, outs: list, expected: list[tuple[str, list[int], bool]
 
 def call_generate(engine, prompts: list[list[int]], params) -> list:
     text = f"engine.generate({prompts!r}, {params!r})"
-    outs = learner_call(engine.generate, "LLMEngine.generate", [list(p) for p in prompts], params, input=text)
-    if not isinstance(outs, list) or len(outs) != len(prompts):
-        n = len(outs) if isinstance(outs, list) else type(outs).__name__
-        raise CaseFailure(f"generate returned {n} outputs for {len(prompts)} prompts", input=text,
+    outs = call_learner(engine.generate, "LLMEngine.generate", [list(p) for p in prompts], params, input=text)
+    if outs is None:
+        raise CaseFailure("generate returned None", input=text,
+                          hint="end generate with `return [self.make_output(r, []) for r in requests]`")
+    if not isinstance(outs, list):
+        raise CaseFailure(f"generate returned a {type(outs).__name__}; it must return a list", input=text,
+                          hint="one final output per prompt, in a list: [self.make_output(r, []) for r in requests]")
+    if len(outs) != len(prompts):
+        raise CaseFailure(f"generate returned {len(outs)} outputs for {len(prompts)} prompts", input=text,
                           hint="one final output per prompt: [self.make_output(r, []) for r in requests]")
     return outs
 
@@ -346,8 +389,12 @@ def check_final(engine, model, prompts: list[list[int]], params_list: list[Sampl
         raise CaseFailure(f"generate returned the outputs in the order of prompts {order}, not in prompt order",
                           input=text, hint="keep the requests add_requests returned and make one output per "
                                            "request in that order, not in the order they finished")
+    if engine.has_unfinished_requests():
+        raise CaseFailure("generate returned while requests were still unfinished", input=text,
+                          hint="a step may return no outputs (a step of prompt chunks samples nothing): loop while "
+                               "self.has_unfinished_requests(), not until a step returns []")
     for i, (p, params, o) in enumerate(zip(prompts, params_list, outs)):
-        want = alone(model, p, params, engine.eos_token_id)
+        want = alone(model, p, params, engine.eos_token_id, engine.tokenizer)
         got = [int(t) for t in o.outputs[0].token_ids]
         if got != want:
             hint = "compare with mini_llm.generate(model, prompt, max_tokens, eos_token_id=eos) on this prompt"
@@ -358,9 +405,12 @@ def check_final(engine, model, prompts: list[list[int]], params_list: list[Sampl
                               field=f"outputs[{i}].outputs[0].token_ids", expected=want, got=got, hint=hint)
         if not o.finished:
             raise CaseFailure(f"prompt {i}: its final output says finished=False", input=text)
-    if engine.has_unfinished_requests():
-        raise CaseFailure("generate returned while requests were still unfinished", input=text,
-                          hint="step until self.has_unfinished_requests() is false")
+        if list(o.new_token_ids) != []:
+            raise CaseFailure(f"prompt {i}: its final output has new_token_ids {short(list(o.new_token_ids))}; "
+                              "a final output has none", input=text, field=f"outputs[{i}].new_token_ids",
+                              expected=[], got=list(o.new_token_ids),
+                              hint="new_token_ids are what one step produced; generate's final outputs are "
+                                   "self.make_output(request, []) (all tokens are in outputs[0].token_ids)")
     free, total = engine.kv_cache_manager.num_free_blocks, engine.config.num_blocks
     if free != total:
         raise CaseFailure(f"after generate only {free} of {total} KV-cache blocks are free", input=text,
@@ -368,9 +418,9 @@ def check_final(engine, model, prompts: list[list[int]], params_list: list[Sampl
 
 
 def run_generate(impl, model, prompts: list[list[int]], params, eos: int | None = None, step_limit: int = 400,
-                 **config: Any):
+                 tokenizer: Any = None, **config: Any):
     eos = model.cfg.eos_token_id if eos is None else eos
-    engine = make_engine(impl, model, eos, step_limit, **config)
+    engine = make_engine(impl, model, eos, step_limit, tokenizer=tokenizer, **config)
     outs = call_generate(engine, prompts, params)
     plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
     text = f"engine.generate({prompts!r}, {params!r}) with EngineConfig({config}), eos_token_id={eos}"
@@ -391,13 +441,13 @@ def _(impl):
     model = load_model()
     eos = model.cfg.eos_token_id
     engine = make_engine(impl, model, eos, num_blocks=32, block_size=4)
-    if learner_call(engine.step, "LLMEngine.step") != []:
+    if call_learner(engine.step, "LLMEngine.step") != []:
         raise CaseFailure("step() on an engine with no requests must return []")
     prompt, params = random_prompts(model, 1, [9])[0], SamplingParams(max_tokens=6)
     request = engine.add_request(prompt, params)
     tokens = []
     while engine.has_unfinished_requests():
-        outs = learner_call(engine.step, "LLMEngine.step")
+        outs = call_learner(engine.step, "LLMEngine.step")
         tokens += [t for o in outs for t in o.new_token_ids]
     want = alone(model, prompt, params, eos)
     if tokens != want or request.output_token_ids != want:
@@ -457,9 +507,9 @@ def _(impl):
     requests = []
     for p in prompts:
         requests.append(engine.add_request(p, params))
-        learner_call(engine.step, "LLMEngine.step")  # a new request arrives while others are mid-prompt
+        call_learner(engine.step, "LLMEngine.step")  # a new request arrives while others are mid-prompt
     while engine.has_unfinished_requests():
-        learner_call(engine.step, "LLMEngine.step")
+        call_learner(engine.step, "LLMEngine.step")
     if not any(not s.completes for sched in engine.scheduler.log for s in sched):
         raise CaseFailure("the workload was meant to cut prompts into chunks (a course bug)", kind="error")
     for i, (p, r) in enumerate(zip(prompts, requests)):
@@ -478,10 +528,10 @@ def _(impl):
     prompts = random_prompts(model, 12, [3, 2, 20, 4])
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     requests = [engine.add_request(p, params) for p in prompts[:2]]
-    learner_call(engine.step, "LLMEngine.step")  # two prompts: decodes from now on
+    call_learner(engine.step, "LLMEngine.step")  # two prompts: decodes from now on
     requests += [engine.add_request(p, params) for p in prompts[2:]]
     while engine.has_unfinished_requests():  # a 20-token prompt in chunks, listed before the decodes
-        learner_call(engine.step, "LLMEngine.step")
+        call_learner(engine.step, "LLMEngine.step")
     for i, (p, r) in enumerate(zip(prompts, requests)):
         want = alone(model, p, params, eos)
         if r.output_token_ids != want:
@@ -552,3 +602,31 @@ def _(impl):
     params = [SamplingParams(max_tokens=rng.randint(1, 10), ignore_eos=rng.random() < 0.5) for _ in prompts]
     run_generate(impl, model, prompts, params, num_blocks=16, block_size=4, token_budget=16, max_num_seqs=4,
                  step_limit=300)
+
+
+@CASES("generate: a long prompt with a small token budget (steps that return no outputs)", timeout=60)
+def _(impl):
+    model = load_model()
+    prompts = random_prompts(model, 13, [30, 26])
+    # token_budget 6: the first steps compute only prompt chunks and sample nothing
+    run_generate(impl, model, prompts, SamplingParams(max_tokens=4, ignore_eos=True), num_blocks=32, block_size=4,
+                 token_budget=6, max_num_seqs=2)
+
+
+@CASES("stop strings (through the tokenizer)", timeout=60)
+def _(impl):
+    model = load_model()
+    tokenizer = BracketTokenizer()
+    prompts = random_prompts(model, 14, [7, 5, 9])
+    free = alone(model, prompts[0], SamplingParams(max_tokens=10, ignore_eos=True), None)
+    stop = tokenizer.decode(free[2:4])[1:-1]  # spans two tokens: the whole text must be decoded, not the last token
+    params = [SamplingParams(max_tokens=10, ignore_eos=True, stop=[stop]),
+              SamplingParams(max_tokens=6, ignore_eos=True, stop=["<no such token>"]),
+              SamplingParams(max_tokens=10, ignore_eos=True, stop=[stop])]
+    engine, outs = run_generate(impl, model, prompts[:2] + [list(prompts[0])], params, tokenizer=tokenizer,
+                                num_blocks=64, block_size=4)
+    for i, o in enumerate(outs):
+        want = expected_reason(engine.requests[o.request_id], None, tokenizer)
+        if o.outputs[0].finish_reason != want:
+            raise CaseFailure(f"prompt {i} finished with reason {o.outputs[0].finish_reason!r}, expected {want!r}",
+                              hint="pass stop_reason(request, self.eos_token_id, self.tokenizer) to finish")

@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+from judge.hidden.support import end_to_end
+from framework.kv_cache_manager import blocks_needed
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, option, raised_failure, shrink
 
 CASES = Cases()
@@ -72,7 +75,7 @@ def dense_reference(s: Spec, inp: dict[str, Any], *, causal: bool = True, offset
     out, start = [], 0
     for r in s.reqs:
         table = torch.tensor(sorted(r.table) if sort_tables else r.table, dtype=torch.long)
-        ctx = -(-r.seq_len // bs) * bs if whole_blocks else r.seq_len
+        ctx = blocks_needed(r.seq_len, bs) * bs if whole_blocks else r.seq_len
         pos = torch.arange(ctx)
         k = kc[table[pos // bs], pos % bs][:, kv_of_head]  # position p: block table[p // bs], row p % bs -> [ctx, H, D]
         v = vc[table[pos // bs], pos % bs][:, kv_of_head]
@@ -114,7 +117,11 @@ def _diagnose(s: Spec, inp: dict[str, Any], got: torch.Tensor, tol: float | None
     d = s.head_dim
     for sc, what in ((1 / d, "1/head_dim"), (1.0, "1 (no scaling)"), (math.sqrt(d), "sqrt(head_dim)")):
         mistakes.append(({"scale": sc}, f"wrong scale: you seem to use {what}; the default is 1/sqrt(head_dim)"))
-    if s.scale is not None:
+    if s.scale == 0:
+        mistakes.append(({"scale": 1 / math.sqrt(d)}, "scale=0.0 was replaced by the default: 0.0 is a scale (every "
+                                                      "key weighs the same), so test `scale is None`, not "
+                                                      "`scale or 1/sqrt(head_dim)`"))
+    elif s.scale is not None:
         mistakes.append(({"scale": 1 / math.sqrt(d)}, "the `scale` argument is ignored: use it when it is not None"))
     right = dense_reference(s, inp)
     for kwargs, hint in mistakes:
@@ -207,7 +214,7 @@ def candidates(s: Spec):
         if r.seq_len > max(r.t, 1):
             yield put(replace(r, seq_len=max(r.t, r.seq_len // 2, 1)))
             yield put(replace(r, seq_len=r.seq_len - 1))
-        need = -(-r.seq_len // s.block_size)
+        need = blocks_needed(r.seq_len, s.block_size)
         if len(r.table) > need:
             yield put(replace(r, table=r.table[:need]))
     if s.head_dim > 2:
@@ -235,7 +242,7 @@ HEADS = [(4, 4), (4, 2), (8, 2), (4, 1), (2, 1)]
 def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_req: tuple[int, int] = (1, 5),
                  index_kinds: tuple[str, ...] = ("list", "int32", "int64"), scale: bool = False,
                  dtype: torch.dtype = torch.float32) -> list[Spec]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for k in range(count):
         bs = rng.choice(sizes)
@@ -254,7 +261,7 @@ def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_re
             else:  # "empty": a request with no new tokens this step
                 seq_len, t = rng.randint(1, 10), 0
             reqs.append((t, seq_len))
-        need = [-(-L // bs) + rng.choice([0, 0, 1]) for _, L in reqs]
+        need = [blocks_needed(L, bs) + rng.choice([0, 0, 1]) for _, L in reqs]
         pool = rng.sample(range(sum(need) + 6), sum(need) + 6)  # non-contiguous, unsorted block ids
         num_blocks = len(pool)
         out_reqs = []
@@ -305,9 +312,10 @@ def _(impl):
     check(impl, [replace(s, n_heads=8, n_kv_heads=2) for s in random_specs(5, 10, ["chunk", "decode"], [4])])
 
 
-@CASES("a custom softmax scale")
+@CASES("a custom softmax scale (0.0 included)")
 def _(impl):
-    check(impl, random_specs(6, 10, ["prefill", "chunk", "decode"], [2, 4], scale=True))
+    zero = [replace(s, scale=0.0) for s in random_specs(60, 4, ["prefill", "chunk", "decode"], [2, 4])]
+    check(impl, random_specs(6, 10, ["prefill", "chunk", "decode"], [2, 4], scale=True) + zero)
 
 
 @CASES("block_size 1 and a block size larger than every context")
@@ -328,78 +336,7 @@ def _(impl):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# End to end (also used by exercise 126): the learner's function inside the reference ModelRunner
-
-
-def _model():
-    """The checkpoint given with --model, else a small random Qwen3 (GQA, seeded): the check is about layout."""
-    from mini_llm import load_transformer
-    from mini_llm.config import Qwen3Config
-    from mini_llm.model import Transformer
-
-    path = option("model")
-    if path:
-        try:
-            return load_transformer(path, dtype=torch.float32, device="cpu")
-        except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
-            raise CaseFailure(f"could not load the model at {path} (a setup problem, not your code): {exc}",
-                              kind="error") from None
-    torch.manual_seed(127)
-    cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-    return Transformer(cfg).eval()
-
-
-def end_to_end(impl, name: str) -> None:
-    """Three engine steps (prefills, a chunked prefill, decodes) through ModelRunner with the learner's `name`
-    (write_kv or paged_attention); each request's last logits must equal running the model on it alone."""
-    from framework.model_runner import ModelRunnerBase
-    from solutions.model_runner import ModelRunner
-
-    model = _model()
-    learner_fn = getattr(impl, name)
-
-    def guarded(*args):
-        try:
-            return learner_fn(*args)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            raise raised_failure(LearnerRaised(exc), name) from None
-
-    # The shell calls paged_attention per step exactly as the exercise defines it (no batched kernel).
-    pieces = {p: staticmethod(getattr(ModelRunner, p)) for p in ("build_batch", "write_kv", "paged_attention")}
-    runner_cls = type("Runner", (ModelRunnerBase,), {**pieces, name: staticmethod(guarded)})
-    bs = 4
-    runner = runner_cls(model, num_blocks=40, block_size=bs)
-    rng = random.Random(126)
-    vocab = model.cfg.vocab_size
-    pool = list(range(40))
-    rng.shuffle(pool)
-    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 11), ("B", 22), ("C", 5))}
-    tables = {r: [pool.pop() for _ in range(-(-(len(s) + 3) // bs))] for r, s in seqs.items()}
-    done = dict.fromkeys(seqs, 0)
-    plans = [[("A", 11, True), ("B", 9, False)], [("B", 13, True), ("C", 5, True), ("A", 1, True)],
-             [("C", 1, True), ("A", 1, True), ("B", 1, True)]]
-    for step, plan in enumerate(plans, 1):
-        items = [(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan]
-        text = f"step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
-            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan)
-        logits = runner.execute_model(items)
-        for row, (r, n, _) in zip(logits, [p for p in plan if p[2]]):
-            with torch.inference_mode():
-                alone = model(torch.tensor([seqs[r][: done[r] + n]]))[0, -1].float()
-            err = (row - alone).abs().max().item()
-            if not err <= 1e-4:
-                raise CaseFailure(f"the model's logits for request {r} differ from running it alone by {err:.3g} "
-                                  "(tolerance 1e-4)", input=text,
-                                  hint=f"your {name} passes the cases above? then check what differs in the engine: "
-                                       "several layers, requests of different lengths, non-contiguous views")
-        for r, n, _ in plan:
-            done[r] += n
-        for r in seqs:
-            if step < len(plans) and done[r] == len(seqs[r]):
-                seqs[r].append(rng.randrange(vocab))
+# End to end: the learner's function inside the reference ModelRunner (judge/hidden/support.py)
 
 
 @CASES("end to end: the reference ModelRunner with your paged_attention matches running each request alone",

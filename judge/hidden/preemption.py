@@ -12,30 +12,18 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from judge.harness import CaseFailure, Cases, learner_call
-from judge.hidden.scheduler import (
-    Config, Plan, Workload, World, check_blocks, check_workloads, first_difference,
-    random_workloads, script, snapshot, spec_new, spec_running,
-)
+from judge.harness import CaseFailure, Cases, rng as seeded
+from judge.hidden.support import (Config, Plan, Workload, World, check_blocks, check_workloads, first_difference,
+                                  learner_failure, random_workloads, script, snapshot, spec_new, spec_running)
+from judge.remote import driver
 from solutions import scheduler as ref
-from solutions.scheduler import SchedulerOutput, ScheduledRequest
+from framework.scheduler import ScheduledRequest, SchedulerOutput
 
 CASES = Cases()
 
 
 # ----------------------------------------------------------------------------------------------------------
 # The learner's functions inside the reference scheduler
-
-
-def learner_scheduler(impl) -> type:
-    class Graded(ref.Scheduler):
-        def allocate_or_preempt(self, request, num_new_tokens, out):
-            return impl.allocate_or_preempt(self, request, num_new_tokens, out)
-
-        def preempt(self, request):
-            impl.preempt(self, request)
-
-    return Graded
 
 
 LEARNER_FNS = "preempt / allocate_or_preempt"  # how failures inside the reference schedule name the culprit
@@ -75,29 +63,29 @@ def plan_of(out: SchedulerOutput) -> tuple[Plan, list[str]]:
 
 
 def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tuple[str, ...] = ()) -> None:
-    """Call `fn` ('preempt' or 'allocate_or_preempt') on request `rid` in both worlds and compare everything."""
-    want, got = World(ref.Scheduler, w), World(learner_scheduler(impl), w)
-    outs = []
-    for world in (want, got):
-        out = SchedulerOutput()
-        for other in scheduled:  # requests already scheduled in this step, one token each
-            r = world.requests[other]
-            assert world.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
-            out.scheduled.append(ScheduledRequest(r, 1))
-        outs.append(out)
+    """Call `fn` ('preempt' or 'allocate_or_preempt') on request `rid`: the learner's in the worker (the driver),
+    the reference's on a twin scheduler here, and compare everything."""
+    want = World(ref.Scheduler, w)
+    out = SchedulerOutput()
+    for other in scheduled:  # requests already scheduled in this step, one token each
+        r = want.requests[other]
+        assert want.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
+        out.scheduled.append(ScheduledRequest(r, 1))
     text = script(w).rsplit("\n", 1)[0]
     if scheduled:
         text += f"\nalready scheduled in this step (one token each, blocks allocated): {list(scheduled)}"
     if fn == "preempt":
         text += f"\npreempt(s, {rid})"
         ref.Scheduler.preempt(want.sched, want.requests[rid])
-        exp_ret, ret = None, learner_call(impl.preempt, "preempt", got.sched, got.requests[rid], input=text)
+        exp_ret = None
     else:
         text += f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
-        exp_ret = ref.Scheduler.allocate_or_preempt(want.sched, want.requests[rid], n, outs[0])
-        ret = learner_call(impl.allocate_or_preempt, "allocate_or_preempt", got.sched, got.requests[rid], n,
-                           outs[1], input=text)
-    (exp_plan, exp_pre), (plan, pre) = plan_of(outs[0]), plan_of(outs[1])
+        exp_ret = ref.Scheduler.allocate_or_preempt(want.sched, want.requests[rid], n, out)
+    res = driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
+    if "error" in res:
+        raise learner_failure(res["error"], fn, text)
+    exp_plan, exp_pre = plan_of(out)
+    plan, pre, ret = [tuple(x) for x in res["plan"]], res["preempted"], res["returned"]
     if pre != exp_pre:
         raise CaseFailure("wrong out.preempted", input=text, field="out.preempted", expected=exp_pre, got=pre,
                           hint=hint_131(snapshot(World(ref.Scheduler, w)), w.config, exp_plan, plan, exp_pre, pre))
@@ -110,20 +98,20 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
                 "returns False" if exp_ret is False else "return True once scheduler.kv.allocate_slots succeeds")
         raise CaseFailure(f"allocate_or_preempt returned {ret!r}", input=text, field="return value",
                           expected=exp_ret, got=ret, hint=hint)
-    diff = first_difference(snapshot(want), snapshot(got))
+    diff = first_difference(snapshot(want), res["after"])
     if diff:
         key, e, g = diff
         raise CaseFailure(f"after the call, {key} differs", input=text, field=key, expected=e, got=g,
                           hint=FIELD_HINTS.get(key.rsplit(".", 1)[-1]))
     try:
-        check_blocks(got, "after the call")
+        check_blocks(res["blocks"], w.config.num_blocks, "after the call")
     except CaseFailure as f:
         f.input = text
         raise
 
 
 def check_131(impl, workloads: list[Workload]) -> None:
-    check_workloads(workloads, learner_scheduler(impl), hint_131, FIELD_HINTS, LEARNER_FNS)
+    check_workloads(workloads, impl, "preemption", hint_131, FIELD_HINTS, LEARNER_FNS)
 
 
 # Running requests, oldest first, with every block in use. TWO: a (1 block, a decode) and b (2 blocks,
@@ -210,41 +198,34 @@ def _(impl):
 
 
 def _end_to_end(impl) -> None:
-    from judge.hidden.inference_loop import alone, load_model
-    from solutions.engine import EngineConfig, LLMEngine
+    from judge.hidden.support import alone, load_model
+    from judge.harness import option
     from framework.sampling import SamplingParams
 
     model = load_model()
-
-    class Engine(LLMEngine):
-        scheduler_cls = learner_scheduler(impl)
-
-    config = EngineConfig(num_blocks=14, block_size=4, token_budget=16, max_num_seqs=4)
-    engine = Engine(model, config, eos_token_id=None)
-    rng = random.Random(131)
+    config = {"num_blocks": 14, "block_size": 4, "token_budget": 16, "max_num_seqs": 4}
+    rng = seeded(131)
     lengths, params = (11, 7, 14, 5, 9), SamplingParams(max_tokens=12, ignore_eos=True)
     prompts = [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
     text = (f"LLMEngine(model, EngineConfig(num_blocks=14, block_size=4, token_budget=16, max_num_seqs=4)) with "
             f"your preemption; generate({prompts}, SamplingParams(max_tokens=12, ignore_eos=True))")
-    requests = engine.add_requests(prompts, params)
-    for _ in range(300):
-        if not engine.has_unfinished_requests():
-            break
-        learner_call(engine.step, LEARNER_FNS, input=text)
-    if engine.has_unfinished_requests():
+    res = driver(impl, "scheduler").generate_small_cache(prompts, 12, config, option("model"))
+    if "error" in res:
+        raise learner_failure(res["error"], LEARNER_FNS, text)
+    if res["unfinished"]:
         raise CaseFailure("requests still unfinished after 300 steps", input=text,
                           hint="a preempted request must come back (head of scheduler.waiting) and finish")
-    for i, (p, r) in enumerate(zip(prompts, requests)):
+    for i, (p, got) in enumerate(zip(prompts, res["outputs"])):
         want = alone(model, p, params, None)
-        if r.output_token_ids != want:
+        if got != want:
             raise CaseFailure(f"request {i}: its tokens differ from generating it alone", input=text,
-                              field=f"request {i} output_token_ids", expected=want, got=r.output_token_ids,
+                              field=f"request {i} output_token_ids", expected=want, got=got,
                               hint="a preempted request restarts from scratch: num_computed_tokens 0, blocks freed, "
                                    "output tokens kept (they are recomputed with the prompt)")
-    if sum(r.num_preemptions for r in requests) == 0:
+    if sum(res["preemptions"]) == 0:
         raise CaseFailure("no request was preempted, although the KV cache cannot hold them all", input=text,
                           hint="when allocate_slots fails, preempt scheduler.running[-1]; count it in "
                                "num_preemptions")
-    if engine.kv_cache_manager.num_free_blocks != config.num_blocks:
-        raise CaseFailure(f"at the end {engine.kv_cache_manager.num_free_blocks} of {config.num_blocks} blocks are "
-                          "free", input=text, hint="scheduler.kv.free(request) returns a victim's blocks")
+    if res["free"] != config["num_blocks"]:
+        raise CaseFailure(f"at the end {res['free']} of {config['num_blocks']} blocks are free", input=text,
+                          hint="scheduler.kv.free(request) returns a victim's blocks")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink, short
-from judge.hidden.inference_loop import alone, load_model, random_prompts
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
+from judge.harness import (CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink,
+                           short)
+from judge.hidden.support import alone, load_model, random_prompts
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
 from solutions.kv_cache_manager import KVCacheManager
@@ -114,7 +116,7 @@ def check_block_hashes(impl, tokens: list[int], block_size: int) -> CaseFailure 
 
 
 def block_hash_inputs(seed: int, count: int) -> list[tuple[list[int], int]]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = [([1, 2, 3, 4, 5, 6, 7, 8], 4), ([1, 2, 3, 4, 5, 6, 7], 4), ([1, 2, 3], 4), ([], 4), ([9], 1)]
     for _ in range(count):
         bs = rng.choice([1, 2, 3, 4, 8])
@@ -131,6 +133,38 @@ def shrink_tokens(value):
         yield tokens[:-1], bs
     if any(t > 9 for t in tokens):
         yield [t % 10 for t in tokens], bs
+
+
+def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
+    """hash_block's values on `inputs`, computed by the learner's code loaded in another process."""
+    from judge.remote import WorkerLost
+    from judge.runner import another_process
+
+    try:
+        with another_process(impl) as other:
+            return [repr(hash_of(other, p, t)) for p, t in inputs]
+    except (WorkerLost, RuntimeError) as exc:
+        raise CaseFailure(f"your code failed in a fresh process: {short(str(exc))}", kind="error") from None
+
+
+@CASES("hash_block: equal in every process (PYTHONHASHSEED does not change it)")
+def _(impl):
+    inputs = [(NONE_HASH, [5, 17, 2, 9]), (123456789, [1, 2, 3, 4]), (NONE_HASH, [7])]
+    here = [repr(hash_of(impl, p, t)) for p, t in inputs]
+    if len(set(here)) < len(inputs):  # a constant hash is equal everywhere, and names nothing
+        raise CaseFailure(f"hash_block gives equal hashes to different blocks: {here}",
+                          input=" ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs),
+                          hint="hash the parent and every token, e.g. hash((parent_hash, tuple(token_ids)))")
+    for attempt in (1, 2):  # each process has its own random hash seed (str and bytes hash differently)
+        there = hashes_elsewhere(impl, inputs)
+        for (p, t), h, o in zip(inputs, here, there):
+            if h != o:
+                raise CaseFailure(f"hash_block({p}, {t}) is {h} in one process but {o} in another: block hashes "
+                                  "must be equal across processes",
+                                  input=f"hash_block({p!r}, {t!r})",
+                                  hint="Python salts hash() of str and bytes per process: hash ints or a tuple "
+                                       "of ints (hash((parent_hash, tuple(token_ids)))), or a hashlib digest "
+                                       "turned into an int (int.from_bytes(digest[:8], 'big'))")
 
 
 @CASES("block_hashes: one chained hash per full block, from NONE_HASH")

@@ -9,9 +9,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import numpy as np
 import torch
 
+from judge.hidden.support import end_to_end, int_values
+from framework.kv_cache_manager import blocks_needed
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, raised_failure, shrink, short
 
 CASES = Cases()
@@ -25,20 +27,6 @@ def expected_slots(table: list[int], start: int, end: int, bs: int) -> list[int]
     if end > len(table) * bs:
         return None
     return [table[p // bs] * bs + p % bs for p in range(start, end)]
-
-
-def _ints(value: Any) -> list[int] | None:
-    """The values of a list / tuple / 1-D integer tensor or array; None if it is none of those."""
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-            return None
-        return [int(x) for x in value.tolist()]
-    if isinstance(value, np.ndarray):
-        return [int(x) for x in value.tolist()] if value.ndim == 1 and np.issubdtype(value.dtype, np.integer) else None
-    if isinstance(value, (list, tuple)) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-                                                for x in value):
-        return [int(x) for x in value]
-    return None
 
 
 def _slot_hint(table: list[int], start: int, end: int, bs: int, got: list[int]) -> str:
@@ -69,10 +57,10 @@ def slot_diff(table: list[int], start: int, end: int, bs: int, fn) -> CaseFailur
                                input=text, hint="a block table too short for position end-1 is a ValueError")
         return raised_failure(err, "compute_slot_mapping", input=text)
     if exp is None:
-        return CaseFailure(f"positions up to {end - 1} need {-(-end // bs)} blocks but the table has {len(table)}: "
+        return CaseFailure(f"positions up to {end - 1} need {blocks_needed(end, bs)} blocks but the table has {len(table)}: "
                            "expected ValueError", input=text, field="raises", expected="ValueError", got=short(out),
                            hint="check len(block_table) * block_size >= end before computing anything")
-    got = _ints(out)
+    got = int_values(out)
     if got is None:
         return CaseFailure(f"compute_slot_mapping returned {short(out)} ({type(out).__name__}); expected a list of "
                            "integers", input=text, hint="return one int per position, e.g. a list")
@@ -90,7 +78,7 @@ def slot_candidates(value):
         yield table, start + 1, end, bs
     if start > 0:
         yield table, start - 1, end - 1, bs
-    need = max(1, -(-end // bs))
+    need = max(1, blocks_needed(end, bs))
     if len(table) > need:
         yield table[:need], start, end, bs
     for i, b in enumerate(table):
@@ -113,13 +101,13 @@ def check_slots(impl, inputs) -> None:
 
 
 def random_slot_inputs(seed: int, count: int, sizes: list[int], spare: bool) -> list[tuple]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for _ in range(count):
         bs = rng.choice(sizes)
         end = rng.randint(1, 6 * bs)
         start = rng.randint(0, end)
-        nblocks = -(-end // bs) + (rng.randint(1, 3) if spare else 0)
+        nblocks = blocks_needed(end, bs) + (rng.randint(1, 3) if spare else 0)
         out.append((rng.sample(range(64), nblocks), start, end, bs))
     return out
 
@@ -141,7 +129,8 @@ def _(impl):
 
 @CASES("slot mapping: start == end gives no slots")
 def _(impl):
-    check_slots(impl, [([4, 8], 3, 3, 4), ([1], 0, 0, 2)])
+    # each empty range follows a non-empty one on the same table, so that returning [] always cannot pass
+    check_slots(impl, [([4, 8], 1, 4, 4), ([4, 8], 3, 3, 4), ([1], 0, 2, 2), ([1], 0, 0, 2)])
 
 
 @CASES("slot mapping: random block tables, block sizes 1 to 16")
@@ -269,7 +258,7 @@ def check_writes(impl, specs) -> None:
 
 def random_writes(seed: int, count: int, sizes: list[int], heads: list[int], dtypes: list[torch.dtype],
                   idx_dtypes: list[torch.dtype]) -> list[tuple]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     out = []
     for k in range(count):
         nb, bs = rng.randint(2, 12), rng.choice(sizes)
@@ -305,7 +294,8 @@ def _(impl):
 
 @CASES("write_kv: no tokens (empty slot_mapping) changes nothing")
 def _(impl):
-    check_writes(impl, [(3, 4, 4, 2, 4, [], torch.float32, torch.long)])
+    # after a one-token write into the same shapes, so that a write_kv doing nothing cannot pass
+    check_writes(impl, [(3, 4, 4, 2, 4, [9], torch.float32, torch.long), (3, 4, 4, 2, 4, [], torch.float32, torch.long)])
 
 
 @CASES("write_kv: in place into one layer of a multi-layer cache")
@@ -336,6 +326,4 @@ def _(impl):
 
 @CASES("end to end: the reference ModelRunner with your write_kv matches running each request alone", timeout=120)
 def _(impl):
-    from judge.hidden.paged_attention import end_to_end
-
     end_to_end(impl, "write_kv")

@@ -1,6 +1,6 @@
 """Wrong: completes_prompt is read after num_computed_tokens was advanced, so nothing is ever sampled.
 
-EXPECT: got 0 new tokens
+EXPECT: read s.completes_prompt BEFORE
 """
 
 from framework.engine import LLMEngineBase, stop_reason

@@ -1,6 +1,6 @@
 """Wrong: the row of logits is the request's index in the scheduled list, not among the items that need logits.
 
-EXPECT: rows of logits
+EXPECT: keep a row counter that advances only when a request samples
 """
 
 from framework.engine import LLMEngineBase, stop_reason

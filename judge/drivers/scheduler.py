@@ -1,0 +1,313 @@
+"""Driver of exercises 129 (schedule) and 131 (preemption): a scheduler world built beside the learner's code.
+
+A workload (a configuration, requests already running, arrivals) runs on a KV-cache manager and a scheduler,
+driven by a fake model loop: after each `schedule()` every scheduled request's `num_computed_tokens` advances by
+its `num_new_tokens`, a request that completed its pending tokens gets a dummy output token, and one with
+`max_tokens` tokens is retired with `finish`. The grader runs the same World on the reference and compares what
+`step` and `call` return here: plain data about the learner's schedule and the state it left, never a verdict.
+
+129: the learner's `Scheduler.schedule` on the framework's shell, with the reference preemption (131's answer).
+131: the learner's `preempt` and `allocate_or_preempt` inside the reference scheduler (129's answer).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from types import ModuleType
+from typing import Any
+
+from framework.kv_cache_manager import blocks_needed
+from framework.request import Request, RequestStatus
+from framework.sampling import SamplingParams
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
+
+
+@dataclass(frozen=True)
+class Config:
+    num_blocks: int
+    block_size: int
+    token_budget: int
+    max_num_seqs: int
+    chunked: bool = True
+    prefix: bool = False
+
+    @property
+    def capacity(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One request. `computed` None: it arrives with add_request before step `arrival` (1-based); otherwise it
+    is already running at the start with `computed` tokens in the cache and `outputs` sampled."""
+
+    rid: str
+    prompt: tuple[int, ...]
+    max_tokens: int
+    arrival: int = 1
+    computed: int | None = None
+    outputs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Workload:
+    config: Config
+    requests: tuple[Spec, ...]
+
+    def valid(self) -> bool:
+        c = self.config
+        for s in self.requests:
+            need = len(s.prompt) + s.max_tokens
+            if not s.prompt or s.max_tokens < 1 or need > c.capacity or (not c.chunked and need > c.token_budget):
+                return False
+        return True
+
+    def plain(self) -> dict:
+        return {"config": asdict(self.config), "requests": [asdict(s) for s in self.requests]}
+
+    @staticmethod
+    def from_plain(d: dict) -> "Workload":
+        specs = tuple(Spec(str(s["rid"]), tuple(s["prompt"]), int(s["max_tokens"]), int(s["arrival"]),
+                           s["computed"], tuple(s["outputs"])) for s in d["requests"])
+        return Workload(Config(**d["config"]), specs)
+
+
+def make_request(s: Spec) -> Request:
+    return Request(list(s.prompt), SamplingParams(max_tokens=s.max_tokens, ignore_eos=True), request_id=s.rid)
+
+
+def dummy_token(r: Request) -> int:
+    """The fake model's 'sampled' token: deterministic, different per request and position."""
+    return 500 + 7 * len(r.output_token_ids) + sum(r.prompt_token_ids) % 89
+
+
+def kv_manager(c: Config):
+    from solutions.kv_cache_manager import KVCacheManager  # the reference KV manager: not what 129/131 grade
+
+    return KVCacheManager(c.num_blocks, c.block_size, c.prefix)
+
+
+class World:
+    """One scheduler (of class `cls`) and its requests, driven by the fake model loop."""
+
+    def __init__(self, cls: type, w: Workload) -> None:
+        c = w.config
+        self.w = w
+        self.kv = kv_manager(c)
+        self.sched = cls(self.kv, c.token_budget, c.max_num_seqs, c.chunked)
+        self.requests: dict[str, Request] = {}
+        for sp in w.requests:
+            if sp.computed is not None:
+                self.place_running(sp)
+
+    def place_running(self, sp: Spec) -> None:
+        r = make_request(sp)
+        r.output_token_ids = list(sp.outputs)
+        if not self.kv.allocate_slots(r, sp.computed):
+            raise AssertionError(f"course bug: no blocks to place {sp.rid}")
+        r.num_computed_tokens, r.status = sp.computed, RequestStatus.RUNNING
+        self.sched.running.append(r)
+        self.requests[sp.rid] = r
+
+    def arrive(self, step: int) -> None:
+        for sp in self.w.requests:
+            if sp.computed is None and sp.arrival == step:
+                r = make_request(sp)
+                SchedulerBase.add_request(self.sched, r)
+                self.requests[sp.rid] = r
+
+    def pending(self, step: int) -> bool:
+        """Whether anything is left to do at or after `step`."""
+        return SchedulerBase.has_unfinished_requests(self.sched) or any(
+            sp.computed is None and sp.arrival >= step for sp in self.w.requests)
+
+    def update(self, scheduled: list) -> None:
+        for s in scheduled:
+            r, n = s.request, s.num_new_tokens
+            completes = r.num_computed_tokens + n == r.num_tokens
+            r.num_computed_tokens += n
+            if completes:
+                r.output_token_ids.append(dummy_token(r))
+                if len(r.output_token_ids) >= r.sampling_params.max_tokens:
+                    SchedulerBase.finish(self.sched, r, "length")
+
+
+def snapshot(world: World) -> dict[str, Any]:
+    """The queues and every request's state: what the grader compares with the reference's."""
+    s = world.sched
+    return {
+        "running": [r.request_id for r in s.running],
+        "waiting": [r.request_id for r in s.waiting],
+        "requests": {rid: {"status": r.status.value, "num_computed_tokens": r.num_computed_tokens,
+                           "num_cached_tokens": r.num_cached_tokens, "blocks held": len(r.block_table),
+                           "num_preemptions": r.num_preemptions, "output_token_ids": list(r.output_token_ids),
+                           "num_tokens": r.num_tokens}
+                     for rid, r in world.requests.items()},
+        "free blocks": world.kv.num_free_blocks,
+    }
+
+
+def output_problem(out: Any) -> dict | None:
+    """Why `out` is not a usable SchedulerOutput (a message and a hint), or None."""
+    if out is None:
+        return {"message": "schedule returned None", "hint": "return the SchedulerOutput you filled in"}
+    scheduled, preempted = getattr(out, "scheduled", None), getattr(out, "preempted", None)
+    if not isinstance(scheduled, list) or not isinstance(preempted, list):
+        return {"message": f"schedule returned {type(out).__name__} {str(out)[:200]}; it must return a "
+                           "SchedulerOutput",
+                "hint": "out = SchedulerOutput(); out.scheduled.append(ScheduledRequest(request, n)); return out"}
+    for s in scheduled:
+        r, n = getattr(s, "request", None), getattr(s, "num_new_tokens", None)
+        if not isinstance(r, Request) or not isinstance(n, int) or isinstance(n, bool):
+            return {"message": f"out.scheduled holds {str(s)[:200]}; each entry must be ScheduledRequest(request, "
+                               "num_new_tokens) with an int number of tokens"}
+    for r in preempted:
+        if not isinstance(r, Request):
+            return {"message": f"out.preempted holds {str(r)[:200]}; it must hold the preempted Request objects"}
+    return None
+
+
+def plan_of(out: SchedulerOutput) -> tuple[list, list[str]]:
+    return [(s.request.request_id, s.num_new_tokens) for s in out.scheduled], [r.request_id for r in out.preempted]
+
+
+def facts(world: World, out: SchedulerOutput) -> dict[str, Any]:
+    """What the invariants are checked on, right after schedule()."""
+    running = {id(r) for r in world.sched.running}
+    return {
+        "scheduled": [{"rid": x.request.request_id, "n": x.num_new_tokens, "in_running": id(x.request) in running,
+                       "status": x.request.status.value, "num_preemptions": x.request.num_preemptions,
+                       "num_computed": x.request.num_computed_tokens, "num_tokens": x.request.num_tokens,
+                       "blocks": len(x.request.block_table)} for x in out.scheduled],
+        "running": [r.request_id for r in world.sched.running],
+        "waiting": [r.request_id for r in world.sched.waiting],
+        "finished": [rid for rid, r in world.requests.items() if r.is_finished],
+        "block_size": world.kv.block_size,
+    }
+
+
+def blocks(world: World) -> dict[str, Any]:
+    """The block pool's reference counts and free queue, and the blocks each request holds."""
+    pool = world.kv.block_pool
+    return {"ref_cnt": [int(pool.ref_cnt[b]) for b in range(pool.num_blocks)],
+            "free_queue": [int(b) for b in pool.free_queue],
+            "held": [b for r in world.requests.values() for b in r.block_table]}
+
+
+def graded_scheduler(impl: ModuleType, graded: str) -> type:
+    if graded == "schedule":  # 129: the learner's schedule on the framework's shell, the reference preemption
+        from solutions import preemption
+
+        learner = getattr(impl, "Scheduler", None)
+        if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
+            raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
+        bases = (learner,) if issubclass(learner, SchedulerBase) else (learner, SchedulerBase)
+        return type("Graded", bases, {"preemption": preemption})
+    from solutions.scheduler import Scheduler  # 131: the reference schedule with the learner's preemption
+
+    return type("Graded", (Scheduler,), {"preemption": impl})
+
+
+def _error(exc: BaseException) -> dict:
+    from judge import harness
+    from judge._worker import _error as encode_error
+
+    return encode_error(exc, harness._STATE.get("learner_file"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the grader calls (the learner's module comes first)
+
+
+def new_world(impl: ModuleType, workload: dict, graded: str) -> World:
+    return World(graded_scheduler(impl, graded), Workload.from_plain(workload))
+
+
+def pending(impl: ModuleType, world: World, step: int) -> bool:
+    return world.pending(step)
+
+
+def step(impl: ModuleType, world: World, step: int) -> dict[str, Any]:
+    """One step: arrivals, the learner's schedule(), its checks' data, then the fake model's update."""
+    world.arrive(step)
+    before = snapshot(world)
+    try:
+        out = world.sched.schedule()
+    except BaseException as exc:  # noqa: BLE001 - the learner's exception, for the grader to show
+        return {"before": before, "error": _error(exc)}
+    problem = output_problem(out)
+    if problem:
+        return {"before": before, "problem": problem}
+    plan, pre = plan_of(out)
+    result = {"before": before, "plan": plan, "preempted": pre, "facts": facts(world, out), "after": snapshot(world)}
+    try:
+        world.update(out.scheduled)
+    except BaseException as exc:  # noqa: BLE001
+        return {**result, "error": _error(exc)}
+    result["blocks"] = blocks(world)
+    result["free"] = world.kv.num_free_blocks
+    return result
+
+
+def call(impl: ModuleType, workload: dict, fn: str, rid: str, n: int, scheduled: list[str]) -> dict[str, Any]:
+    """131: the learner's `fn` ('preempt' or 'allocate_or_preempt') once on request `rid` of a hand-built state
+    (the requests in `scheduled` already scheduled in this step, one token each)."""
+    world = World(type("Graded", (SchedulerBase,), {"preemption": impl}), Workload.from_plain(workload))
+    out = SchedulerOutput()
+    for other in scheduled:
+        r = world.requests[other]
+        assert world.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
+        out.scheduled.append(ScheduledRequest(r, 1))
+    try:
+        if fn == "preempt":
+            ret = impl.preempt(world.sched, world.requests[rid])
+        else:
+            ret = impl.allocate_or_preempt(world.sched, world.requests[rid], n, out)
+    except BaseException as exc:  # noqa: BLE001
+        return {"error": _error(exc)}
+    plan, pre = plan_of(out)
+    return {"returned": ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200], "plan": plan,
+            "preempted": pre, "after": snapshot(world), "blocks": blocks(world)}
+
+
+def generate_small_cache(impl: ModuleType, prompts: list[list[int]], max_tokens: int, config: dict,
+                         model_path: str | None) -> dict[str, Any]:
+    """131 end to end: the reference engine with the learner's preemption, on the embedded model, with a KV cache
+    too small for every request at once. Returns each request's output tokens and preemptions."""
+    import torch
+
+    from mini_llm import load_transformer
+    from mini_llm.settings import EMBEDDED_MODEL
+    from solutions.engine import EngineConfig, LLMEngine
+
+    torch.set_num_threads(1)
+    model = load_transformer(model_path or EMBEDDED_MODEL, dtype=torch.float32, device="cpu")
+
+    class Engine(LLMEngine):
+        scheduler_cls = graded_scheduler(impl, "preemption")
+
+    cfg = EngineConfig(**config)
+    engine = Engine(model, cfg, eos_token_id=None)
+    requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    steps = 0
+    while engine.has_unfinished_requests() and steps < 300:
+        steps += 1
+        try:
+            engine.step()
+        except BaseException as exc:  # noqa: BLE001
+            return {"error": _error(exc)}
+    return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
+            "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}
+
+
+def used_blocks_ok(data: dict, num_blocks: int) -> tuple[int | None, bool]:
+    """(a block whose ref_cnt differs from the number of requests holding it, whether the free queue is the set of
+    blocks with ref_cnt 0): shared by the grader's checks."""
+    held = Counter(data["held"])
+    bad = [b for b in range(num_blocks) if data["ref_cnt"][b] != held.get(b, 0)]
+    queue_ok = set(data["free_queue"]) == {b for b in range(num_blocks) if data["ref_cnt"][b] == 0}
+    return (bad[0] if bad else None), queue_ok
+
+
+__all__ = ["Config", "Spec", "Workload", "World", "blocks_needed", "make_request", "dummy_token", "snapshot"]

@@ -1,0 +1,105 @@
+"""Write the student edition: what students receive, and nothing the grading must keep to itself.
+
+    python -m judge.edition OUT --released 125,126,128 [--with-solutions 125] [--force]
+
+OUT gets the chapters, the practice stubs and statements, framework/, mini_llm/, course/, the public part of the
+judge (its code, drivers, the metadata of the released exercises, and for each of them its public cases recorded
+from the reference: the worked example and a few basic cases, runnable with `python practice/judge.py ID`), the
+README and the package files. References (solutions/) only of the exercises given with --with-solutions. Never
+judge/hidden/, nbgrader/, tests/, docs/instructors.md, nor the instructor's secret seed, which this command
+creates (once) on the instructor's machine so that the random hidden cases differ from anything a student can run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from .registry import ROOT, Exercise, load_exercises
+
+COPIED = ("README.md", "pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course")
+JUDGE_DIRS = ("drivers",)
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+
+
+def _ids(text: str | None) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()] if text else []
+
+
+def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exercise]) -> list[str]:
+    """Write the edition into `out` (which must not exist); return its files, relative to out."""
+    out.mkdir(parents=True)
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, out / name, ignore=IGNORE)
+        elif src.is_file():
+            shutil.copy2(src, out / name)
+    judge_out = out / "judge"
+    judge_out.mkdir()
+    for p in sorted((ROOT / "judge").glob("*.py")):
+        shutil.copy2(p, judge_out / p.name)
+    shutil.copy2(ROOT / "judge" / "README.md", judge_out / "README.md")
+    for d in JUDGE_DIRS:
+        if (ROOT / "judge" / d).is_dir():
+            shutil.copytree(ROOT / "judge" / d, judge_out / d, ignore=IGNORE)
+    (judge_out / "exercises").mkdir()
+    shutil.copy2(ROOT / "judge" / "exercises" / "__init__.py", judge_out / "exercises" / "__init__.py")
+    ids = {ex.id for ex in released}
+    for p in sorted((ROOT / "judge" / "exercises").glob("ex*.py")):
+        if int(p.name[2:5]) in ids:
+            shutil.copy2(p, judge_out / "exercises" / p.name)
+    (judge_out / "public").mkdir()
+    from . import public
+
+    for ex in released:
+        if ex.grading == "inworker":
+            print(f"note: exercise {ex.id} has no public cases yet (its cases still run beside the learner's code)")
+            continue
+        cases = public.record(ex)
+        (judge_out / "public" / public.public_path(ex).name).write_text(
+            json.dumps({"exercise": ex.id, "cases": cases}, indent=0))
+    (out / "solutions").mkdir()
+    shutil.copy2(ROOT / "solutions" / "__init__.py", out / "solutions" / "__init__.py")
+    for ex in with_solutions:
+        rel = ex.reference.replace(".", "/") + ".py"
+        shutil.copy2(ROOT / rel, out / rel)
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m judge.edition", description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="the folder to write (must not exist, unless --force)")
+    ap.add_argument("--released", required=True, help="comma-separated ids of the exercises students get")
+    ap.add_argument("--with-solutions", default="", help="comma-separated ids whose reference students get too")
+    ap.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    args = ap.parse_args(argv)
+    exercises = load_exercises()
+    released, solved = _ids(args.released), _ids(args.with_solutions)
+    unknown = sorted(set(released + solved) - set(exercises))
+    if unknown:
+        print(f"no exercise {unknown}; registered: {sorted(exercises)}", file=sys.stderr)
+        return 2
+    if not set(solved) <= set(released):
+        print("--with-solutions must name released exercises", file=sys.stderr)
+        return 2
+    if args.out.exists():
+        if not args.force:
+            print(f"{args.out} exists (use --force to replace it)", file=sys.stderr)
+            return 2
+        shutil.rmtree(args.out)
+    from .secret import ensure_secret
+
+    secret = ensure_secret()
+    files = write_edition(args.out, [exercises[i] for i in released], [exercises[i] for i in solved])
+    print(f"wrote the student edition to {args.out} ({len(files)} files; exercises {released}, "
+          f"references of {solved or 'none'})")
+    print(f"the secret seed of the hidden cases stays in {secret} (never give it out)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,436 @@
+"""What the hidden tests of the scheduler exercises (129, 131) share: workloads, the lockstep runner against the
+reference, shrinking, and the checks on the data the public driver (judge/drivers/scheduler.py) reports.
+
+Also the model fixtures of the end-to-end cases (the embedded checkpoint in fp32, greedy generation alone).
+Grader side only: the references run here; the learner's code runs in the worker, through proxies and drivers.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections import Counter, deque
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Sequence
+
+import mini_llm
+import torch
+from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
+                                     used_blocks_ok)
+from judge.harness import CaseFailure, LearnerRaised, option, raised_failure, rng as seeded, shrink
+from judge.remote import _exception, driver
+from solutions import scheduler as ref
+from framework.request import RequestStatus
+from framework.sampling import SamplingParams
+
+Plan = list[tuple[str, int]]
+
+
+def script(w: Workload) -> str:
+    """The workload as code a learner can paste (with the running requests placed by hand)."""
+    c = w.config
+    lines = [f"kv = KVCacheManager(num_blocks={c.num_blocks}, block_size={c.block_size}, "
+             f"enable_prefix_caching={c.prefix})",
+             f"s = Scheduler(kv, token_budget={c.token_budget}, max_num_seqs={c.max_num_seqs}, "
+             f"enable_chunked_prefill={c.chunked})"]
+    for sp in sorted(w.requests, key=lambda sp: -1 if sp.computed is not None else sp.arrival):
+        req = f"Request({list(sp.prompt)}, SamplingParams(max_tokens={sp.max_tokens}, ignore_eos=True), " \
+              f"request_id={sp.rid!r})"
+        if sp.computed is None:
+            lines.append(f"s.add_request({req})  # before step {sp.arrival}")
+        else:
+            lines.append(f"running at the start: {req} with num_computed_tokens={sp.computed}, "
+                         f"output_token_ids={list(sp.outputs)}, its blocks allocated")
+    lines.append("each step: out = s.schedule(); then, as the engine does: num_computed_tokens += num_new_tokens, "
+                 "one token appended when a request completes its pending tokens, s.finish(r, 'length') at "
+                 "max_tokens")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Invariants that hold whatever the reference does
+
+
+def check_invariants(f: dict[str, Any], c: Config, label: str) -> None:
+    """`f`: the facts the driver reported right after the learner's schedule()."""
+    n_total = sum(x["n"] for x in f["scheduled"])
+    if n_total > c.token_budget:
+        raise CaseFailure(f"{label}: {n_total} tokens scheduled, more than token_budget={c.token_budget}",
+                          hint="the tokens scheduled in one step never exceed the budget: each request gets at "
+                               "most the budget left, and a new prompt larger than that gets a chunk (or, without "
+                               "chunked prefill, waits)")
+    if len(f["running"]) > c.max_num_seqs:
+        raise CaseFailure(f"{label}: {len(f['running'])} requests running, more than max_num_seqs={c.max_num_seqs}",
+                          hint="admit a waiting request only while len(self.running) < self.max_num_seqs")
+    seen = Counter(x["rid"] for x in f["scheduled"])
+    dup = [rid for rid, k in seen.items() if k > 1]
+    if dup:
+        raise CaseFailure(f"{label}: request(s) {dup} scheduled twice in one step")
+    for x in f["scheduled"]:
+        rid, n = x["rid"], x["n"]
+        if n < 1:
+            raise CaseFailure(f"{label}: request {rid} scheduled with {n} tokens",
+                              hint="schedule a request only when it gets at least one token (stop once the budget "
+                                   "is spent)")
+        if not x["in_running"]:
+            preempted = x["status"] == RequestStatus.WAITING.value and x["num_preemptions"] > 0
+            raise CaseFailure(f"{label}: request {rid} is scheduled but not in self.running",
+                              hint="it was preempted earlier in this step: skip a request that is no longer in "
+                                   "self.running (allocate_or_preempt returns False when the request preempted "
+                                   "itself)" if preempted else
+                                   "an admitted request moves from self.waiting to the end of self.running")
+        if x["num_computed"] + n > x["num_tokens"]:
+            raise CaseFailure(f"{label}: request {rid} is scheduled for {n} tokens but has only "
+                              f"{x['num_tokens'] - x['num_computed']} left to compute",
+                              hint="tokens left = request.num_tokens - request.num_computed_tokens (after prefix "
+                                   "hits)")
+        if x["blocks"] < blocks_needed(x["num_computed"] + n, f["block_size"]):
+            raise CaseFailure(f"{label}: request {rid} is scheduled for {n} tokens without the blocks to "
+                              "hold them", hint="allocate before scheduling: self.allocate_or_preempt for running "
+                                                "requests, self.kv.allocate_slots for new ones")
+    places = Counter(f["running"] + f["waiting"] + f["finished"])
+    lost = [rid for rid in f["all"] if places[rid] == 0]
+    twice = [rid for rid, k in places.items() if k > 1]
+    if lost or twice:
+        what = f"request(s) {lost} are neither waiting, running nor finished" if lost else \
+            f"request(s) {twice} are in more than one of waiting/running/finished"
+        raise CaseFailure(f"{label}: {what}", hint="an admitted request is removed from self.waiting "
+                                                   "(popleft) and appended to self.running")
+
+
+def check_blocks(data: dict[str, Any], num_blocks: int, label: str) -> None:
+    """Reference counts equal the number of requests holding each block; the free queue holds the others."""
+    b, queue_ok = used_blocks_ok(data, num_blocks)
+    if b is not None or not queue_ok:
+        held = Counter(data["held"])
+        raise CaseFailure(f"{label}: the block pool is inconsistent"
+                          + (f": block {b} has ref_cnt {data['ref_cnt'][b]} but {held.get(b, 0)} requests hold it"
+                             if b is not None else ": the free queue is not the set of blocks with ref_cnt 0"),
+                          hint="blocks are taken only through self.kv.allocate_slots and returned only through "
+                               "self.kv.free(request)")
+
+
+def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
+    """The learner's exception (as the driver reported it) as a readable failure naming `name`."""
+    return raised_failure(LearnerRaised(_exception(err)), name, input=where)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Running a workload in lockstep with the reference
+
+
+FIELD_HINTS = {
+    "status": "an admitted request gets status RequestStatus.RUNNING",
+    "num_cached_tokens": "an admitted request's num_cached_tokens = len(computed) * block_size (its prefix hits)",
+    "num_computed_tokens": "schedule never changes num_computed_tokens itself: allocate_slots adds the prefix hits, "
+                           "the engine adds the computed tokens after the forward pass",
+    "running": "self.running stays in admission order: append admitted requests at the end",
+    "waiting": "admitted requests leave self.waiting from the head (popleft); the others stay in order",
+}
+
+
+def first_difference(exp: dict[str, Any], got: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    for key in ("running", "waiting"):
+        if exp[key] != got[key]:
+            return key, exp[key], got[key]
+    for rid, e in exp["requests"].items():
+        g = got["requests"].get(rid, {})
+        for key, value in e.items():
+            if g.get(key) != value:
+                return f"{rid}.{key}", value, g.get(key)
+    if exp["free blocks"] != got["free blocks"]:
+        return "free blocks", exp["free blocks"], got["free blocks"]
+    return None
+
+
+def history_text(history: list[tuple[Plan, list[str]]]) -> str:
+    shown = history[-6:]
+    first = len(history) - len(shown) + 1
+    lines = [f"  step {first + i}: {plan}" + (f", preempted {pre}" if pre else "") for i, (plan, pre) in
+             enumerate(shown)]
+    return "schedules of the steps before (yours agreed):\n" + "\n".join(lines) if lines else ""
+
+
+HintFn = Callable[[dict[str, Any], Config, Plan, Plan, list[str], list[str]], str]
+
+
+def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict[str, str] = FIELD_HINTS,
+                 name: str = "Scheduler.schedule", max_steps: int = 400) -> CaseFailure | None:
+    """None if the learner's scheduler (in the worker, `graded` = "schedule" or "preemption") does what the
+    reference does on `w` at every step, else the failure."""
+    drv = driver(impl, "scheduler")
+    text = script(w)
+    try:
+        got = drv.new_world(w.plain(), graded)
+    except TypeError as exc:
+        return CaseFailure(str(exc), hint="keep `class Scheduler(SchedulerBase):` and write schedule")
+    want = World(ref.Scheduler, w)
+    history: list[tuple[Plan, list[str]]] = []
+    for step in range(1, max_steps + 1):
+        if not want.pending(step):
+            break
+        want.arrive(step)
+        label = f"step {step}"
+        where = text + ("\n" + history_text(history) if history else "")
+        exp_out = want.sched.schedule()
+        res = drv.step(got, step)
+        before = res["before"]
+        if "error" in res and "plan" not in res:
+            return learner_failure(res["error"], name, where)
+        if "problem" in res:
+            return CaseFailure(res["problem"]["message"], input=where, hint=res["problem"].get("hint"))
+        try:
+            check_invariants({**res["facts"], "all": list(res["after"]["requests"])}, w.config, label)
+        except CaseFailure as f:
+            f.input = f.input or where
+            return f
+        plan, pre = [tuple(x) for x in res["plan"]], res["preempted"]
+        exp_plan = [(x.request.request_id, x.num_new_tokens) for x in exp_out.scheduled]
+        exp_pre = [r.request_id for r in exp_out.preempted]
+        if (plan, pre) != (exp_plan, exp_pre):
+            field = "scheduled (request_id, num_new_tokens)" if plan != exp_plan else "preempted"
+            return CaseFailure(f"{label}: wrong {'schedule' if plan != exp_plan else 'preempted requests'}",
+                               input=where, field=field, expected=exp_plan if plan != exp_plan else exp_pre,
+                               got=plan if plan != exp_plan else pre,
+                               hint=hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
+        diff = first_difference(snapshot(want), res["after"])
+        if diff:
+            key, e, g = diff
+            return CaseFailure(f"{label}: after schedule(), {key} differs", input=where, field=key, expected=e,
+                               got=g, hint=field_hints.get(key.rsplit(".", 1)[-1], None)
+                               or hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
+        if "error" in res:
+            return learner_failure(res["error"], name, where)
+        history.append((plan, pre))
+        want.update(exp_out.scheduled)
+        try:
+            check_blocks(res["blocks"], w.config.num_blocks, label)
+        except CaseFailure as f:
+            f.input = where
+            return f
+        free = res["free"]
+    if want.pending(max_steps + 1):
+        raise AssertionError("course bug: the reference did not finish the workload")
+    if history and free != w.config.num_blocks:
+        return CaseFailure(f"at the end {free} of {w.config.num_blocks} blocks are free",
+                           input=text, hint="every block returns to the pool once every request has finished")
+    return None
+
+
+def workload_candidates(w: Workload) -> Iterator[Workload]:
+    """Smaller variants: fewer requests, shorter prompts, fewer output tokens, earlier arrivals."""
+    reqs = w.requests
+    arriving = [i for i, s in enumerate(reqs) if s.computed is None]
+    for i in arriving:
+        yield replace(w, requests=reqs[:i] + reqs[i + 1:])
+    for i in arriving:
+        s = reqs[i]
+        smaller = []
+        if len(s.prompt) > 1:
+            smaller += [replace(s, prompt=s.prompt[: len(s.prompt) // 2]), replace(s, prompt=s.prompt[:-1])]
+        if s.max_tokens > 1:
+            smaller += [replace(s, max_tokens=s.max_tokens // 2), replace(s, max_tokens=s.max_tokens - 1)]
+        if s.arrival > 1:
+            smaller.append(replace(s, arrival=s.arrival - 1))
+        for t in smaller:
+            yield replace(w, requests=reqs[:i] + (t,) + reqs[i + 1:])
+
+
+def check_workloads(workloads: list[Workload], impl, graded: str, hint: HintFn,
+                    field_hints: dict[str, str] = FIELD_HINTS, name: str = "Scheduler.schedule") -> None:
+    def run(v: Workload) -> CaseFailure | None:
+        return run_lockstep(v, impl, graded, hint, field_hints, name)
+
+    for w in workloads:
+        failure = run(w)
+        if failure is None:
+            continue
+        if failure.kind != "fail" or any(s.computed is not None for s in w.requests):
+            raise failure  # not implemented / an exception / a hand-built state: shown as is
+        small = shrink(w, lambda v: v.valid() and run(v) is not None, workload_candidates, max_calls=300)
+        raise run(small) or failure
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Seeded random workloads
+
+
+def random_workloads(seed: int, count: int, configs: Callable[[random.Random], Config], n_req: tuple[int, int],
+                     prompt_len: tuple[int, int], max_tokens: tuple[int, int], last_arrival: int = 8,
+                     shared_prefixes: bool = False) -> list[Workload]:
+    rng = seeded(seed)
+    out = []
+    while len(out) < count:
+        c = configs(rng)
+        prefixes = [tuple(rng.randrange(1, 60) for _ in range(rng.randint(c.block_size, 3 * c.block_size + 2)))
+                    for _ in range(2)]
+        specs = []
+        for i in range(rng.randint(*n_req)):
+            prompt = tuple(rng.randrange(1, 60) for _ in range(rng.randint(*prompt_len)))
+            if shared_prefixes and rng.random() < 0.75:
+                prompt = rng.choice(prefixes) + prompt[: rng.randint(0, len(prompt))]
+            mt = rng.randint(*max_tokens)
+            limit = c.capacity if c.chunked else min(c.capacity, c.token_budget)
+            prompt = prompt[: max(1, limit - mt)]
+            specs.append(Spec(f"r{i}", prompt, min(mt, limit - len(prompt)), rng.randint(1, last_arrival)))
+        w = Workload(c, tuple(specs))
+        if w.valid():
+            out.append(w)
+    return out
+
+
+def spec_running(rid: str, n_prompt: int, computed: int, outputs: int = 0, max_tokens: int = 4,
+                 first: int = 1) -> Spec:
+    return Spec(rid, tuple(range(first, first + n_prompt)), max_tokens, computed=computed,
+                outputs=tuple(range(900, 900 + outputs)))
+
+
+def spec_new(rid: str, n_prompt: int, max_tokens: int = 3, arrival: int = 1, first: int = 30) -> Spec:
+    return Spec(rid, tuple(range(first, first + n_prompt)), max_tokens, arrival)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The model and the independent reference of the end-to-end cases
+
+
+def load_fp32_model(path):
+    """The checkpoint in fp32 on the CPU (the worker has no GPU)."""
+    import torch
+
+    from mini_llm import load_transformer
+
+    return load_transformer(path, dtype=torch.float32, device="cpu")
+
+
+@functools.lru_cache(maxsize=2)
+def _model_at(path: str):
+    return load_fp32_model(path)
+
+
+def load_model():
+    from mini_llm.settings import EMBEDDED_MODEL
+
+    path = str(option("model") or EMBEDDED_MODEL)
+    try:
+        return _model_at(path)
+    except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
+        raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
+                          kind="error") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _alone(model, prompt: tuple[int, ...], max_tokens: int, eos: int | None) -> tuple[int, ...]:
+    return tuple(mini_llm.generate(model, list(prompt), max_tokens, eos_token_id=eos))
+
+
+def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> list[int]:
+    """The greedy continuation of `prompt` generated alone, stopping as the engine must (at a stop string too,
+    when there is a tokenizer to see it)."""
+    tokens = list(_alone(model, tuple(prompt), params.max_tokens, None if params.ignore_eos else eos))
+    if params.stop and tokenizer is not None:
+        for n in range(1, len(tokens) + 1):
+            if any(stop in tokenizer.decode(tokens[:n]) for stop in params.stop):
+                return tokens[:n]
+    return tokens
+
+
+def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
+    rng = seeded(seed)
+    return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end for 126 and 127: the learner's write_kv or paged_attention inside the reference ModelRunner
+
+
+def small_model():
+    """The checkpoint given with --model, else a small random Qwen3 (GQA, seeded): the check is about layout."""
+    from mini_llm import load_transformer
+    from mini_llm.config import Qwen3Config
+    from mini_llm.model import Transformer
+
+    path = option("model")
+    if path:
+        try:
+            return load_transformer(path, dtype=torch.float32, device="cpu")
+        except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
+            raise CaseFailure(f"could not load the model at {path} (a setup problem, not your code): {exc}",
+                              kind="error") from None
+    torch.manual_seed(127)
+    cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    return Transformer(cfg).eval()
+
+
+def end_to_end(impl, name: str) -> None:
+    """Three engine steps (prefills, a chunked prefill, decodes) through ModelRunner with the learner's `name`
+    (write_kv or paged_attention); each request's last logits must equal running the model on it alone."""
+    import course
+    from solutions.batch import build_batch
+    from solutions.paged_kv_cache import write_kv
+
+    model = small_model()
+    learner_fn = getattr(impl, name)
+
+    def guarded(*args):
+        try:
+            return learner_fn(*args)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise raised_failure(LearnerRaised(exc), name) from None
+
+    # The chapters' runner (course.runner_class): with your paged_attention the shell calls it per step exactly as
+    # the exercise defines it; with the reference one (grading write_kv) the reference runner's batched kernel.
+    pieces = {"build_batch": build_batch, "write_kv": write_kv, "paged_attention": None, name: guarded}
+    runner_cls = course.runner_class(**pieces)
+    bs = 4
+    runner = runner_cls(model, num_blocks=40, block_size=bs)
+    rng = random.Random(126)  # fixed: the layout check needs no secret
+    vocab = model.cfg.vocab_size
+    pool = list(range(40))
+    rng.shuffle(pool)
+    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 11), ("B", 22), ("C", 5))}
+    tables = {r: [pool.pop() for _ in range(blocks_needed(len(s) + 3, bs))] for r, s in seqs.items()}
+    done = dict.fromkeys(seqs, 0)
+    plans = [[("A", 11, True), ("B", 9, False)], [("B", 13, True), ("C", 5, True), ("A", 1, True)],
+             [("C", 1, True), ("A", 1, True), ("B", 1, True)]]
+    for step, plan in enumerate(plans, 1):
+        items = [(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan]
+        text = f"step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
+            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan)
+        logits = runner.execute_model(items)
+        for row, (r, n, _) in zip(logits, [p for p in plan if p[2]]):
+            with torch.inference_mode():
+                alone = model(torch.tensor([seqs[r][: done[r] + n]]))[0, -1].float()
+            err = (row - alone).abs().max().item()
+            if not err <= 1e-4:
+                raise CaseFailure(f"the model's logits for request {r} differ from running it alone by {err:.3g} "
+                                  "(tolerance 1e-4)", input=text,
+                                  hint=f"your {name} passes the cases above? then check what differs in the engine: "
+                                       "several layers, requests of different lengths, non-contiguous views")
+        for r, n, _ in plan:
+            done[r] += n
+        for r in seqs:
+            if step < len(plans) and done[r] == len(seqs[r]):
+                seqs[r].append(rng.randrange(vocab))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading integer lists the learner's code returned (lists, tuples, 1-D integer tensors or arrays)
+
+
+def int_values(value: Any) -> list[int] | None:
+    """The values of a list / tuple / deque / 1-D integer tensor or array; None if it is none of those."""
+    import numpy as np
+
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+            return None
+        return [int(x) for x in value.tolist()]
+    if isinstance(value, np.ndarray):
+        return [int(x) for x in value.tolist()] if value.ndim == 1 and np.issubdtype(value.dtype, np.integer) else None
+    if isinstance(value, (list, tuple, deque)) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                                       for x in value):
+        return [int(x) for x in value]
+    return None

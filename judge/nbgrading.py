@@ -1,0 +1,169 @@
+"""nbgrader autograding with the judge, without running any student code in the notebook's kernel.
+
+A solution cell executed by `nbgrader autograde` would run in a kernel with the instructor's rights: it could
+replace `judge.grade`, write the gradebook, or leave a daemon behind. So the course's nbgrader_config.py puts two
+preprocessors around nbgrader's Execute:
+
+- JudgeAutograde grades the solution cell's code with the judge, isolated (bubblewrap), in nbgrader's own process
+  (the same call as `practice/judge.py --impl`, hence the same verdicts). The report goes to a file the kernel
+  reads. Then every code cell is made harmless: the judge cell and each test-case cell get the course's own code
+  (print the report; check case N), and every other code cell (the solution cell, cells a student added) is turned
+  into a raw cell, which nbgrader does not execute.
+- JudgeRestore, after Execute, puts back the cells as submitted (the feedback shows the student's code and the
+  report printed by the judge cell).
+
+JUDGE_UNISOLATED=1 grades without bubblewrap (only for code you trust); otherwise autograding refuses to run
+where bubblewrap does not. JUDGE_TIMEOUT (seconds per case), JUDGE_TOTAL_TIMEOUT (seconds per submission),
+JUDGE_MEMORY_MB, JUDGE_MODEL and JUDGE_CASES (comma-separated; the others score 0) set the judge's options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .registry import get_exercise
+from .report import CaseResult, Report
+
+REPORT_ENV = "JUDGE_NOTEBOOK_REPORT"
+HIDDEN_NOTE = "a hidden test case: graded after you submit"
+
+
+def options_from_env() -> dict[str, Any]:
+    env = os.environ.get
+    return {"time_limit": float(env("JUDGE_TIMEOUT")) if env("JUDGE_TIMEOUT") else None,
+            "memory_limit_mb": int(env("JUDGE_MEMORY_MB")) if env("JUDGE_MEMORY_MB") else None,
+            "options": {"model": env("JUDGE_MODEL")} if env("JUDGE_MODEL") else None,
+            "total_limit": float(env("JUDGE_TOTAL_TIMEOUT")) if env("JUDGE_TOTAL_TIMEOUT") else None,
+            "cases": [c for c in env("JUDGE_CASES", "").split(",") if c] or None}
+
+
+def report_from_dict(d: dict) -> Report:
+    results = [CaseResult(**r) for r in d.pop("results", [])]
+    return Report(**d, results=results)
+
+
+def notebook_report(exercise: int, code: str) -> Report:
+    """The judge cell's report: read from the file JudgeAutograde wrote (autograding), else graded here from the
+    solution cell's code (a student checking their work: not isolated, and only the cases their copy has)."""
+    path = os.environ.get(REPORT_ENV)
+    if path and os.path.isfile(path):
+        return report_from_dict(json.loads(Path(path).read_text()))
+    from .runner import grade
+    from .sandbox import NOT_ISOLATED
+
+    print(NOT_ISOLATED)
+    return grade(exercise, source=code, **options_from_env())
+
+
+def case_check(report: Report, name: str) -> None:
+    """Raise AssertionError (0 points) unless case `name` passed; a case this copy of the judge does not have (a
+    hidden one, in the student edition) is only announced."""
+    found = [r for r in report.results if r.name == name]
+    if not found:
+        if report.fatal:
+            raise AssertionError(report.fatal)
+        print(HIDDEN_NOTE)
+        return
+    if not found[0].passed:
+        raise AssertionError(f"[{found[0].verdict}] {found[0].message}\n{found[0].details or ''}")
+
+
+TRUSTED_JUDGE_CELL = """\
+# The report of the judge, graded outside this notebook (see judge/nbgrading.py).
+import judge.nbgrading
+
+_report = judge.nbgrading.notebook_report({id}, "")
+print(_report.text())
+"""
+TRUSTED_CASE_CELL = "judge.nbgrading.case_check(_report, {name!r})\n"
+
+
+def _exercise_of(assignment: str) -> int:
+    m = re.match(r"ex(\d+)-", assignment)
+    if not m:
+        raise ValueError(f"assignment {assignment!r} is not one of the judge's (ex<id>-<slug>)")
+    return int(m[1])
+
+
+def _grade_id(cell) -> str:
+    return str((cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id", ""))
+
+
+try:
+    from nbgrader.preprocessors import NbGraderPreprocessor as _Base
+except ImportError:  # pragma: no cover - nbgrader not installed: the preprocessors are not used
+    _Base = object  # type: ignore[assignment,misc]
+
+
+class JudgeAutograde(_Base):
+    """Grade the solution cell outside the kernel; leave the kernel nothing but the course's own code."""
+
+    def preprocess(self, nb, resources):
+        from .runner import IsolationUnavailable, grade
+
+        ex = get_exercise(_exercise_of(resources["nbgrader"]["assignment"]))
+        solutions = [c for c in nb.cells if c.cell_type == "code" and _grade_id(c) == "solution"]
+        isolated = os.environ.get("JUDGE_UNISOLATED") != "1"
+        if not solutions:
+            report = Report(ex.id, ex.slug, ex.title, "the submitted notebook")
+            report.fatal = "the notebook has no solution cell (grade_id 'solution'): nothing to grade"
+        else:
+            try:
+                report = grade(ex, source=solutions[0].source, isolated=isolated, **options_from_env())
+            except IsolationUnavailable as exc:
+                raise RuntimeError(f"refusing to autograde unisolated: {exc}. Install bubblewrap, or set "
+                                   "JUDGE_UNISOLATED=1 to grade code you trust.") from None
+        graded = {r.name for r in report.results}  # every case gets a result: one not run scores 0
+        report.results += [CaseResult(n, False, 0.0, "not run", "not run (JUDGE_CASES)") for n in _case_names(ex)
+                           if n not in graded and not report.fatal]
+        fd, path = tempfile.mkstemp(prefix="judge-report-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(report.to_dict(), f)
+        os.environ[REPORT_ENV] = path
+        resources["judge_report"] = path
+        case_names = _case_names(ex)
+        originals = {}
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            originals[i] = (cell.cell_type, cell.source)
+            gid = _grade_id(cell)
+            m = re.fullmatch(r"case_(\d+)", gid)
+            if gid == "judge":
+                cell.source = TRUSTED_JUDGE_CELL.format(id=ex.id)
+            elif m and 1 <= int(m[1]) <= len(case_names):
+                cell.source = TRUSTED_CASE_CELL.format(name=case_names[int(m[1]) - 1])
+            else:  # the solution cell and anything a student added: never executed
+                cell.cell_type = "raw"
+                cell.pop("outputs", None)
+                cell.pop("execution_count", None)
+        resources["judge_originals"] = originals
+        return nb, resources
+
+
+def _case_names(ex) -> list[str]:
+    import importlib
+
+    return importlib.import_module(ex.tests).CASES.names()
+
+
+class JudgeRestore(_Base):
+    """Put back the cells as submitted, keeping the outputs of the course's cells."""
+
+    def preprocess(self, nb, resources):
+        for i, (cell_type, source) in (resources.pop("judge_originals", None) or {}).items():
+            cell = nb.cells[i]
+            if cell.cell_type == "raw" and cell_type == "code":
+                cell.cell_type = "code"
+                cell.outputs, cell.execution_count = [], None
+            cell.source = source
+        path = resources.pop("judge_report", None)
+        if path:
+            os.environ.pop(REPORT_ENV, None)
+            Path(path).unlink(missing_ok=True)
+        return nb, resources

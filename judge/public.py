@@ -1,0 +1,204 @@
+"""Public cases: the few cases of each exercise a student can run on their own copy (the student edition).
+
+A public case is recorded on the instructor's side: its case function runs against the reference (in a worker,
+like any graded code), and every request the case sent and every answer the reference gave is written to
+judge/public/<slug>.json. On the student's side the recorded requests are replayed to the student's code and
+each answer is compared with the reference's, as the engine would read it: a tensor, a numpy array, a list or a
+tuple of the same numbers are equal (floats within 1e-4 relative and absolute), an object must have each public
+attribute the reference's had, and an exception must be of the same type. No reference and no hidden case is
+needed to replay them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .registry import ROOT, Exercise
+from .remote import Session
+
+PUBLIC_DIR = ROOT / "judge" / "public"
+TOL = 1e-4
+
+
+def public_path(ex: Exercise) -> Path:
+    return PUBLIC_DIR / f"{ex.slug.replace('-', '_')}.json"
+
+
+class Recorder(Session):
+    """A session that forwards to a worker running the reference and logs every exchange."""
+
+    def __init__(self, inner: Session) -> None:
+        self.inner, self.log = inner, []
+
+    @property
+    def epoch(self) -> int:  # type: ignore[override]
+        return self.inner.epoch
+
+    def request(self, msg: dict) -> dict:
+        reply = self.inner.request(msg)
+        self.log.append([msg, {k: v for k, v in reply.items() if k not in ("id", "t")}])
+        return reply
+
+
+def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, list]:
+    """{case name: [[request, reference's reply], ...]} for the exercise's public cases."""
+    from . import harness
+    from .remote import RemoteModule
+    from .runner import _case_list, _Output, _Run
+
+    out: dict[str, list] = {}
+    every = _case_list(ex, None)
+    wanted = list(ex.public_cases) or [c.name for c in every[:2]]
+    for case in [c for c in every if c.name in wanted]:
+        run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
+                   dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
+        fatal = run.start()
+        if fatal:
+            raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
+        run.worker.set_deadline(600)
+        rec = Recorder(run.worker)
+        try:
+            result = harness.run_case(case, RemoteModule(rec, None))
+        finally:
+            run.stop()
+        if not result.passed:
+            raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")
+        out[case.name] = rec.log
+    return out
+
+
+def load(ex: Exercise) -> dict[str, list] | None:
+    path = public_path(ex)
+    return json.loads(path.read_text())["cases"] if path.is_file() else None
+
+
+def _plain(v: Any) -> Any:
+    """A wire value as the engine would read it: arrays and tensors as nested lists of numbers."""
+    if isinstance(v, dict):
+        if "__tensor__" in v or "__ndarray__" in v:
+            from . import wire
+
+            x = wire.decode(v)
+            return x.tolist() if hasattr(x, "tolist") else x
+        if "__tuple__" in v:
+            return [_plain(x) for x in v["__tuple__"]]
+        if "__npscalar__" in v:
+            return v["value"]
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def difference(want: Any, got: Any, where: str = "the result") -> str | None:
+    """None if `got` (the student's answer) matches `want` (the reference's), else where they first differ."""
+    if isinstance(want, dict) and "__handle__" in want:
+        if not (isinstance(got, dict) and "__handle__" in got):
+            return f"{where}: expected an object ({want.get('type')}), got {_short(_plain(got))}"
+        for k, v in (want.get("attrs") or {}).items():
+            if k not in (got.get("attrs") or {}):
+                return f"{where}: the object has no attribute {k!r}"
+            d = difference(v, got["attrs"][k], f"{where}.{k}")
+            if d:
+                return d
+        return None
+    w, g = _plain(want), _plain(got)
+    return _diff_plain(w, g, where)
+
+
+def _diff_plain(w: Any, g: Any, where: str) -> str | None:
+    if isinstance(w, bool) or isinstance(g, bool):
+        return None if w == g else f"{where}: expected {_short(w)}, got {_short(g)}"
+    if isinstance(w, (int, float)) and isinstance(g, (int, float)):
+        if isinstance(w, float) or isinstance(g, float):
+            ok = math.isclose(w, g, rel_tol=TOL, abs_tol=TOL) or (math.isnan(w) and math.isnan(g))
+        else:
+            ok = w == g
+        return None if ok else f"{where}: expected {_short(w)}, got {_short(g)}"
+    if isinstance(w, list) and isinstance(g, list):
+        if len(w) != len(g):
+            return f"{where}: expected {len(w)} values, got {len(g)}: expected {_short(w)}, got {_short(g)}"
+        for i, (a, b) in enumerate(zip(w, g)):
+            d = _diff_plain(a, b, f"{where}[{i}]")
+            if d:
+                return d
+        return None
+    if isinstance(w, dict) and isinstance(g, dict):
+        for k in w:
+            if k not in g:
+                return f"{where}: no {k!r}"
+            d = _diff_plain(w[k], g[k], f"{where}[{k!r}]")
+            if d:
+                return d
+        return None
+    return None if w == g else f"{where}: expected {_short(w)}, got {_short(g)}"
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= 300 else text[:300] + " ..."
+
+
+def _handles(data: Any, out: list[int]) -> list[int]:
+    """The handle numbers in a reply, in order."""
+    if isinstance(data, dict):
+        if "__handle__" in data:
+            out.append(int(data["__handle__"]))
+        for v in data.values():
+            _handles(v, out)
+    elif isinstance(data, list):
+        for v in data:
+            _handles(v, out)
+    return out
+
+
+def _remap(data: Any, mapping: dict[int, int]) -> Any:
+    if isinstance(data, dict):
+        if "__handle__" in data and set(data) == {"__handle__"}:
+            return {"__handle__": mapping.get(int(data["__handle__"]), -1)}
+        return {k: (mapping.get(v, -1) if k == "handle" and isinstance(v, int) else _remap(v, mapping))
+                for k, v in data.items()}
+    if isinstance(data, list):
+        return [_remap(v, mapping) for v in data]
+    return data
+
+
+def replay(session: Session, log: list) -> str | None:
+    """Replay one recorded case to the student's code; None if every answer matches, else the first difference."""
+    mapping: dict[int, int] = {}
+    names: dict[int, str] = {}  # recorded handle -> the attribute it was read as (build_batch, allocate, ...)
+    for step, (req, want) in enumerate(log, 1):
+        msg = _remap({k: v for k, v in req.items() if k != "id"}, mapping)
+        got = session.request(msg)
+        what = _call_text(req, names)
+        if not got.get("ok") and (got.get("error") or {}).get("type") == "NotImplementedError":
+            return f"not implemented yet: {what} raises NotImplementedError"
+        if req.get("op") == "getattr" and isinstance(want.get("value"), dict) and "__handle__" in want["value"]:
+            names[int(want["value"]["__handle__"])] = str(req.get("attr"))
+        if want.get("ok") != got.get("ok"):
+            if want.get("ok"):
+                err = got.get("error") or {}
+                return f"step {step}, {what}: your code raised {err.get('type')}: {err.get('message')}" + \
+                       (f"\n{err['traceback']}" if err.get("traceback") else "")
+            return f"step {step}, {what}: expected {want['error']['type']} to be raised, but it returned"
+        if not want.get("ok"):
+            if want["error"]["type"] != (got.get("error") or {}).get("type"):
+                return f"step {step}, {what}: expected {want['error']['type']}, got {got['error'].get('type')}"
+            continue
+        d = difference(want.get("value"), got.get("value"), what)
+        if d:
+            return f"step {step}: {d}"
+        for a, b in zip(_handles(want.get("value"), []), _handles(got.get("value"), [])):
+            mapping.setdefault(a, b)
+    return None
+
+
+def _call_text(req: dict, names: dict[int, str]) -> str:
+    if req.get("op") == "getattr":
+        return f"reading .{req.get('attr')}"
+    name = req.get("attr") or names.get(req.get("handle"), "the object")
+    args = ", ".join(_short(_plain(a)) for a in req.get("args", []))
+    return f"{name}({args if len(args) < 200 else args[:200] + ' ...'})"

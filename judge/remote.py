@@ -1,0 +1,266 @@
+"""The learner's code as the grader sees it: proxies that forward calls to the worker and return plain data.
+
+A hidden case receives `impl`, a RemoteModule: `impl.build_batch(items, 4)` sends the arguments to the worker,
+which calls the learner's function and answers with the result as plain data (judge/wire.py). A learner object
+(a BlockPool, the object build_batch returned) comes back as a Remote: its public attributes as they were when it
+was returned, and its methods and other attributes read through the worker. Learner exceptions come back as their
+type name, message and trimmed traceback, and are raised here as an exception of the same builtin type (or of
+judge.errors / framework.errors), or as a LearnerError named after it: nothing of the learner's runs here.
+
+Lists, dicts and tensors passed to a learner function are written back after the call (the worker returns them as
+they ended up), so that a case can see an in-place write, or check that the inputs were left alone.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+from . import wire
+
+
+class WorkerLost(BaseException):
+    """The worker died, hung or flooded its output while the case waited for it (the runner gives the verdict)."""
+
+
+class LearnerError(Exception):
+    """An exception of a class the grader does not know (defined in the learner's code, or a library's)."""
+
+
+_KNOWN_MODULES = ("builtins", "framework.errors")
+_classes: dict[str, type] = {}
+
+
+def _exception(err: dict) -> BaseException:
+    name, module, message = str(err.get("type")), str(err.get("module")), str(err.get("message", ""))
+    cls: Any = None
+    if module in _KNOWN_MODULES:
+        import importlib
+
+        cls = getattr(builtins if module == "builtins" else importlib.import_module(module), name, None)
+    if err.get("memory"):
+        cls = MemoryError
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)) or cls in (KeyboardInterrupt, GeneratorExit):
+        cls = _classes.get(name) or _classes.setdefault(name, type(name, (LearnerError,), {}))
+    try:
+        exc = cls(err.get("code")) if cls is SystemExit else cls(message)
+    except Exception:  # noqa: BLE001 - an exception class with a different constructor
+        exc = _classes.setdefault(name, type(name, (LearnerError,), {}))(message)
+    exc._judge_traceback = err.get("traceback")  # type: ignore[attr-defined]
+    return exc
+
+
+class Session:
+    """What the proxies need from the runner: one request, one plain answer (or WorkerLost)."""
+
+    def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by runner.WorkerProcess
+        raise NotImplementedError
+
+    epoch = 0  # incremented by every request: snapshots of learner objects are current only in the same epoch
+
+
+def _encode_arg(value: Any) -> Any:
+    def handle_of(obj: Any) -> dict:
+        if isinstance(obj, Remote):
+            return {"__handle__": object.__getattribute__(obj, "_handle")}
+        raise TypeError(f"cannot send a {type(obj).__name__} to the graded code (plain data and its own objects only)")
+
+    return wire.encode(value, handle_of)
+
+
+def _write_back(old: Any, new: Any) -> None:
+    """Make `old` (a case's list, dict or tensor) equal to `new` (what the learner left it as), in place."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        torch = None
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) == len(new):
+            for i, (a, b) in enumerate(zip(old, new)):
+                if isinstance(a, (list, dict)) or (torch is not None and isinstance(a, torch.Tensor)):
+                    _write_back(a, b)
+                    if type(a) is type(b) or isinstance(a, torch.Tensor if torch else ()):
+                        continue
+                old[i] = b
+        else:
+            old[:] = new
+    elif isinstance(old, dict) and isinstance(new, dict):
+        old.clear()
+        old.update(new)
+    elif torch is not None and isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+        if old.shape == new.shape:
+            with torch.no_grad():
+                old.copy_(new.to(old.dtype))
+
+
+class _Base:
+    __slots__ = ("_session", "_handle", "_path")
+
+    def __init__(self, session: Session, handle: int | None, path: tuple[str, ...] = ()) -> None:
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "_handle", handle)
+        object.__setattr__(self, "_path", path)
+
+    def _call(self, attr: str | None, args: tuple, kwargs: dict) -> Any:
+        s, h = object.__getattribute__(self, "_session"), object.__getattribute__(self, "_handle")
+        msg = {"op": "call", "handle": h, "attr": attr, "args": [_encode_arg(a) for a in args],
+               "kwargs": {k: _encode_arg(v) for k, v in kwargs.items()}, "writeback": True}
+        reply = s.request(msg)
+        if not reply.get("ok"):
+            raise _exception(reply.get("error") or {})
+        changed = reply.get("changed") or {}
+        for i, old in enumerate(args):
+            if str(i) in changed and (isinstance(old, (list, dict)) or type(old).__name__ == "Tensor"):
+                _write_back(old, decode(s, changed[str(i)]))
+        return decode(s, reply.get("value"))
+
+    def _getattr(self, attr: str) -> Any:
+        s, h = object.__getattribute__(self, "_session"), object.__getattribute__(self, "_handle")
+        reply = s.request({"op": "getattr", "handle": h, "attr": attr})
+        if not reply.get("ok"):
+            exc = _exception(reply.get("error") or {})
+            if isinstance(exc, AttributeError):
+                raise AttributeError(attr) from None
+            raise exc
+        return decode(s, reply.get("value"))
+
+    def _setattr(self, attr: str, value: Any) -> None:
+        s, h = object.__getattribute__(self, "_session"), object.__getattribute__(self, "_handle")
+        reply = s.request({"op": "setattr", "handle": h, "attr": attr, "value": _encode_arg(value)})
+        if not reply.get("ok"):
+            raise _exception(reply.get("error") or {})
+
+
+class RemoteModule(_Base):
+    """The learner's module: its attributes read through the worker (functions and classes become callables, kept
+    for the next calls)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        s = object.__getattribute__(self, "_session")
+        cache = s.__dict__.setdefault("_module_callables", {})
+        if name in cache:
+            return cache[name]
+        value = self._getattr(name)
+        if isinstance(value, Remote) and object.__getattribute__(value, "_callable"):
+            cache[name] = value
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._setattr(name, value)
+
+    def __repr__(self) -> str:
+        return "<your module>"
+
+
+class Remote(_Base):
+    """A learner object (or function, or class) held by the worker."""
+
+    __slots__ = ("_attrs", "_epoch", "_callable", "_methods")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in object.__getattribute__(self, "_methods"):
+            return _BoundMethod(self, name)
+        attrs = object.__getattribute__(self, "_attrs")
+        session = object.__getattribute__(self, "_session")
+        if attrs is not None and name in attrs and object.__getattribute__(self, "_epoch") == session.epoch:
+            return attrs[name]
+        return self._getattr(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._setattr(name, value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(None, args, kwargs)
+
+    def __repr__(self) -> str:
+        attrs = object.__getattribute__(self, "_attrs")
+        shown = ", ".join(f"{k}={v!r}" for k, v in list((attrs or {}).items())[:8])
+        return f"{type(self).__name__}({shown})"
+
+
+class _BoundMethod:
+    """`obj.method` of a learner object: called through the worker in one round trip."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: Remote, name: str) -> None:
+        self.obj, self.name = obj, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.obj._call(self.name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<method {self.name} of your {type(self.obj).__name__}>"
+
+
+_remote_types: dict[str, type] = {}
+
+
+def _remote_type(name: str) -> type:
+    """A proxy class named like the learner's class (so that messages can say 'a Batch has no attribute ...')."""
+    name = name if name.isidentifier() else "Remote"
+    cls = _remote_types.get(name)
+    if cls is None:
+        cls = _remote_types[name] = type(name, (Remote,), {"__slots__": ()})
+    return cls
+
+
+def decode(session: Session, data: Any) -> Any:
+    def from_handle(d: dict) -> Remote:
+        proxy = _remote_type(str(d.get("type", "Remote"))).__new__(_remote_type(str(d.get("type", "Remote"))))
+        _Base.__init__(proxy, session, int(d["__handle__"]))
+        attrs = d.get("attrs")
+        object.__setattr__(proxy, "_attrs", {str(k): decode(session, v) for k, v in attrs.items()}
+                           if isinstance(attrs, dict) else None)
+        object.__setattr__(proxy, "_epoch", session.epoch)
+        object.__setattr__(proxy, "_callable", bool(d.get("callable")))
+        methods = d.get("methods")
+        object.__setattr__(proxy, "_methods", frozenset(str(m) for m in methods) if isinstance(methods, list)
+                           else frozenset())
+        return proxy
+
+    return wire.decode(data, from_handle)
+
+
+class Driver:
+    """The public driver `judge/drivers/<name>.py`, run in the worker: `driver(impl, "scheduler").step(world)` calls
+    `judge.drivers.scheduler.step(learner_module, world)` there and returns its plain answer."""
+
+    def __init__(self, impl: RemoteModule, name: str) -> None:
+        self._session, self._name = object.__getattribute__(impl, "_session"), name
+
+    def __getattr__(self, fn: str) -> Any:
+        if fn.startswith("_"):
+            raise AttributeError(fn)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            reply = self._session.request({"op": "call", "driver": self._name, "attr": fn,
+                                           "args": [_encode_arg(a) for a in args],
+                                           "kwargs": {k: _encode_arg(v) for k, v in kwargs.items()}})
+            if not reply.get("ok"):
+                raise _exception(reply.get("error") or {})
+            return decode(self._session, reply.get("value"))
+
+        return call
+
+
+class LocalDriver:
+    """The same driver for code graded in this process (grade_inprocess): its functions called directly."""
+
+    def __init__(self, impl: Any, name: str) -> None:
+        import importlib
+
+        self._impl, self._module = impl, importlib.import_module(f"judge.drivers.{name}")
+
+    def __getattr__(self, fn: str) -> Any:
+        f = getattr(self._module, fn)
+        return lambda *args, **kwargs: f(self._impl, *args, **kwargs)
+
+
+def driver(impl: Any, name: str) -> Driver | LocalDriver:
+    """The public driver judge/drivers/<name>.py, run where the learner's code is."""
+    return Driver(impl, name) if isinstance(impl, RemoteModule) else LocalDriver(impl, name)

@@ -1,0 +1,159 @@
+"""How the graded process is started: the command line and what it can see.
+
+Isolated (class grading): under bubblewrap (`bwrap`, the sandbox Flatpak uses), the worker runs as nobody in its
+own user, mount, PID, network, IPC and UTS namespaces, with an empty environment. Its file system is built from
+read-only binds: the system's libraries, the Python installation and the virtual environment's site-packages, and
+in /course only what a student receives (judge/public_files()), the references of the parts the graded exercise
+needs to run, and the submission; /tmp is a private tmpfs. Nothing it starts outlives it (bubblewrap is PID 1 of
+its namespace and dies with the grader), it cannot see the grader's processes, and it has no network.
+
+Unisolated (self-study): a plain subprocess with today's limits (a fresh temporary directory, a clean environment,
+its own session, RLIMIT_AS), which guards against accidents only.
+
+Either way Python runs with `-I -B -S`: no environment variables, no user site, no bytecode written, no `site`
+module (so no `.pth` file anywhere can run code); the site-packages folders are put on sys.path explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from functools import lru_cache
+from pathlib import Path
+
+from .registry import ROOT, Exercise
+
+COURSE = "/course"  # where the student edition appears inside the sandbox
+SUBMISSION = "/submission"
+BOOT = ("import sys; sys.path[:0] = [sys.argv[1]]; sys.path.extend(sys.argv[2:-2]); "
+        "from judge._worker import main; main()")
+NOT_ISOLATED = ("note: not isolated: your code runs in a plain subprocess with time and memory limits "
+                "(fine for self-study; class grading uses bubblewrap)")
+
+# What a student receives of the repository (the student edition) and the worker may therefore see. Everything
+# else (judge/hidden, the references) is added per exercise by `course_binds`.
+PUBLIC_DIRS = ("framework", "mini_llm", "course", "practice", "judge/exercises", "judge/drivers", "judge/public")
+PRIVATE_JUDGE = {"hidden"}
+
+
+def public_files(root: Path = ROOT) -> list[Path]:
+    """The repository's files and folders a student receives, relative to root (judge/hidden and solutions/ are
+    not among them; the student edition adds the released references)."""
+    out = [Path(d) for d in PUBLIC_DIRS if (root / d).exists()]
+    out += [p.relative_to(root) for p in sorted((root / "judge").glob("*.py"))]
+    out += [Path("judge/README.md")] if (root / "judge/README.md").exists() else []
+    return out
+
+
+def needed_references(ex: Exercise) -> list[str]:
+    """The reference modules the worker may import for this exercise (the parts it needs to run, never its own)."""
+    own = ex.reference
+    return [m for m in ex.worker_references if m != own]
+
+
+def site_packages() -> list[str]:
+    paths = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    return sorted(p for p in paths if os.path.isdir(p))
+
+
+def python_executable() -> str:
+    """The real interpreter (not the venv's symlink, which the sandbox does not contain)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+@lru_cache(maxsize=1)
+def bwrap_problem() -> str | None:
+    """None if bubblewrap works here, else why not (missing, or not allowed to create namespaces)."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap` (Debian/Ubuntu)"
+    try:
+        p = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--proc", "/proc",
+                            "--dev", "/dev", "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap does not run: {exc}"
+    if p.returncode != 0:
+        return f"bubblewrap cannot create a sandbox here: {p.stderr.strip()[:300]}"
+    return None
+
+
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
+        if os.path.exists(f):
+            args += ["--ro-bind", f, f]
+    prefix = os.path.realpath(sys.base_prefix)
+    if not prefix.startswith("/usr/"):
+        args += ["--ro-bind", prefix, prefix]
+    for sp in site_packages():
+        real = os.path.realpath(sp)
+        args += ["--ro-bind", real, real]
+        if real != sp:
+            args += ["--symlink", real, sp]
+    return args
+
+
+def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
+    args = ["--dir", COURSE]
+    for rel in public_files(root):
+        args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
+    refs = needed_references(ex)
+    if refs or ex.grading == "inworker":
+        args += ["--ro-bind", str(root / "solutions/__init__.py"), f"{COURSE}/solutions/__init__.py"]
+    if ex.grading == "inworker":  # not yet split: its hidden module and the references run beside the learner
+        hidden = ["__init__.py", "support.py", ex.tests.rsplit(".", 1)[-1] + ".py"]
+        args += [a for f in hidden for a in ("--ro-bind", str(root / "judge/hidden" / f), f"{COURSE}/judge/hidden/{f}")]
+        args += ["--ro-bind", str(root / "solutions"), f"{COURSE}/solutions"]
+    for mod in refs:
+        rel = mod.replace(".", "/") + ".py"
+        args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
+    if refs and ex.grading != "inworker":  # a reference that imports the graded one gets the stub in its place
+        own = ex.reference.replace(".", "/") + ".py"
+        args += ["--ro-bind", str(root / ex.practice_file), f"{COURSE}/{own}"]
+    return args
+
+
+def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: list[str],
+            fds: tuple[int, int]) -> tuple[list[str], str | None]:
+    """(argv, path of the submission as the worker sees it); `fds`: the request and reply pipes it inherits."""
+    py = python_executable()
+    fd_args = [str(fds[0]), str(fds[1])]
+    if not isolated:
+        argv = [py, "-I", "-B", "-S", "-u", "-c", BOOT, str(ROOT), *site_packages(), *fd_args]
+        return argv, str(submission) if submission else None
+    inner = f"{SUBMISSION}/{submission.name}" if submission else None
+    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--die-with-parent",
+            "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
+            "--clearenv", *_env_args(), *_system_binds(), *course_binds(ex)]
+    if submission:
+        args += ["--ro-bind", str(submission), inner]
+    for path in extra_ro:  # e.g. a model checkpoint given with --model
+        args += ["--ro-bind", path, path]
+    args += ["--", py, "-I", "-B", "-S", "-u", "-c", BOOT, COURSE, *site_packages(), *fd_args]
+    return args, inner
+
+
+def worker_env(tmp: str) -> dict[str, str]:
+    """The environment of an unisolated worker (the isolated one gets the same through bwrap's --setenv)."""
+    return {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, **_ENV}
+
+
+_ENV = {
+    "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "", "MINI_LLM_DEVICE": "cpu",
+    "TOKENIZERS_PARALLELISM": "false",
+    # One thread: the cases are small, and a busy machine makes more threads much slower.
+    "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+}
+
+
+def _env_args() -> list[str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", **_ENV}
+    return [a for k, v in env.items() for a in ("--setenv", k, v)]

@@ -1,0 +1,159 @@
+"""Plain data between the grader and the graded process (the worker), as JSON lines; never pickle.
+
+What crosses: None, bool, int, float (nan and infinities too), str, lists, tuples, dicts, sets, torch tensors and
+numpy arrays (dtype + shape + raw bytes), and learner objects, which cross as a handle (a number the worker keeps)
+plus a snapshot of their public attributes. Decoding builds only these plain values: a learner object becomes a
+`judge.remote.Remote` that the grader can read and call through the worker, never an object of the learner's class.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections import deque
+from typing import Any, Callable
+
+MAX_DEPTH = 12
+
+
+def _float(x: float) -> Any:
+    return x if math.isfinite(x) else {"__float__": repr(x)}
+
+
+def encode(value: Any, handle_of: Callable[[Any], Any] | None = None, depth: int = 0) -> Any:
+    """A JSON-able form of `value`. `handle_of(obj)` encodes an object that is not plain data (the worker passes
+    one that registers a handle; the grader one that refers to a handle it holds)."""
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply to send")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value if -(2 ** 62) < value < 2 ** 62 else {"__int__": str(value)}
+    if isinstance(value, float):
+        return _float(value)
+    rec = lambda v: encode(v, handle_of, depth + 1)  # noqa: E731
+    if isinstance(value, (list, deque)):
+        return [rec(v) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return {"__tuple__": [rec(v) for v in value]}
+    if isinstance(value, dict) and all(isinstance(k, str) and not k.startswith("__") for k in value):
+        return {k: rec(v) for k, v in value.items()}
+    if isinstance(value, dict):
+        return {"__dict__": [[rec(k), rec(v)] for k, v in value.items()]}
+    if isinstance(value, (set, frozenset)):
+        return {"__set__": [rec(v) for v in value]}
+    tensor = _encode_array(value)
+    if tensor is not None:
+        return tensor
+    if handle_of is None:
+        raise TypeError(f"cannot send a {type(value).__name__}")
+    return handle_of(value)
+
+
+def _encode_array(value: Any) -> dict | None:
+    mod = type(value).__module__.split(".")[0]
+    if mod == "torch" and type(value).__name__ in ("Tensor", "Parameter"):
+        import torch
+
+        t = value.detach().to("cpu").contiguous()
+        dtype = str(t.dtype).replace("torch.", "")
+        flat = t.reshape(-1)
+        raw = b"" if not t.numel() else \
+            (flat.to(torch.uint8) if t.dtype == torch.bool else flat.view(torch.uint8)).numpy().tobytes()
+        return {"__tensor__": dtype, "shape": list(t.shape), "data": base64.b64encode(raw).decode()}
+    if mod == "numpy":
+        import numpy as np
+
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            a = np.ascontiguousarray(value)
+            return {"__ndarray__": a.dtype.str, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode()}
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+            return {"__npscalar__": value.dtype.str, "value": _float(value.item()) if value.dtype.kind == "f"
+                    else value.item()}
+    return None
+
+
+_DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"}
+
+
+def decode(data: Any, from_handle: Callable[[dict], Any] | None = None) -> Any:
+    """The plain value that `encode` sent; `from_handle(d)` turns a handle record into a proxy."""
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    rec = lambda v: decode(v, from_handle)  # noqa: E731
+    if isinstance(data, list):
+        return [rec(v) for v in data]
+    if not isinstance(data, dict):
+        raise ValueError(f"unexpected {type(data).__name__} on the wire")
+    if "__tuple__" in data:
+        return tuple(rec(v) for v in data["__tuple__"])
+    if "__dict__" in data:
+        return {_key(rec(k)): rec(v) for k, v in data["__dict__"]}
+    if "__set__" in data:
+        return {_key(rec(v)) for v in data["__set__"]}
+    if "__float__" in data:
+        return float(str(data["__float__"]))
+    if "__int__" in data:
+        return int(str(data["__int__"]))
+    if "__tensor__" in data:
+        return _tensor(data)
+    if "__ndarray__" in data or "__npscalar__" in data:
+        return _ndarray(data)
+    if "__handle__" in data:
+        if from_handle is None:
+            raise ValueError("a handle where plain data was expected")
+        return from_handle(data)
+    return {str(k): rec(v) for k, v in data.items()}
+
+
+def _key(k: Any) -> Any:
+    if isinstance(k, (list, dict, set)):
+        raise ValueError("unhashable key on the wire")
+    return k
+
+
+def _tensor(data: dict) -> Any:
+    import numpy as np
+    import torch
+
+    dtype = str(data["__tensor__"])
+    if dtype not in _DTYPES:
+        raise ValueError(f"tensor dtype {dtype!r} cannot be received")
+    shape = [int(s) for s in data["shape"]]
+    raw = base64.b64decode(str(data["data"]))
+    target = getattr(torch, dtype)
+    if not raw:
+        if math.prod(shape):
+            raise ValueError("tensor data does not match its shape")
+        return torch.empty(shape, dtype=target)
+    if dtype == "bool":
+        flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()).to(torch.bool)
+    else:
+        flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()).view(target)
+    if flat.numel() != math.prod(shape):
+        raise ValueError("tensor data does not match its shape")
+    return flat.reshape(shape)
+
+
+def _ndarray(data: dict) -> Any:
+    import numpy as np
+
+    dt = np.dtype(str(data.get("__ndarray__") or data.get("__npscalar__")))
+    if dt.kind not in "biuf":
+        raise ValueError(f"array dtype {dt} cannot be received")
+    if "__npscalar__" in data:
+        return dt.type(data["value"])
+    a = np.frombuffer(base64.b64decode(str(data["data"])), dtype=dt).copy()
+    return a.reshape([int(s) for s in data["shape"]])
+
+
+def dumps(msg: dict) -> bytes:
+    return (json.dumps(msg, allow_nan=False, separators=(",", ":")) + "\n").encode()
+
+
+def loads(line: bytes) -> dict:
+    msg = json.loads(line)
+    if not isinstance(msg, dict):
+        raise ValueError("a message must be a JSON object")
+    return msg

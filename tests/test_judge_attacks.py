@@ -1,0 +1,148 @@
+"""Class grading against a dishonest student: each submission in tests/judge_cases/attacks/ (one per class of attack,
+each named after it) scores 0 on the CLI (`--impl DIR --csv`, isolated) and in `nbgrader autograde`, leaves the
+checkout, the virtual environment and the process table as they were, and the CSV (and the gradebook) stays
+identical 5 s after the grader exits. Exercise 128, one case, to stay fast.
+
+These need bubblewrap; they are skipped, saying so, only where it cannot run (CI installs it).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import shutil
+import site
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import judge
+from judge import sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+ATTACKS = sorted((ROOT / "tests" / "judge_cases" / "attacks").glob("*.py"))
+CASES = ["single prefill"]
+CANARY = "JUDGE_ATTACK_CANARY"
+
+pytestmark = pytest.mark.skipif(sandbox.bwrap_problem() is not None,
+                                reason=f"isolated grading needs bubblewrap: {sandbox.bwrap_problem()}")
+
+
+def _tree_digest(folder: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts:
+            out[str(p.relative_to(folder))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _state() -> dict:
+    """What an attack must not change: the course's files, the site-packages folders' entries (a .pth file) and
+    the home folder's entries."""
+    sp = [Path(p) for p in {*site.getsitepackages(), *sandbox.site_packages()} if os.path.isdir(p)]
+    return {
+        "course": {d: _tree_digest(ROOT / d) for d in ("judge", "practice", "solutions", "framework", "course")},
+        "site-packages": {str(p): sorted(os.listdir(p)) for p in sp},
+        "home": sorted(os.listdir(os.path.expanduser("~"))),
+    }
+
+
+def _workers() -> set[int]:
+    """Graded processes (isolated workers, and anything they started) alive now."""
+    pids = set()
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = (Path("/proc") / pid / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"from judge._worker import main" in cmd and sandbox.COURSE.encode() in cmd:
+            pids.add(int(pid))
+    return pids
+
+
+def _settled(read, seconds: float = 5.0):
+    first = read()
+    time.sleep(seconds)
+    assert read() == first, "changed after the grader exited"
+    return first
+
+
+def test_every_attack_class_is_present():
+    names = {p.stem for p in ATTACKS}
+    assert names >= {"import_reference", "call_reference_via_course", "read_reference_from_disk",
+                     "monkeypatch_grader", "steal_signing_key", "forge_descriptors", "setsid_daemon",
+                     "write_checkout_and_venv", "kill_parent", "read_parent_environment"}
+
+
+def test_attacks_score_zero_on_the_cli(tmp_path):
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    for p in ATTACKS:
+        shutil.copy(p, subs / p.name)
+    before, workers_before = _state(), _workers()
+    out = tmp_path / "grades.csv"
+    env = dict(os.environ, **{CANARY: "s3cret-canary"})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    args = [sys.executable, str(ROOT / "practice" / "judge.py"), "128", "--impl", str(subs), "--csv", str(out)]
+    for c in CASES:
+        args += ["--case", c]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert out.is_file(), run.stdout[-3000:] + run.stderr[-3000:]
+    rows = _settled(lambda: list(csv.DictReader(out.open())))
+    assert {r["student"]: float(r["score"]) for r in rows} == {p.stem: 0.0 for p in ATTACKS}, rows
+    assert "s3cret-canary" not in run.stdout + run.stderr
+    assert "attack-daemon-was-here" not in out.read_text() + run.stdout
+    assert _workers() - workers_before == set()
+    assert _state() == before
+
+
+@pytest.fixture(scope="module")
+def attacked_course(tmp_path_factory, model_dir) -> Path:
+    spec = __import__("importlib.util").util.spec_from_file_location("gen", ROOT / "nbgrader" / "make_assignments.py")
+    gen = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    course = tmp_path_factory.mktemp("attacked")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               JUDGE_CASES=",".join(CASES), JUDGE_MODEL=model_dir, NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env[CANARY] = "s3cret-canary"
+    gen.write_course(course, [128])
+    name = gen.assignment_name(judge.get_exercise(128))
+    nbg = [os.path.join(os.path.dirname(sys.executable), "nbgrader")]
+    run = subprocess.run([*nbg, "generate_assignment", name], cwd=course, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+    for p in ATTACKS:
+        nb = nbformat.from_dict(released)
+        next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "solution").source = \
+            p.read_text()
+        path = course / "submitted" / p.stem / name / f"{name}.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path)
+    before, workers_before = _state(), _workers()
+    run = subprocess.run([*nbg, "autograde", name], cwd=course, env=env, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    db = course / "gradebook.db"
+    _settled(lambda: hashlib.sha256(db.read_bytes()).hexdigest())
+    assert _workers() - workers_before == set()
+    assert _state() == before
+    assert "s3cret-canary" not in run.stdout + run.stderr
+    return course
+
+
+def test_attacks_score_zero_in_nbgrader(attacked_course):
+    from nbgrader.api import Gradebook
+
+    name = "ex128-batch-layout"
+    with Gradebook(f"sqlite:///{attacked_course / 'gradebook.db'}") as gb:
+        scores = {p.stem: gb.find_submission(name, p.stem).score for p in ATTACKS}
+    assert scores == {p.stem: 0.0 for p in ATTACKS}, scores
+    for p in ATTACKS:  # the feedback shows the student's code as submitted
+        nb = nbformat.read(attacked_course / "autograded" / p.stem / name / f"{name}.ipynb", as_version=4)
+        solution = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "solution")
+        assert solution.cell_type == "code" and solution.source == p.read_text()

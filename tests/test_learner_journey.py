@@ -1,0 +1,191 @@
+"""The learner's path through the course, as a test: every chapter runs on the learner's own code at every stage.
+
+In a temporary copy of the course whose practice/ starts as the untouched stubs, with its own judge cache:
+
+1. With nothing written, every chapter that uses the engine runs under COURSE_IMPL=practice (all on the
+   reference), with the banner saying so.
+2. For each exercise in order, one of its CORRECT variants from tests/judge_cases/<slug>/right_*.py (written
+   differently from the reference; never the reference itself) becomes the practice file; `python
+   practice/judge.py N` must pass it, which is what makes `course.use` switch that module to it; then the
+   chapter(s) of that exercise run on it, with the banner naming exactly the exercises done so far.
+3. At the end, with everything the learner's, every chapter runs again.
+
+Chapter 01 is left out: it never loads an engine module (it builds the model itself), so the learner's code cannot
+change it. The notebooks run in a plain Python process (one namespace, cells in order, `%` magics dropped, the
+Agg backend; the chapters of one stage share a process), which is all that `runs and prints the right banner`
+needs; tests/test_notebooks.py runs them in a Jupyter kernel. The timings of every run are printed (pytest -s),
+so that the cost of the learner's per-request attention stays visible.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "judge_cases"
+COPIED = ("benchmarks", "chapters", "course", "framework", "judge", "mini_llm", "practice", "solutions")
+ENGINE_CHAPTERS = ["00_life_of_a_request", "02_block_pool", "03_paged_attention", "04_mixed_batch", "05_scheduler",
+                   "06_inference_loop", "07_preemption", "08_prefix_caching", "09_performance"]
+
+# In exercise order: (id, module, the correct variant used, the chapters that exercise changes)
+JOURNEY = [
+    (125, "block_pool", "block_pool/right_deque.py", ["02_block_pool"]),
+    (126, "paged_kv_cache", "slot_mapping/right_loops.py", ["03_paged_attention"]),
+    (127, "paged_attention", "paged_attention/right_loop_explicit_softmax.py", ["03_paged_attention"]),
+    (128, "batch", "batch_layout/right_pure_python_lists.py", ["04_mixed_batch"]),  # a SimpleNamespace of lists
+    (129, "scheduler", "scheduler/right_two_lists_and_helpers.py", ["05_scheduler"]),
+    (130, "engine", "inference_loop/right_rows_by_index_streamed.py", ["00_life_of_a_request", "06_inference_loop"]),
+    (131, "preemption", "preemption/right_pop_then_requeue.py", ["07_preemption"]),
+    (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py", ["08_prefix_caching"]),
+]
+
+# Prints course.banner() on the first line of stdout, then runs each notebook given (one fresh namespace each, code
+# cells in order) and prints one line per notebook: "RAN <name> <seconds>" or "FAILED <name> <cell>: <error>".
+# One process serves a whole stage: the practice files do not change within it, and torch is imported once.
+RUN_NOTEBOOKS = r"""
+import json, sys, time, traceback
+import matplotlib.pyplot as plt
+import course
+course.banner()
+for name in sys.argv[1:]:
+    t0, ns = time.perf_counter(), {"__name__": "__main__"}
+    cells = [c for c in json.load(open(f"{name}.ipynb"))["cells"] if c["cell_type"] == "code"]
+    try:
+        for i, cell in enumerate(cells):
+            source = "\n".join(l for l in "".join(cell["source"]).splitlines() if not l.lstrip().startswith("%"))
+            exec(compile(source, f"{name} cell {i}", "exec"), ns)
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"FAILED {name} cell {i}: {type(exc).__name__}: {exc}")
+    else:
+        print(f"RAN {name} {time.perf_counter() - t0:.1f}")
+    plt.close("all")
+    sys.stdout.flush()
+"""
+
+
+# Known chapter bugs, each excused only by its own error text ({chapter: (error text, ...)}); none today. Remove an
+# entry once its chapter is fixed: the test then checks that chapter as it checks the others.
+KNOWN: dict[str, tuple[str, ...]] = {}
+
+
+def expected_banner(done: set[int]) -> str:
+    return " · ".join(f"{module}: yours ({ex} ✓)" if ex in done else f"{module}: reference ({ex} not passed yet)"
+                      for ex, module, _, _ in JOURNEY)
+
+
+@pytest.fixture(scope="module")
+def course_copy(tmp_path_factory) -> Path:
+    """A copy of the course with untouched practice stubs; the judge cache lives beside it."""
+    root = tmp_path_factory.mktemp("learner") / "course"
+    for name in COPIED:
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    stubs = [p for p in (root / "practice").glob("*.py") if "raise NotImplementedError" in p.read_text()]
+    if len(stubs) != len(JOURNEY):
+        pytest.skip("practice/ is not the untouched stubs (a learner's checkout)")
+    return root
+
+
+def env_for(root: Path) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(root), COURSE_IMPL="practice", JUDGE_CACHE_DIR=str(root.parent / "cache"),
+                OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+
+
+def run_chapters(root: Path, chapters: list[str], done: set[int], known: list[str]) -> None:
+    """Run the chapters in one process; a failure excused by KNOWN is appended to `known`, any other fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", RUN_NOTEBOOKS, *chapters], cwd=root / "chapters",
+                          env=env_for(root), capture_output=True, text=True, timeout=1200)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and lines, f"the chapters' process failed:\n{proc.stderr[-4000:]}"
+    assert lines[0] == expected_banner(done), f"banner\n{lines[0]}\nexpected\n{expected_banner(done)}"
+    results = {line.split()[1]: line for line in lines[1:] if line.startswith(("RAN ", "FAILED "))}
+    for chapter in chapters:
+        result = results.get(chapter, f"FAILED {chapter}: no result")
+        if result.startswith("FAILED"):
+            assert any(text in result for text in KNOWN.get(chapter, ())), \
+                f"{result}\nwith exercises {sorted(done)} done:\n{proc.stderr[-4000:]}"
+            known.append(f"{result} (exercises done: {sorted(done)})")
+    print(f"  {time.perf_counter() - t0:.0f}s for " + ", ".join(
+        results[c].split(maxsplit=1)[1] if results[c].startswith("RAN") else f"{c} known failure" for c in chapters))
+
+
+def test_learner_journey(course_copy: Path):
+    root, done, known = course_copy, set(), []
+    print("\nwith nothing written:")
+    run_chapters(root, ENGINE_CHAPTERS, done, known)
+    for ex, module, variant, chapters in JOURNEY:
+        target = root / "practice" / f"{module}.py"
+        shutil.copy(CASES / variant, target)
+        proc = subprocess.run([sys.executable, "practice/judge.py", str(ex)], cwd=root, env=env_for(root),
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"the judge rejects {variant}:\n{proc.stdout[-3000:]}"
+        done.add(ex)
+        print(f"exercise {ex} done with {variant} ({proc.stdout.splitlines()[-1]}):")
+        run_chapters(root, chapters, done, known)
+    print("with everything written:")
+    run_chapters(root, ENGINE_CHAPTERS, done, known)
+    if known:
+        pytest.xfail("known chapter bugs (KNOWN): " + "; ".join(known))
+
+
+def test_missing_reference_stops_with_one_sentence(course_copy: Path, tmp_path):
+    """A student edition ships without some references: a chapter that needs one stops with one sentence naming
+    the exercise to do first, and the banner says which are missing."""
+    root = tmp_path / "edition"
+    for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
+        shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "solutions" / "scheduler.py").unlink()
+    probe = ("import course\ncourse.banner()\ncourse.use('block_pool')\n"
+             "try:\n    course.use('engine')\nexcept course.ExerciseNeeded as e:\n    print(e)\n")
+    env = dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    banner, message = out.stdout.splitlines()
+    assert "scheduler: missing (129 not passed yet, no reference shipped)" in banner
+    assert "block_pool: reference (125 not passed yet)" in banner
+    assert message.startswith("this chapter needs scheduler (exercise 129)") and "do exercise 129 first" in message
+    assert message.count(". ") == 0 and message.endswith("."), message  # one sentence
+
+
+def test_runner_class_takes_the_batched_kernel_only_with_the_reference_attention():
+    import course
+    from framework.model_runner import ModelRunnerBase
+    from solutions import batch, paged_attention, paged_kv_cache
+    from solutions.model_runner import ModelRunner
+
+    reference = course.runner_class(batch.build_batch, paged_kv_cache.write_kv, None)
+    assert issubclass(reference, ModelRunner) and reference.attention_for_step is ModelRunner.attention_for_step
+    yours = course.runner_class(batch.build_batch, paged_kv_cache.write_kv, paged_attention.paged_attention)
+    assert not issubclass(yours, ModelRunner) and yours.attention_for_step is ModelRunnerBase.attention_for_step
+
+
+def test_the_runner_reads_whatever_exercise_128_accepts():
+    """One reader for every batch object (framework.model_runner.as_runner_batch): a SimpleNamespace with plain
+    lists and int32 tensors reads as int64 tensors; a wrong one gets a TypeError naming the attribute."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from framework.model_runner import as_runner_batch
+
+    ints = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
+    fields = dict(input_ids=ints([5, 6, 7]), positions=ints([0, 1, 4]), slot_mapping=ints([8, 9, 20]),
+                  query_start_loc=[0, 2, 3], seq_lens=(2, 5), block_tables=[[2], [3, 5]], logits_indices=ints([1, 2]))
+    batch = as_runner_batch(SimpleNamespace(**fields))
+    assert batch.query_start_loc.dtype == torch.long and batch.query_start_loc.tolist() == [0, 2, 3]
+    assert batch.seq_lens.tolist() == [2, 5] and batch.block_tables == [[2], [3, 5]]
+    for name, bad, says in (("positions", [0, 1, 4], "must be a 1-D integer torch tensor"),
+                            ("seq_lens", [2.0, 5.0], "must be 1-D integers")):
+        with pytest.raises(TypeError, match=f"{name}.*{says}"):
+            as_runner_batch(SimpleNamespace(**{**fields, name: bad}))
+    with pytest.raises(TypeError, match="no attribute.*logits_indices"):
+        as_runner_batch(SimpleNamespace(**{k: v for k, v in fields.items() if k != "logits_indices"}))

@@ -1,0 +1,50 @@
+"""The student edition (`python -m judge.edition`): no hidden test, no reference of an exercise released without
+its solution, no secret seed; its public cases run on a student's copy (the stub fails them, a right file passes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Run the edition's CLI as a student's Python would: the edition first on sys.path, and without the finder of
+# this checkout's editable install (which would bring judge.hidden back from here).
+RUN = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]; "
+       "sys.path.insert(0, sys.argv[1]); from judge.cli import run; sys.exit(run(sys.argv[2:]))")
+
+
+def test_the_edition_holds_what_students_receive_and_nothing_else(tmp_path):
+    out, config = tmp_path / "edition", tmp_path / "config"
+    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("JUDGE_SECRET_SEED", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "125,128",
+                        "--with-solutions", "125"], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    files = {str(f.relative_to(out)) for f in out.rglob("*") if f.is_file()}
+    assert not any(f.startswith("judge/hidden") for f in files)
+    assert {f for f in files if f.startswith("solutions/")} == {"solutions/__init__.py", "solutions/block_pool.py"}
+    assert {f for f in files if f.startswith("judge/exercises/ex")} == {"judge/exercises/ex125_block_pool.py",
+                                                                       "judge/exercises/ex128_batch_layout.py"}
+    assert {"judge/public/batch_layout.json", "judge/public/block_pool.json", "practice/batch.py",
+            "framework/engine.py", "mini_llm/__init__.py"} <= files
+    assert not any(f.startswith(("nbgrader/", "tests/")) or f == "docs/instructors.md" for f in files)
+    secret = (config / "mini-llm-judge" / "secret_seed").read_text().strip()
+    assert len(secret) == 32 and not any(secret in (out / f).read_text(errors="replace") for f in files)
+
+    def judge_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", RUN, str(out), *args], capture_output=True, text=True,
+                              cwd=out, env=env, timeout=300)
+
+    stub = judge_cli("128")
+    assert stub.stdout.splitlines()[-1] == "0 passed, 2 failed", stub.stdout + stub.stderr
+    assert "not implemented yet" in stub.stdout
+    right = judge_cli("128", "--impl", str(ROOT / "tests/judge_cases/batch_layout/right_pure_python_lists.py"),
+                      "--unisolated")
+    assert right.stdout.splitlines()[-1] == "2 passed, 0 failed", right.stdout + right.stderr
+    wrong = judge_cli("128", "--impl", str(ROOT / "tests/judge_cases/batch_layout/wrong_positions_from_zero.py"),
+                      "--unisolated")
+    assert "positions[0]: expected 9, got 0" in wrong.stdout, wrong.stdout
