@@ -277,10 +277,12 @@ def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, b
                                        record_timestamps=True)
                    for i, (prompt, n) in enumerate(zip(workload.prompts, workload.output_lens))]
             while len(results) < len(ids):
-                out = manager.get_result(timeout=60)
-                if out is None or out.error is not None:
-                    raise RuntimeError(f"transformers' continuous batching failed: {out and out.error or 'no result'}")
-                if out.is_finished():
+                out = manager.get_result(timeout=1)  # a request can take minutes on a CPU: wait while it runs
+                if out is None and not manager.is_running():
+                    raise RuntimeError("transformers' continuous batching stopped before every request finished")
+                if out is not None and out.error is not None:
+                    raise RuntimeError(f"transformers' continuous batching failed on {out.request_id}: {out.error}")
+                if out is not None and out.is_finished():
                     results[out.request_id] = out
             clocks = watch.stop(device)
     finally:
