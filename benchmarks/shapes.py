@@ -42,15 +42,16 @@ def shape_config(name: str, **overrides) -> Qwen3Config:
     """The config of shape `name`; `overrides` (e.g. `num_hidden_layers=1`) make a cheaper model for tests."""
     if name not in SHAPES:
         raise ValueError(f"unknown shape {name!r}: choose one of {', '.join(SHAPES)}")
-    fields = QWEN3_COMMON | SHAPES[name]
-    unknown = set(overrides) - set(fields)
+    sizes = {"vocab_size", *SHAPES[name]}  # what an override may change: sizes only
+    unknown = set(overrides) - sizes
     if unknown:
-        raise ValueError(f"cannot override {sorted(unknown)}: the shape's fields are {sorted(fields)}")
-    if any(not isinstance(v, int) or v < 1 for k, v in overrides.items() if k != "rope_theta"):
+        raise ValueError(f"cannot override {sorted(unknown)}: choose among {sorted(sizes)}")
+    if any(type(v) is not int or v < 1 for v in overrides.values()):
         raise ValueError(f"overrides must be positive integers, got {overrides}")
+    fields = QWEN3_COMMON | SHAPES[name] | overrides
     # The embedded tokenizer's end-of-sequence id, so that EOS means the same to every loader.
     eos = json.loads((EMBEDDED_MODEL / "config.json").read_text())["eos_token_id"]
-    return Qwen3Config(**(fields | overrides), bos_token_id=eos, eos_token_id=eos)
+    return Qwen3Config(**fields, bos_token_id=eos, eos_token_id=eos)
 
 
 def weight_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
