@@ -143,7 +143,11 @@ def test_missing_reference_stops_with_one_sentence(course_copy: Path, tmp_path):
     for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
         shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "solutions" / "scheduler.py").unlink()
-    probe = ("import course\ncourse.banner()\ncourse.use('block_pool')\n"
+    # A student's venv holds the edition alone: drop the import finder of an editable install of this checkout
+    # (pip install -e .), which would find the deleted reference there.
+    probe = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
+             "if not getattr(f, '__module__', '').startswith('__editable__')]\n"
+             "import course\ncourse.banner()\ncourse.use('block_pool')\n"
              "try:\n    course.use('engine')\nexcept course.ExerciseNeeded as e:\n    print(e)\n")
     env = dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
