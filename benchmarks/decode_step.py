@@ -26,12 +26,13 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.throughput import DTYPES, left_padded, load_hf_model, make_workload, prompt_vocab, sync  # noqa: E402
 from mini_llm import load_transformer, model_path, pick_device  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
+from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.sampling import SamplingParams  # noqa: E402
 
 
 def engine_after_prefill(model, prompts: list[list[int]], steps: int) -> LLMEngine:
     """An engine whose requests have all finished their prompts, with room for `steps` more tokens each."""
-    blocks = len(prompts) * -(-(max(map(len, prompts)) + steps + 4) // 16)
+    blocks = len(prompts) * blocks_needed(max(map(len, prompts)) + steps + 4, 16)
     engine = LLMEngine(model, EngineConfig(num_blocks=blocks, max_num_seqs=len(prompts)))
     engine.add_requests(prompts, [SamplingParams(max_tokens=steps + 4, ignore_eos=True)] * len(prompts))
     while any(r.num_computed_tokens < r.num_prompt_tokens for r in engine.requests.values()):

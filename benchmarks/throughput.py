@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.shapes import SHAPES, write_shape_checkpoint  # noqa: E402
 from mini_llm import generate, load_transformer, model_path, pick_device  # noqa: E402
+from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.model_runner import ModelRunnerBase  # noqa: E402
 from framework.sampling import SamplingParams  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
@@ -165,7 +166,7 @@ EXTRA_SYSTEMS = ("hf-cb-defaults", *ENGINE_VARIANTS)
 def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
                engine_cls: type[LLMEngine] = LLMEngine) -> tuple[SystemResult, dict]:
     """(a) The engine (`engine_cls`, e.g. `course.use("engine").LLMEngine`); also returns its KV-memory figures."""
-    blocks_per_seq = -(-workload.max_len // block_size)
+    blocks_per_seq = blocks_needed(workload.max_len, block_size)
     config = EngineConfig(num_blocks=max_batch * blocks_per_seq, block_size=block_size, token_budget=token_budget,
                           max_num_seqs=max_batch)
     engine = engine_cls(model, config)
@@ -261,7 +262,7 @@ def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, b
     cb = ContinuousBatchingConfig()
     if engine_limits:
         cb = ContinuousBatchingConfig(max_requests_per_batch=max_batch, max_batch_tokens=token_budget,
-                                      page_size=block_size, num_blocks=max_batch * -(-workload.max_len // block_size),
+                                      page_size=block_size, num_blocks=max_batch * blocks_needed(workload.max_len, block_size),
                                       allow_block_sharing=False)
     passes = [0]
     hook = hf_model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
