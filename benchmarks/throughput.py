@@ -261,9 +261,9 @@ def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, b
     gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=max(workload.output_lens))
     cb = ContinuousBatchingConfig()
     if engine_limits:
+        num_blocks = max_batch * blocks_needed(workload.max_len, block_size)
         cb = ContinuousBatchingConfig(max_requests_per_batch=max_batch, max_batch_tokens=token_budget,
-                                      page_size=block_size, num_blocks=max_batch * blocks_needed(workload.max_len, block_size),
-                                      allow_block_sharing=False)
+                                      page_size=block_size, num_blocks=num_blocks, allow_block_sharing=False)
     passes = [0]
     hook = hf_model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
     device, watch, results = hf_model.device, Stopwatch(), {}
