@@ -37,17 +37,27 @@ class Case:
 
 
 class Cases:
-    """An ordered list of named cases; use an instance as a decorator factory."""
+    """An ordered list of named cases; use an instance as a decorator factory. `before_each` and `after_each`
+    run around every case (after_each only when the case returned: it may still fail it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_each: Callable[[], None] | None = None,
+                 after_each: Callable[[], None] | None = None) -> None:
         self._cases: list[Case] = []
+        self.before_each, self.after_each = before_each, after_each
 
     def __call__(self, name: str, *, timeout: float | None = None) -> Callable:
         if any(c.name == name for c in self._cases):
             raise ValueError(f"duplicate case name {name!r}")
 
         def register(fn: Callable[[Any], None]) -> Callable[[Any], None]:
-            self._cases.append(Case(name, fn, timeout))
+            def case(impl: Any) -> None:
+                if self.before_each:
+                    self.before_each()
+                fn(impl)
+                if self.after_each:
+                    self.after_each()
+
+            self._cases.append(Case(name, case if self.before_each or self.after_each else fn, timeout))
             return fn
 
         return register

@@ -126,6 +126,8 @@ def _diff_plain(w: Any, g: Any, where: str) -> str | None:
             if d:
                 return d
         return None
+    if isinstance(w, dict) and "__handle__" in w:  # an object inside a value: its attributes, not its number
+        return difference(w, g, where)
     if isinstance(w, dict) and isinstance(g, dict):
         for k in w:
             if k not in g:
@@ -188,12 +190,28 @@ def replay(session: Session, log: list) -> str | None:
             if want["error"]["type"] != (got.get("error") or {}).get("type"):
                 return f"step {step}, {what}: expected {want['error']['type']}, got {got['error'].get('type')}"
             continue
+        problem = _driver_error(want.get("value"), got.get("value"), what)
+        if problem:
+            return problem
         d = difference(want.get("value"), got.get("value"), what)
         if d:
             return f"step {step}: {d}"
         for a, b in zip(_handles(want.get("value"), []), _handles(got.get("value"), [])):
             mapping.setdefault(a, b)
     return None
+
+
+def _driver_error(want: Any, got: Any, what: str) -> str | None:
+    """The learner's exception, as a driver reported it in its answer ({"error": ...}) where the reference's answer
+    had none."""
+    if not (isinstance(got, dict) and isinstance(got.get("error"), dict)) or \
+            (isinstance(want, dict) and "error" in want):
+        return None
+    err = got["error"]
+    if err.get("type") == "NotImplementedError":
+        return f"not implemented yet: {err.get('message') or what + ' raises NotImplementedError'}"
+    return f"{what}: your code raised {err.get('type')}: {err.get('message')}" + \
+        (f"\n{err['traceback']}" if err.get("traceback") else "")
 
 
 def _call_text(req: dict, names: dict[int, str]) -> str:

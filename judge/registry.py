@@ -31,11 +31,8 @@ class Exercise:
     case_timeout: float = 20.0  # default seconds per case (a case may set its own); `time_limit=` overrides
     memory_limit_mb: int = 4096  # address-space limit of the grading process
     total_timeout: float = 600.0  # seconds for one submission, all cases together (the rest are not run)
-    # "split": the cases run in the grader, the learner's code in the worker, which sees only what a student
-    # receives plus `worker_references`. "inworker": the hidden module still runs beside the learner's code
-    # (a module not converted yet: its references and hidden cases are then inside the sandbox too).
-    grading: str = "split"
-    # reference modules the worker may import: the parts the exercise needs to run, never its own answer
+    # The cases run in the grader and the learner's code in the worker, which sees only what a student receives
+    # plus these reference modules: the parts the exercise needs to run (for a driver), never its own answer.
     worker_references: tuple[str, ...] = ()
     # the cases a student can run on their copy (the student edition); default: the first two (the worked example)
     public_cases: tuple[str, ...] = ()

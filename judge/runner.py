@@ -437,6 +437,10 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
             report.results, report.fatal = run.cases(selected)
         finally:
             run.stop()
+        missing = sandbox.missing_references(ex)
+        if missing:
+            report.notes.append("not in this copy, so your practice/ module of the same name runs in its place: "
+                                + ", ".join(missing))
         if run.capped:
             report.notes.append(f"the total time cap of {cap - t0:g}s for one submission was reached: "
                                 f"{run.capped} case(s) not run")
@@ -507,33 +511,21 @@ class _Run:
             w = self.worker
             w.set_deadline(self.time_limit or case.timeout or self.ex.case_timeout, self.cap)
             t0 = time.perf_counter()
-            if self.ex.grading == "inworker":
-                out = self._in_worker(case.name)
-            else:
-                saved = dict(harness._STATE)
-                harness._STATE.update(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
-                                      learner_file=self.target.get("impl") or self.ex.practice_file)
-                try:
-                    out = harness.run_case(case, RemoteModule(w, None))
-                finally:
-                    harness._STATE.clear()
-                    harness._STATE.update(saved)
-                out = CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message, out.details)
+            saved = dict(harness._STATE)
+            harness._STATE.update(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
+                                  learner_file=self.target.get("impl") or self.ex.practice_file)
+            try:
+                out = harness.run_case(case, RemoteModule(w, None))
+            finally:
+                harness._STATE.clear()
+                harness._STATE.update(saved)
+            out = CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message, out.details)
             if w.lost:  # whatever the case made of it, the worker's end is the verdict
                 verdict, message = w.lost
                 out = CaseResult(case.name, False, time.perf_counter() - t0, verdict, message)
                 self.stop()
             results.append(out)
         return results, None
-
-    def _in_worker(self, name: str) -> CaseResult:
-        try:
-            reply = self.worker.request({"op": "case", "name": name})
-        except WorkerLost:
-            return CaseResult(name, False, 0.0, "error", "lost")  # replaced by the worker's verdict
-        v = reply.get("value") or {}
-        return CaseResult(name, bool(v.get("passed")), float(v.get("seconds", 0.0)), str(v.get("verdict")),
-                          str(v.get("message", "")), dict(v.get("details") or {}))
 
 
 def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[str] | None = None,

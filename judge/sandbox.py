@@ -101,23 +101,22 @@ def _system_binds() -> list[str]:
     return args
 
 
+def missing_references(ex: Exercise, root: Path = ROOT) -> list[str]:
+    """The references the exercise needs that this copy does not hold (a student edition): the worker runs the
+    learner's own practice module of the same name in their place (judge/_worker.py, PracticeStandIns)."""
+    return [m for m in needed_references(ex) if not (root / (m.replace(".", "/") + ".py")).is_file()]
+
+
 def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
     args = ["--dir", COURSE]
     for rel in public_files(root):
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
-    refs = needed_references(ex)
-    if refs or ex.grading == "inworker":
+    refs = [m for m in needed_references(ex) if m not in missing_references(ex, root)]
+    if refs:
         args += ["--ro-bind", str(root / "solutions/__init__.py"), f"{COURSE}/solutions/__init__.py"]
-    if ex.grading == "inworker":  # not yet split: its hidden module and the references run beside the learner
-        hidden = ["__init__.py", "support.py", ex.tests.rsplit(".", 1)[-1] + ".py"]
-        args += [a for f in hidden for a in ("--ro-bind", str(root / "judge/hidden" / f), f"{COURSE}/judge/hidden/{f}")]
-        args += ["--ro-bind", str(root / "solutions"), f"{COURSE}/solutions"]
-    for mod in refs:
+    for mod in refs:  # a reference that imports one not bound here (the graded one) gets the practice module
         rel = mod.replace(".", "/") + ".py"
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
-    if refs and ex.grading != "inworker":  # a reference that imports the graded one gets the stub in its place
-        own = ex.reference.replace(".", "/") + ".py"
-        args += ["--ro-bind", str(root / ex.practice_file), f"{COURSE}/{own}"]
     return args
 
 

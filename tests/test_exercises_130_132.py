@@ -88,10 +88,16 @@ def test_130_grades_step_and_generate_on_reference_components(model_dir):
     report = judge.grade_inprocess(130, load_file(FIXTURES[130] / "right_reference_style.py"),
                                    cases=["several requests"], options={"model": model_dir})
     assert report.ok, report.text()
-    engine_cls = inference_loop.engine_class(load_file(FIXTURES[130] / "right_reference_style.py"))
-    assert issubclass(engine_cls.scheduler_cls, inference_loop.Scheduler)
-    assert issubclass(engine_cls.runner_cls, inference_loop.ModelRunner)
-    assert engine_cls.kv_cache_manager_cls is inference_loop.KVCacheManager
+    from judge.drivers import engine as engine_driver
+    from solutions.kv_cache_manager import KVCacheManager
+    from solutions.model_runner import ModelRunner
+    from solutions.scheduler import Scheduler
+
+    built = engine_driver.new_engine(load_file(FIXTURES[130] / "right_reference_style.py"),
+                                     {"num_blocks": 8, "block_size": 4}, None)
+    engine = built["run"].engine
+    assert isinstance(engine.scheduler, Scheduler) and isinstance(engine.runner, ModelRunner)
+    assert type(engine.kv_cache_manager) is KVCacheManager
 
 
 def test_130_step_only_without_generate_names_generate(model_dir):

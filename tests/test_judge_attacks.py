@@ -26,6 +26,7 @@ from judge import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 ATTACKS = sorted((ROOT / "tests" / "judge_cases" / "attacks").glob("*.py"))
+ATTACKS_130 = sorted((ROOT / "tests" / "judge_cases" / "attacks_130").glob("*.py"))
 CASES = ["single prefill"]
 CANARY = "JUDGE_ATTACK_CANARY"
 
@@ -146,3 +147,14 @@ def test_attacks_score_zero_in_nbgrader(attacked_course):
         nb = nbformat.read(attacked_course / "autograded" / p.stem / name / f"{name}.ipynb", as_version=4)
         solution = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "solution")
         assert solution.cell_type == "code" and solution.source == p.read_text()
+
+
+@pytest.mark.parametrize("path", ATTACKS_130, ids=lambda p: p.stem)
+def test_exercise_130_attacks_score_zero(path, model_dir):
+    """130 runs its engine on references in the worker: still none of its own answer, no hidden test on disk, and a
+    driver replaced by one that answers with right tokens and no steps gains nothing (the grader compares every
+    step with the reference engine it runs itself)."""
+    report = judge.grade(130, str(path), isolated=True, options={"model": model_dir})
+    assert len(report.results) == 14 and report.passed == 0, report.text()
+    if path.stem == "read_hidden_from_disk":
+        assert "searched; found: []" in report.output, report.output

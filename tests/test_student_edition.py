@@ -48,3 +48,32 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(tmp_path):
     wrong = judge_cli("128", "--impl", str(ROOT / "tests/judge_cases/batch_layout/wrong_positions_from_zero.py"),
                       "--unisolated")
     assert "positions[0]: expected 9, got 0" in wrong.stdout, wrong.stdout
+
+
+def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(tmp_path):
+    """130 released without the references it runs on (scheduler, KV-cache manager, runner): on the student's copy
+    their own practice modules stand in, said in a note; with the other exercises still stubs the public cases say
+    which one is missing, and once they are written a right engine passes and a wrong one does not."""
+    out, config = tmp_path / "edition", tmp_path / "config"
+    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "130"], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {f.name for f in (out / "solutions").iterdir()} == {"__init__.py"}
+
+    def judge_cli(*args: str) -> str:
+        return subprocess.run([sys.executable, "-c", RUN, str(out), "130", *args], capture_output=True, text=True,
+                              cwd=out, env=env, timeout=300).stdout
+
+    stub = judge_cli()
+    assert stub.splitlines()[-1] == "0 passed, 2 failed", stub
+    assert "not implemented yet: exercise 125: BlockPool" in stub and "runs in its place" in stub, stub
+    for module in ("block_pool", "prefix_cache", "paged_kv_cache", "paged_attention", "batch", "scheduler",
+                   "preemption"):  # the student has done the other exercises
+        (out / "practice" / f"{module}.py").write_text((ROOT / "solutions" / f"{module}.py").read_text())
+    cases = ROOT / "tests" / "judge_cases" / "inference_loop"
+    right = judge_cli("--impl", str(cases / "right_rows_by_index_streamed.py"), "--unisolated")
+    assert right.splitlines()[-1] == "2 passed, 0 failed", right
+    wrong = judge_cli("--impl", str(cases / "wrong_items_after_update.py"), "--unisolated")
+    assert wrong.splitlines()[-1] == "0 passed, 2 failed", wrong

@@ -12,5 +12,7 @@ EXERCISE = Exercise(
     api={"LLMEngine": ("model",)},
     statement="practice/exercises/130-inference-loop.md",
     case_timeout=60.0,
-    grading="inworker",  # not split yet: see judge/README.md
+    worker_references=("solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
+                       "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
+                       "solutions.paged_attention", "solutions.paged_kv_cache"),
 )

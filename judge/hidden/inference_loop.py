@@ -1,401 +1,412 @@
 """Hidden tests of exercise 130 (LLMEngine.step and LLMEngine.generate).
 
-The learner's engine runs on the REFERENCE scheduler, KV-cache manager and model runner (so that 130 can be
-graded whatever else the learner has written), each wrapped to record what happened. After every `step` a
-checker compares what the step did with what the scheduler asked for: one forward pass carrying every scheduled
-request with the right items, `num_computed_tokens` advanced, one token sampled from the right row of logits for
-exactly the requests that completed their pending tokens, finished requests retired (blocks freed), and one
-output per request that got a token. The independent reference for the tokens is `mini_llm.generate`, each
-request alone with a contiguous KV cache (greedy, fp32 on the CPU).
+The learner's engine runs in the worker on the REFERENCE scheduler, KV-cache manager and model runner (so that 130
+can be graded whatever else the learner has written), through the public driver judge/drivers/engine.py, which
+records every step: what the scheduler scheduled, the items of each forward pass and the greedy token of each row
+of logits, what step returned, and every request's state after it. Here, in the grader, each record is checked
+against what the scheduler asked for: one forward pass carrying every scheduled request with the right items,
+`num_computed_tokens` advanced, one token sampled from the right row of logits for exactly the requests that
+completed their pending tokens, finished requests retired (blocks freed), and one output per request that got a
+token. Then each record must equal the record of the reference engine, run here on the same requests by the same
+driver (its twin): a worker that forges records gains nothing unless it does exactly what a right engine does.
+The independent reference for the tokens is `mini_llm.generate` run here, each request alone with a contiguous
+KV cache (greedy, fp32 on the CPU).
 """
 
 from __future__ import annotations
 
-import functools
 import random
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
-import torch
-
-import mini_llm
-from judge.harness import CaseFailure, Cases, LearnerRaised, is_memory_error, option, raised_failure, short
-from judge.hidden.support import alone, load_model, random_prompts  # noqa: F401
-from framework.engine import LLMEngineBase
-from solutions import engine as ref
-from solutions.kv_cache_manager import KVCacheManager
-from solutions.model_runner import ModelRunner
-from framework.request import Request
 from framework.sampling import SamplingParams
-from solutions.scheduler import Scheduler
+from judge.drivers.engine import BracketTokenizer, plain_params
+from judge.harness import CaseFailure, Cases, short
+from judge.hidden.support import alone, learner_failure, load_model, random_prompts
+from judge.remote import LocalDriver, driver
+from solutions import engine as ref
 
-CASES = Cases()
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The model and the independent reference
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The reference components, recording what they were asked
+_ENGINES: list["Engine"] = []  # the engines of the running case
 
 
-@dataclass
-class Scheduled:
-    """A scheduled request as the scheduler left it, before the step ran."""
-
-    request: Request
-    num_new: int
-    num_computed: int
-    token_ids: list[int]
-    block_table: list[int]
-    num_outputs: int
-
-    @property
-    def completes(self) -> bool:
-        return self.num_computed + self.num_new == len(self.token_ids)
-
-    def item(self) -> tuple[list[int], int, list[int], bool]:
-        new = self.token_ids[self.num_computed: self.num_computed + self.num_new]
-        return new, self.num_computed, self.block_table, self.completes
+def _start() -> None:
+    _ENGINES.clear()
 
 
-class RecordingScheduler(Scheduler):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.log: list[list[Scheduled]] = []
-        self.states: list[dict[str, tuple[int, int]]] = []  # every unfinished request, as schedule() left it
-
-    def schedule(self):
-        out = super().schedule()
-        self.states.append({r.request_id: (len(r.output_token_ids), r.num_computed_tokens)
-                            for r in [*self.running, *self.waiting]})
-        self.log.append([Scheduled(s.request, s.num_new_tokens, s.request.num_computed_tokens,
-                                   list(s.request.all_token_ids), list(s.request.block_table),
-                                   len(s.request.output_token_ids)) for s in out.scheduled])
-        return out
+def _end() -> None:
+    """Every case ends comparing its engines' steps with the reference engine's."""
+    for engine in _ENGINES:
+        engine.check_complete()
 
 
-class RecordingRunner(ModelRunner):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[tuple[list, torch.Tensor]] = []  # (items as given, logits returned)
-        self.check_items: Callable[[list], None] = lambda items: None  # set by the engine under test
-
-    def execute_model(self, items):
-        items = list(items)
-        self.check_items(items)  # before running: a wrong item would fail inside the runner, less clearly
-        logits = super().execute_model(items)
-        self.calls.append((items, logits))
-        return logits
-
-
-class ChunksFirstScheduler(RecordingScheduler):
-    """The reference schedule with prompt chunks that sample nothing listed first. The order of
-    sched.scheduled is the scheduler's business; the reference happens to list such a chunk last (it is cut by
-    the budget), so this order is what tells 'the j-th item that needs logits' from 'the j-th item'."""
-
-    def schedule(self):
-        out = super().schedule()
-        out.scheduled.sort(key=lambda s: s.completes_prompt)
-        self.log[-1].sort(key=lambda s: s.completes)
-        return out
+CASES = Cases(before_each=_start, after_each=_end)
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The engine under test: the learner's step/generate on the reference components, checked after every step
+# Hints
 
 
-def engine_class(impl, scheduler: type = RecordingScheduler) -> type:
-    learner = getattr(impl, "LLMEngine", None)
-    if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
-        raise CaseFailure("LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
-                          "starter file", hint="keep `class LLMEngine(LLMEngineBase):` and write step and generate")
-
-    class Checked(learner):
-        scheduler_cls = scheduler
-        runner_cls = RecordingRunner
-        kv_cache_manager_cls = KVCacheManager
-
-        def __init__(self, *args: Any, step_limit: int = 400, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.step_limit, self.num_steps = step_limit, 0
-            self.runner.check_items = lambda items: check_items(self.num_steps, self.scheduler.log[-1], items)
-
-        def step(self):
-            self.num_steps += 1
-            if self.num_steps > self.step_limit:
-                raise CaseFailure(f"still running after {self.step_limit} steps: some request never finishes",
-                                  hint="a request is done when stop_reason(...) returns a reason; then call "
-                                       "self.scheduler.finish(request, reason), which frees its blocks")
-            n_sched, n_calls = len(self.scheduler.log), len(self.runner.calls)
-            outs = call_learner(super().step, "LLMEngine.step")
-            check_step(self, n_sched, n_calls, outs)
-            return outs
-
-    return Checked
-
-
-def crash_hint(exc: BaseException) -> str | None:
-    """A hint for each way a learner's step or generate commonly crashes."""
-    text = str(exc)
-    if isinstance(exc, IndexError) and "out of bounds" in text:
+def crash_hint(err: dict) -> str | None:
+    """A hint for each way a learner's step or generate commonly crashes (`err`: the exception as reported)."""
+    text, kind = str(err.get("message", "")), str(err.get("type", ""))
+    if kind == "IndexError" and "out of bounds" in text:
         return ("the logits have one row per item whose need_logits is true, in item order, not one per scheduled "
                 "request: keep a row counter that advances only when a request samples a token (and decide "
                 "whether it samples from completes_prompt read before num_computed_tokens is updated)")
     if "NoneType" in text:
         return ("something is None: does every function end with its `return` (step returns a list of "
                 "RequestOutput, [] when nothing is scheduled; generate returns the final outputs)?")
-    if isinstance(exc, AttributeError) and ("SchedulerOutput" in text or "ScheduledRequest" in text):
+    if kind == "AttributeError" and ("SchedulerOutput" in text or "ScheduledRequest" in text):
         return ("sched.scheduled is a list of ScheduledRequest; each has .request, .num_new_tokens and "
                 ".completes_prompt")
-    if isinstance(exc, TypeError) and "not iterable" in text:
+    if kind == "TypeError" and "not iterable" in text:
         return "step returns a list of RequestOutput and generate a list with one final output per prompt"
     return None
 
 
-def call_learner(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
-    """`learner_call` with a hint for the usual crashes of a step or a generate."""
-    try:
-        return fn(*args)
-    except (CaseFailure, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        inner = exc.exc if isinstance(exc, LearnerRaised) else exc
-        if isinstance(inner, CaseFailure):
-            raise inner from None
-        if is_memory_error(inner):
-            raise
-        failure = raised_failure(LearnerRaised(inner), name, input=input)
-        if failure.kind == "error":
-            failure.hint = crash_hint(inner)
-        raise failure from None
+def raised(err: dict, name: str, input: str | None = None) -> CaseFailure:
+    """The learner's exception as a failure naming `name`, with a hint for the usual crashes."""
+    if err.get("memory"):
+        raise MemoryError(err.get("message", ""))  # the harness gives the "memory" verdict
+    failure = learner_failure(err, name, input)
+    if failure.kind == "error":
+        failure.hint = crash_hint(err)
+    return failure
 
 
-class BracketTokenizer:
-    """A tokenizer for stop strings that needs no files: token t decodes to "<t>"."""
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return "".join(f"<{int(t)}>" for t in token_ids)
-
-
-def make_engine(impl, model, eos: int | None, step_limit: int = 400, scheduler: type = RecordingScheduler,
-                tokenizer: Any = None, **config: Any):
-    cls = engine_class(impl, scheduler)
-    try:
-        return cls(model, ref.EngineConfig(**config), tokenizer, eos_token_id=eos, step_limit=step_limit)
-    except CaseFailure:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the learner's class could not even be built
-        raise raised_failure(LearnerRaised(exc), "LLMEngine(...)") from None
+ITEM_FIELDS = ("token_ids", "num_computed", "block_table", "need_logits")
+ITEM_HINTS = {
+    "token_ids": "the next num_new_tokens tokens of request.all_token_ids, starting at num_computed_tokens",
+    "num_computed": "num_computed is request.num_computed_tokens as the scheduler left it (before this step)",
+    "block_table": "pass request.block_table",
+    "need_logits": "need_logits is true only when this step computes the request's last pending token "
+                   "(ScheduledRequest.completes_prompt); a prompt chunk that is not the last needs no logits",
+}
 
 
 def _fail(step: int, message: str, hint: str = "", **kw: Any) -> CaseFailure:
     return CaseFailure(f"step {step}: {message}", hint=hint or None, **kw)
 
 
-def _plain_item(item: Any) -> tuple:
-    """A learner's item as plain values (token ids and block tables may be lists, tuples or tensors)."""
-    try:
-        tokens, nc, table, need = item
-        as_ints = lambda xs: [int(x) for x in (xs.tolist() if isinstance(xs, torch.Tensor) else xs)]  # noqa: E731
-        return as_ints(tokens), int(nc), as_ints(table), bool(need)
-    except (TypeError, ValueError):
-        return ("<not a (token_ids, num_computed, block_table, need_logits) tuple>", short(item))
+def completes(s: dict) -> bool:
+    return s["num_computed"] + s["num_new"] == len(s["token_ids"])
 
 
-def check_items(k: int, sched: list[Scheduled], items: list) -> None:
+def expected_item(s: dict) -> list:
+    nc = s["num_computed"]
+    return [s["token_ids"][nc: nc + s["num_new"]], nc, s["block_table"], completes(s)]
+
+
+def check_items(k: int, sched: list[dict], items: list[dict]) -> None:
     if len(items) != len(sched):
-        ids = [s.request.request_id for s in sched]
+        ids = [s["rid"] for s in sched]
         raise _fail(k, f"the forward pass carried {len(items)} item(s) but {len(sched)} requests were scheduled "
                        f"({ids})", hint="one item per ScheduledRequest in sched.scheduled, all in ONE call to "
                                         "self.runner.execute_model")
-    names = ("token_ids", "num_computed", "block_table", "need_logits")
-    hints = {
-        "token_ids": "the next num_new_tokens tokens of request.all_token_ids, starting at num_computed_tokens",
-        "num_computed": "num_computed is request.num_computed_tokens as the scheduler left it (before this step)",
-        "block_table": "pass request.block_table",
-        "need_logits": "need_logits is true only when this step computes the request's last pending token "
-                       "(ScheduledRequest.completes_prompt); a prompt chunk that is not the last needs no logits",
-    }
     for s, item in zip(sched, items):
-        got, exp = _plain_item(item), s.item()
-        if len(got) != 4:
-            raise _fail(k, f"item for request {s.request.request_id} is {got[1]}",
+        if "bad" in item:
+            raise _fail(k, f"item for request {s['rid']} is {item['bad']}",
                         hint="each item is (token_ids, num_computed, block_table, need_logits)")
-        for name, g, e in zip(names, got, exp):
+        got = item["item"]
+        for name, g, e in zip(ITEM_FIELDS, got, expected_item(s)):
             if g != e:
-                hint = hints[name]
-                if got[1] == s.num_computed + s.num_new and s.num_computed != got[1]:
+                hint = ITEM_HINTS[name]
+                if got[1] == s["num_computed"] + s["num_new"] and s["num_computed"] != got[1]:
                     hint = ("build every item BEFORE you update num_computed_tokens: the item describes the "
                             "tokens this step computes, from the count the scheduler left")
-                raise _fail(k, f"wrong {name} in the item of request {s.request.request_id}", field=name,
-                            expected=e, got=g, hint=hint)
+                raise _fail(k, f"wrong {name} in the item of request {s['rid']}", field=name, expected=e, got=g,
+                            hint=hint)
 
 
-def check_step(engine, n_sched: int, n_calls: int, outs: Any) -> None:
-    """What one learner step did, against what the reference scheduler asked for."""
-    k = engine.num_steps
-    new_scheds = engine.scheduler.log[n_sched:]
-    if len(new_scheds) != 1:
-        raise _fail(k, f"step called self.scheduler.schedule() {len(new_scheds)} times; once per step",
-                    hint="start the step with sched = self.scheduler.schedule()")
-    sched, calls = new_scheds[0], engine.runner.calls[n_calls:]
-    if outs is None:
-        raise _fail(k, "step returned None; it must return a list of RequestOutput",
-                    hint="end step with `return outputs` (the list of self.make_output(request, [token])); "
-                         "return [] when nothing is scheduled")
-    if not isinstance(outs, list):
-        raise _fail(k, f"step returned a {type(outs).__name__}; it must return a list of RequestOutput",
-                    hint="return a list, [self.make_output(request, [token]), ...], even for one request")
-    if not sched:
-        if calls or outs:
-            raise _fail(k, "nothing was scheduled, yet the step ran the model or returned outputs",
-                        hint="if nothing is scheduled, return []")
-        return
-    if len(calls) != 1:
-        raise _fail(k, f"step ran the model {len(calls)} times for {len(sched)} scheduled requests; one forward "
-                       "pass must carry every scheduled request",
-                    hint="build all the items first, then call self.runner.execute_model(items) once")
-    logits = calls[0][1]
-    expected_outs, row = [], 0
-    for s in sched:
-        r = s.request
-        rid = r.request_id
-        if r.num_computed_tokens != s.num_computed + s.num_new:
-            raise _fail(k, f"request {rid} has num_computed_tokens {r.num_computed_tokens} after a step that "
-                           f"computed {s.num_new} token(s) from {s.num_computed}", field="num_computed_tokens",
-                        expected=s.num_computed + s.num_new, got=r.num_computed_tokens,
-                        hint="every scheduled request: num_computed_tokens += num_new_tokens")
-        new = r.output_token_ids[s.num_outputs:]
-        if not s.completes:
-            if new:
-                raise _fail(k, f"request {rid} got token(s) {new} from a prompt chunk that is not its last "
-                               f"({s.num_computed + s.num_new} of {len(s.token_ids)} tokens computed)",
-                            hint="only a request whose pending tokens are all computed samples a token")
-            continue
-        if not new:
-            raise _fail(k, f"request {rid} completed its pending tokens ({s.num_computed} + {s.num_new} = "
-                           f"{len(s.token_ids)}) but got 0 new tokens; exactly one is sampled",
-                        hint="read s.completes_prompt BEFORE num_computed_tokens += num_new_tokens: after the "
-                             "update it compares the new count and is false; then append the sampled token to "
-                             "request.output_token_ids")
-        if len(new) != 1:
-            raise _fail(k, f"request {rid} completed its pending tokens but got {len(new)} new tokens ({new}); "
-                           "exactly one is sampled", hint="append the sampled token to request.output_token_ids")
-        if r.sampling_params.temperature == 0:
-            want = int(logits[row].argmax())
-            if new[0] != want:
-                raise _fail(k, f"request {rid} got token {new[0]}, but its row of the logits (row {row}: it is "
-                               f"number {row} among this step's items that need logits) gives {want}",
-                            hint="row j of the logits belongs to the j-th item whose need_logits is true, not to "
-                                 "the j-th scheduled request")
-        row += 1
-        check_stop(k, engine, r)
-        expected_outs.append((rid, new, r.is_finished))
-    check_outputs(k, outs, expected_outs, engine)
-    scheduled = {s.request.request_id for s in sched}
-    for rid, state in engine.scheduler.states[n_sched].items():
-        r = engine.requests[rid]
-        if rid not in scheduled and state != (len(r.output_token_ids), r.num_computed_tokens):
-            raise _fail(k, f"request {rid} was not scheduled, yet the step changed its tokens or "
-                           "num_computed_tokens", hint="update only the requests in sched.scheduled")
+def hit_stop_string(tokens: list[int], params: SamplingParams, tokenizer: Any) -> bool:
+    return bool(params.stop and tokenizer is not None
+                and any(stop in tokenizer.decode(tokens) for stop in params.stop))
 
 
-def hit_stop_string(r: Request, tokenizer: Any) -> bool:
-    return bool(r.sampling_params.stop and tokenizer is not None
-                and any(stop in tokenizer.decode(r.output_token_ids) for stop in r.sampling_params.stop))
-
-
-def expected_reason(r: Request, eos: int | None, tokenizer: Any = None) -> str | None:
-    if r.output_token_ids[-1] == eos and not r.sampling_params.ignore_eos:
+def expected_reason(tokens: list[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> str | None:
+    if tokens[-1] == eos and not params.ignore_eos:
         return "stop"
-    if hit_stop_string(r, tokenizer):
+    if hit_stop_string(tokens, params, tokenizer):
         return "stop"
-    if len(r.output_token_ids) >= r.sampling_params.max_tokens:
+    if len(tokens) >= params.max_tokens:
         return "length"
     return None
 
 
-def check_stop(k: int, engine, r: Request) -> None:
-    reason, rid = expected_reason(r, engine.eos_token_id, engine.tokenizer), r.request_id
-    n, limit = len(r.output_token_ids), r.sampling_params.max_tokens
-    if reason is None:
-        if r.is_finished or r not in engine.scheduler.running:
-            raise _fail(k, f"request {rid} was retired after {n} token(s) (max_tokens={limit}, last token "
-                           f"{r.output_token_ids[-1]} is not end-of-sequence {engine.eos_token_id})",
-                        hint="finish a request only when stop_reason(request, self.eos_token_id, self.tokenizer) "
-                             "returns a reason")
-        return
-    why = "its last token is end-of-sequence" if reason == "stop" else f"it has max_tokens={limit} tokens"
-    hint = ("when stop_reason(...) returns a reason call self.scheduler.finish(request, reason): it retires the "
-            "request and frees its blocks")
-    if reason == "stop" and r.output_token_ids[-1] != engine.eos_token_id:
-        why = f"its text {engine.tokenizer.decode(r.output_token_ids)!r} contains a stop string of {r.sampling_params.stop}"
-        hint = ("stop strings are seen through the tokenizer: call stop_reason(request, self.eos_token_id, "
-                "self.tokenizer), with all three arguments")
-    if r in engine.scheduler.running or not r.is_finished or r.block_table:
-        raise _fail(k, f"request {rid} should have finished ({why}) but is still running or holds blocks "
-                       f"(status {r.status.value}, {len(r.block_table)} blocks)", hint=hint)
-    if r.finish_reason != reason:
-        raise _fail(k, f"request {rid} finished with reason {r.finish_reason!r}, expected {reason!r} ({why})",
-                    hint="pass stop_reason's result to self.scheduler.finish")
+# ----------------------------------------------------------------------------------------------------------
+# The engine under test, in the worker, and the checks of every step it takes
 
 
-def check_outputs(k: int, outs: list, expected: list[tuple[str, list[int], bool]], engine) -> None:
-    got = []
-    for o in outs:
-        if not hasattr(o, "request_id") or not hasattr(o, "new_token_ids"):
-            raise _fail(k, f"step returned {short(o)}; each output must be a RequestOutput",
-                        hint="return self.make_output(request, [token]) for each request that got a token")
-        got.append((o.request_id, list(o.new_token_ids), bool(o.finished)))
-    if got != expected:
-        raise _fail(k, "wrong outputs returned by step", field="(request_id, new_token_ids, finished)",
-                    expected=expected, got=got,
-                    hint="one self.make_output(request, [token]) per request that received a token this step, in "
-                         "scheduled order; none for a prompt chunk that sampled nothing")
-    for o in outs:
-        r = engine.requests[o.request_id]
-        if [int(t) for t in o.outputs[0].token_ids] != r.output_token_ids:
-            raise _fail(k, f"the output of request {r.request_id} does not hold all its tokens so far",
-                        hint="build outputs with self.make_output(request, [token]) after appending the token")
+class Engine:
+    """The learner's engine as the grader drives it (judge/drivers/engine.py): each step's record is checked as it
+    arrives. `log` keeps what the scheduler scheduled at each step, `sizes` the items of each forward pass."""
+
+    def __init__(self, impl, model, eos: int | None, chunks_first: bool = False, tokenizer: Any = None,
+                 step_limit: int = 400, **config: Any) -> None:
+        eos = model.cfg.eos_token_id if eos is None else eos  # as LLMEngineBase does
+        self.drv, self.model, self.eos, self.tokenizer, self.config = driver(impl, "engine"), model, eos, tokenizer, \
+            config
+        self.params: list[SamplingParams] = []  # of each request, in order of arrival
+        self.arrivals: list[str] = []  # request ids in order of arrival
+        self.log: list[list[dict]] = []
+        self.sizes: list[int] = []
+        args = (config, eos, chunks_first, tokenizer is not None, step_limit)
+        reply = self.drv.new_engine(*args)
+        if "problem" in reply:
+            raise CaseFailure(reply["problem"], hint="keep `class LLMEngine(LLMEngineBase):` and write step and "
+                                                     "generate")
+        if "error" in reply:
+            raise raised(reply["error"], "LLMEngine(...)")
+        self.run = reply["run"]
+        self.twin = LocalDriver(ref, "engine")  # the reference engine, here, driven the same way
+        self.twin_run = self.twin.new_engine(*args)["run"]
+        self.twin_steps = 0  # the twin's records with work, matched so far
+        self.unmatched: CaseFailure | None = None  # the first difference from the twin
+        _ENGINES.append(self)
+
+    def params_of(self, rid: str) -> SamplingParams:
+        return self.params[self.arrivals.index(rid)]
+
+    def add(self, prompt: list[int], params: SamplingParams) -> str:
+        reply = self.drv.add(self.run, prompt, plain_params(params))
+        if "error" in reply:
+            raise raised(reply["error"], "add_request", input=f"engine.add_request({prompt}, {params})")
+        self.twin.add(self.twin_run, prompt, plain_params(params))
+        self.params.append(params)
+        return reply["request_id"]
+
+    def step(self) -> list[dict]:
+        """One learner step, checked; what it returned (plain outputs)."""
+        outs = self.check_step(self.drv.step(self.run))
+        self.match([self.last], [self.twin.step(self.twin_run)], "step")
+        return outs
+
+    def generate(self, prompts: list[list[int]], params: Any) -> list[dict]:
+        """The learner's generate, every step of it checked; its outputs (one per prompt, checked for shape)."""
+        plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
+        wire_params = [plain_params(p) for p in params] if isinstance(params, (list, tuple)) else \
+            (plain_params(params) if params is not None else None)
+        self.params += plist
+        text = f"engine.generate({prompts!r}, {params!r})"
+        reply = self.drv.generate(self.run, [list(p) for p in prompts], wire_params)
+        for record in reply["steps"]:
+            self.check_step(record)
+        if "error" not in reply:
+            self.match(reply["steps"], self.twin.generate(self.twin_run, [list(p) for p in prompts],
+                                                          wire_params)["steps"], "generate")
+        if "error" in reply:
+            raise raised(reply["error"], "LLMEngine.generate", input=text)
+        if "outputs" not in reply:
+            if reply.get("returned") == "NoneType":
+                raise CaseFailure("generate returned None", input=text,
+                                  hint="end generate with `return [self.make_output(r, []) for r in requests]`")
+            raise CaseFailure(f"generate returned a {reply.get('returned')}; it must return a list", input=text,
+                              hint="one final output per prompt, in a list: [self.make_output(r, []) for r in "
+                                   "requests]")
+        outs = reply["outputs"]
+        if len(outs) != len(prompts):
+            raise CaseFailure(f"generate returned {len(outs)} outputs for {len(prompts)} prompts", input=text,
+                              hint="one final output per prompt: [self.make_output(r, []) for r in requests]")
+        for o in outs:
+            if "bad" in o:
+                raise CaseFailure(f"generate returned {o['bad']} among its outputs; each must be a RequestOutput",
+                                  input=text, hint="[self.make_output(r, []) for r in requests]")
+        return outs
+
+    def final(self) -> dict:
+        return self.drv.final(self.run)
+
+    def match(self, got: list[dict], want: list[dict], call: str) -> None:
+        """Compare the learner's step records (already checked) with the twin's, steps that scheduled nothing left
+        out. The first difference is raised at the end of the case (`check_complete`): the case's own checks, run
+        before, say more about what is wrong."""
+        got, want = [r for r in got if r.get("sched")], [r for r in want if r.get("sched")]
+        for i, (g, w) in enumerate(zip(got, want)):
+            diff = first_difference(w, g)
+            if diff and self.unmatched is None:
+                where, expected, value = diff
+                self.unmatched = CaseFailure(
+                    f"step {self.twin_steps + i + 1} (counting steps that scheduled something): your engine's step "
+                    f"differs from the reference engine's on the same requests, at {where}", field=where,
+                    expected=expected, got=value,
+                    hint="the checks of the step passed: compare what it recorded with the statement")
+        if len(got) != len(want) and self.unmatched is None:
+            self.unmatched = CaseFailure(
+                f"{call} ran {len(got)} step(s) that scheduled something; the reference engine runs {len(want)} on "
+                "the same requests", hint="generate calls self.step() while self.has_unfinished_requests(); each "
+                                          "step calls self.scheduler.schedule() once")
+        self.twin_steps += len(want)
+
+    def check_complete(self) -> None:
+        if self.unmatched is not None:
+            raise self.unmatched
+
+    # -- the checks of one step
+
+    def check_step(self, rec: dict) -> list[dict]:
+        k = len(self.log) + 1
+        self.last = rec
+        if "limit" in rec:
+            raise CaseFailure(f"still running after {rec['limit']} steps: some request never finishes",
+                              hint="a request is done when stop_reason(...) returns a reason; then call "
+                                   "self.scheduler.finish(request, reason), which frees its blocks")
+        for rid in rec.get("after", {}):
+            if rid not in self.arrivals:
+                self.arrivals.append(rid)
+        sched, calls = rec.get("sched", []), rec.get("calls", [])
+        self.log.append(sched)
+        self.sizes += [len(c["items"]) for c in calls]
+        for call in calls:  # the items first: wrong ones may have made the runner fail
+            check_items(k, sched, call["items"])
+        if "error" in rec:
+            raise raised(rec["error"], "LLMEngine.step")
+        if rec.get("schedules") != 1:
+            raise _fail(k, f"step called self.scheduler.schedule() {rec.get('schedules')} times; once per step",
+                        hint="start the step with sched = self.scheduler.schedule()")
+        if "outputs" not in rec:
+            if rec.get("returned") == "NoneType":
+                raise _fail(k, "step returned None; it must return a list of RequestOutput",
+                            hint="end step with `return outputs` (the list of self.make_output(request, [token])); "
+                                 "return [] when nothing is scheduled")
+            raise _fail(k, f"step returned a {rec.get('returned')}; it must return a list of RequestOutput",
+                        hint="return a list, [self.make_output(request, [token]), ...], even for one request")
+        outs = rec["outputs"]
+        if not sched:
+            if calls or outs:
+                raise _fail(k, "nothing was scheduled, yet the step ran the model or returned outputs",
+                            hint="if nothing is scheduled, return []")
+            return outs
+        if len(calls) != 1:
+            raise _fail(k, f"step ran the model {len(calls)} times for {len(sched)} scheduled requests; one forward "
+                           "pass must carry every scheduled request",
+                        hint="build all the items first, then call self.runner.execute_model(items) once")
+        self.check_requests(k, rec, calls[0]["argmax"], outs)
+        return outs
+
+    def check_requests(self, k: int, rec: dict, argmax: list[int], outs: list[dict]) -> None:
+        after, expected_outs, row = rec["after"], [], 0
+        for s in rec["sched"]:
+            rid, a = s["rid"], rec["after"][s["rid"]]
+            if a["num_computed"] != s["num_computed"] + s["num_new"]:
+                raise _fail(k, f"request {rid} has num_computed_tokens {a['num_computed']} after a step that "
+                               f"computed {s['num_new']} token(s) from {s['num_computed']}",
+                            field="num_computed_tokens", expected=s["num_computed"] + s["num_new"],
+                            got=a["num_computed"], hint="every scheduled request: num_computed_tokens += "
+                                                        "num_new_tokens")
+            new = a["outputs"][s["num_outputs"]:]
+            if not completes(s):
+                if new:
+                    raise _fail(k, f"request {rid} got token(s) {new} from a prompt chunk that is not its last "
+                                   f"({s['num_computed'] + s['num_new']} of {len(s['token_ids'])} tokens computed)",
+                                hint="only a request whose pending tokens are all computed samples a token")
+                continue
+            if not new:
+                raise _fail(k, f"request {rid} completed its pending tokens ({s['num_computed']} + {s['num_new']} = "
+                               f"{len(s['token_ids'])}) but got 0 new tokens; exactly one is sampled",
+                            hint="read s.completes_prompt BEFORE num_computed_tokens += num_new_tokens: after the "
+                                 "update it compares the new count and is false; then append the sampled token to "
+                                 "request.output_token_ids")
+            if len(new) != 1:
+                raise _fail(k, f"request {rid} completed its pending tokens but got {len(new)} new tokens ({new}); "
+                               "exactly one is sampled", hint="append the sampled token to request.output_token_ids")
+            if self.params_of(rid).temperature == 0 and row < len(argmax) and new[0] != argmax[row]:
+                raise _fail(k, f"request {rid} got token {new[0]}, but its row of the logits (row {row}: it is "
+                               f"number {row} among this step's items that need logits) gives {argmax[row]}",
+                            hint="row j of the logits belongs to the j-th item whose need_logits is true, not to "
+                                 "the j-th scheduled request")
+            row += 1
+            self.check_stop(k, rid, a)
+            expected_outs.append((rid, new, a["finished"]))
+        self.check_outputs(k, outs, expected_outs, after)
+        scheduled = {s["rid"] for s in rec["sched"]}
+        for rid, state in rec["before"].items():
+            a = after.get(rid)
+            if rid not in scheduled and a is not None and state != [len(a["outputs"]), a["num_computed"]]:
+                raise _fail(k, f"request {rid} was not scheduled, yet the step changed its tokens or "
+                               "num_computed_tokens", hint="update only the requests in sched.scheduled")
+
+    def check_stop(self, k: int, rid: str, a: dict) -> None:
+        params, tokens = self.params_of(rid), a["outputs"]
+        reason = expected_reason(tokens, params, self.eos, self.tokenizer)
+        n, limit = len(tokens), params.max_tokens
+        if reason is None:
+            if a["finished"] or not a["in_running"]:
+                raise _fail(k, f"request {rid} was retired after {n} token(s) (max_tokens={limit}, last token "
+                               f"{tokens[-1]} is not end-of-sequence {self.eos})",
+                            hint="finish a request only when stop_reason(request, self.eos_token_id, self.tokenizer) "
+                                 "returns a reason")
+            return
+        why = "its last token is end-of-sequence" if reason == "stop" else f"it has max_tokens={limit} tokens"
+        hint = ("when stop_reason(...) returns a reason call self.scheduler.finish(request, reason): it retires the "
+                "request and frees its blocks")
+        if reason == "stop" and tokens[-1] != self.eos:
+            why = f"its text {self.tokenizer.decode(tokens)!r} contains a stop string of {params.stop}"
+            hint = ("stop strings are seen through the tokenizer: call stop_reason(request, self.eos_token_id, "
+                    "self.tokenizer), with all three arguments")
+        if a["in_running"] or not a["finished"] or a["blocks"]:
+            raise _fail(k, f"request {rid} should have finished ({why}) but is still running or holds blocks "
+                           f"(status {a['status']}, {a['blocks']} blocks)", hint=hint)
+        if a["finish_reason"] != reason:
+            raise _fail(k, f"request {rid} finished with reason {a['finish_reason']!r}, expected {reason!r} ({why})",
+                        hint="pass stop_reason's result to self.scheduler.finish")
+
+    def check_outputs(self, k: int, outs: list[dict], expected: list[tuple[str, list[int], bool]],
+                      after: dict) -> None:
+        got = []
+        for o in outs:
+            if "bad" in o:
+                raise _fail(k, f"step returned {o['bad']}; each output must be a RequestOutput",
+                            hint="return self.make_output(request, [token]) for each request that got a token")
+            got.append((o["request_id"], o["new_token_ids"], o["finished"]))
+        if got != expected:
+            raise _fail(k, "wrong outputs returned by step", field="(request_id, new_token_ids, finished)",
+                        expected=expected, got=got,
+                        hint="one self.make_output(request, [token]) per request that received a token this step, in "
+                             "scheduled order; none for a prompt chunk that sampled nothing")
+        for o in outs:
+            if o["token_ids"] != after[o["request_id"]]["outputs"]:
+                raise _fail(k, f"the output of request {o['request_id']} does not hold all its tokens so far",
+                            hint="build outputs with self.make_output(request, [token]) after appending the token")
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Running workloads and comparing with each request alone
 
 
-def call_generate(engine, prompts: list[list[int]], params) -> list:
-    text = f"engine.generate({prompts!r}, {params!r})"
-    outs = call_learner(engine.generate, "LLMEngine.generate", [list(p) for p in prompts], params, input=text)
-    if outs is None:
-        raise CaseFailure("generate returned None", input=text,
-                          hint="end generate with `return [self.make_output(r, []) for r in requests]`")
-    if not isinstance(outs, list):
-        raise CaseFailure(f"generate returned a {type(outs).__name__}; it must return a list", input=text,
-                          hint="one final output per prompt, in a list: [self.make_output(r, []) for r in requests]")
-    if len(outs) != len(prompts):
-        raise CaseFailure(f"generate returned {len(outs)} outputs for {len(prompts)} prompts", input=text,
-                          hint="one final output per prompt: [self.make_output(r, []) for r in requests]")
-    return outs
+def first_difference(want: Any, got: Any, where: str = "record") -> tuple[str, Any, Any] | None:
+    """(where, expected, got) of the first difference between two plain values, or None."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key in [*want, *(k for k in got if k not in want)]:
+            d = first_difference(want.get(key), got.get(key), f"{where}[{key!r}]")
+            if d:
+                return d
+        return None
+    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        for i, (a, b) in enumerate(zip(want, got)):
+            d = first_difference(a, b, f"{where}[{i}]")
+            if d:
+                return d
+        return None
+    return None if want == got and type(want) is type(got) else (where, want, got)
 
 
-def check_final(engine, model, prompts: list[list[int]], params_list: list[SamplingParams], outs: list,
-                text: str) -> None:
-    """generate's outputs against each request alone; every request retired, every block back in the pool."""
-    got_prompts = [list(o.prompt_token_ids) for o in outs]
+def check_final(engine: Engine, prompts: list[list[int]], params_list: list[SamplingParams], outs: list[dict],
+                text: str) -> dict:
+    """generate's outputs against each request alone; every request retired, every block back in the pool.
+    Returns the engine's final state."""
+    got_prompts = [o["prompt_token_ids"] for o in outs]
     if got_prompts != prompts:
         order = [prompts.index(p) if p in prompts else None for p in got_prompts]
         raise CaseFailure(f"generate returned the outputs in the order of prompts {order}, not in prompt order",
                           input=text, hint="keep the requests add_requests returned and make one output per "
                                            "request in that order, not in the order they finished")
-    if engine.has_unfinished_requests():
+    state = engine.final()
+    if state["unfinished"]:
         raise CaseFailure("generate returned while requests were still unfinished", input=text,
                           hint="a step may return no outputs (a step of prompt chunks samples nothing): loop while "
                                "self.has_unfinished_requests(), not until a step returns []")
     for i, (p, params, o) in enumerate(zip(prompts, params_list, outs)):
-        want = alone(model, p, params, engine.eos_token_id, engine.tokenizer)
-        got = [int(t) for t in o.outputs[0].token_ids]
+        want = alone(engine.model, p, params, engine.eos, engine.tokenizer)
+        got = o["token_ids"]
         if got != want:
             hint = "compare with mini_llm.generate(model, prompt, max_tokens, eos_token_id=eos) on this prompt"
             if got[: len(want)] == want:
@@ -403,33 +414,34 @@ def check_final(engine, model, prompts: list[list[int]], params_list: list[Sampl
                         "end-of-sequence (stop_reason does both)")
             raise CaseFailure(f"prompt {i}: the engine's tokens differ from generating it alone", input=text,
                               field=f"outputs[{i}].outputs[0].token_ids", expected=want, got=got, hint=hint)
-        if not o.finished:
+        if not o["finished"]:
             raise CaseFailure(f"prompt {i}: its final output says finished=False", input=text)
-        if list(o.new_token_ids) != []:
-            raise CaseFailure(f"prompt {i}: its final output has new_token_ids {short(list(o.new_token_ids))}; "
+        if o["new_token_ids"] != []:
+            raise CaseFailure(f"prompt {i}: its final output has new_token_ids {short(o['new_token_ids'])}; "
                               "a final output has none", input=text, field=f"outputs[{i}].new_token_ids",
-                              expected=[], got=list(o.new_token_ids),
+                              expected=[], got=o["new_token_ids"],
                               hint="new_token_ids are what one step produced; generate's final outputs are "
                                    "self.make_output(request, []) (all tokens are in outputs[0].token_ids)")
-    free, total = engine.kv_cache_manager.num_free_blocks, engine.config.num_blocks
+    free, total = state["free"], engine.config["num_blocks"]
     if free != total:
         raise CaseFailure(f"after generate only {free} of {total} KV-cache blocks are free", input=text,
                           hint="self.scheduler.finish(request, reason) frees a finished request's blocks")
+    return state
 
 
 def run_generate(impl, model, prompts: list[list[int]], params, eos: int | None = None, step_limit: int = 400,
-                 tokenizer: Any = None, **config: Any):
+                 tokenizer: Any = None, **config: Any) -> tuple[Engine, list[dict], dict]:
+    """(the engine, generate's outputs, the final state), every step and the outputs checked."""
     eos = model.cfg.eos_token_id if eos is None else eos
-    engine = make_engine(impl, model, eos, step_limit, tokenizer=tokenizer, **config)
-    outs = call_generate(engine, prompts, params)
+    engine = Engine(impl, model, eos, tokenizer=tokenizer, step_limit=step_limit, **config)
+    outs = engine.generate(prompts, params)
     plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
     text = f"engine.generate({prompts!r}, {params!r}) with EngineConfig({config}), eos_token_id={eos}"
-    check_final(engine, model, prompts, plist, outs, text)
-    return engine, outs
+    return engine, outs, check_final(engine, prompts, plist, outs, text)
 
 
-def forward_sizes(engine) -> list[int]:
-    return [len(items) for items, _ in engine.runner.calls]
+def tokens_of(state: dict) -> dict[str, list[int]]:
+    return {r["request_id"]: r["outputs"] for r in state["requests"]}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -440,17 +452,16 @@ def forward_sizes(engine) -> list[int]:
 def _(impl):
     model = load_model()
     eos = model.cfg.eos_token_id
-    engine = make_engine(impl, model, eos, num_blocks=32, block_size=4)
-    if call_learner(engine.step, "LLMEngine.step") != []:
+    engine = Engine(impl, model, eos, num_blocks=32, block_size=4)
+    if engine.step() != []:
         raise CaseFailure("step() on an engine with no requests must return []")
     prompt, params = random_prompts(model, 1, [9])[0], SamplingParams(max_tokens=6)
-    request = engine.add_request(prompt, params)
+    rid = engine.add(prompt, params)
     tokens = []
-    while engine.has_unfinished_requests():
-        outs = call_learner(engine.step, "LLMEngine.step")
-        tokens += [t for o in outs for t in o.new_token_ids]
+    while engine.final()["unfinished"]:
+        tokens += [t for o in engine.step() for t in o["new_token_ids"]]
     want = alone(model, prompt, params, eos)
-    if tokens != want or request.output_token_ids != want:
+    if tokens != want or tokens_of(engine.final())[rid] != want:
         raise CaseFailure("the tokens differ from generating the prompt alone",
                           input=f"engine.add_request({prompt}, {params}); step() until done",
                           field="tokens", expected=want, got=tokens)
@@ -466,10 +477,9 @@ def _(impl):
 def _(impl):
     model = load_model()
     prompts = random_prompts(model, 3, [5, 11, 3, 8])
-    engine, _ = run_generate(impl, model, prompts, SamplingParams(max_tokens=8), num_blocks=64, block_size=4)
-    sizes = forward_sizes(engine)
-    if max(sizes) < len(prompts):
-        raise CaseFailure(f"forward passes carried {sizes} requests; all {len(prompts)} fit in one",
+    engine, _, _ = run_generate(impl, model, prompts, SamplingParams(max_tokens=8), num_blocks=64, block_size=4)
+    if max(engine.sizes, default=0) < len(prompts):
+        raise CaseFailure(f"forward passes carried {engine.sizes} requests; all {len(prompts)} fit in one",
                           hint="one item per scheduled request, one execute_model call per step")
 
 
@@ -481,6 +491,18 @@ def _(impl):
     run_generate(impl, model, prompts, params, num_blocks=64, block_size=4)
 
 
+def check_reasons(engine: Engine, outs: list[dict], state: dict) -> None:
+    tokens = tokens_of(state)
+    for i, o in enumerate(outs):
+        if o["request_id"] not in tokens:
+            raise CaseFailure(f"prompt {i}: its output names request {o['request_id']!r}, which the engine never had")
+        want = expected_reason(tokens[o["request_id"]], engine.params[i], engine.eos, engine.tokenizer)
+        if o["finish_reason"] != want:
+            raise CaseFailure(f"prompt {i} finished with reason {o['finish_reason']!r}, expected {want!r}",
+                              hint="pass stop_reason(request, self.eos_token_id, self.tokenizer)'s result to "
+                                   "self.scheduler.finish")
+
+
 @CASES("end-of-sequence stops a request (and ignore_eos does not)", timeout=60)
 def _(impl):
     model = load_model()
@@ -489,54 +511,53 @@ def _(impl):
     eos = free_run[2]  # a token the model does emit: prompt 0 stops at its third token at the latest
     prompts.append(list(prompts[0]))
     params = [SamplingParams(max_tokens=10)] * 3 + [SamplingParams(max_tokens=10, ignore_eos=True)]
-    engine, outs = run_generate(impl, model, prompts, params, eos=eos, num_blocks=64, block_size=4)
-    for i, o in enumerate(outs):
-        want = expected_reason(engine.requests[o.request_id], eos)
-        if o.outputs[0].finish_reason != want:
-            raise CaseFailure(f"prompt {i} finished with reason {o.outputs[0].finish_reason!r}, expected {want!r}",
-                              hint="pass stop_reason's result to self.scheduler.finish(request, reason)")
+    engine, outs, state = run_generate(impl, model, prompts, params, eos=eos, num_blocks=64, block_size=4)
+    check_reasons(engine, outs, state)
+
+
+def step_until_done(engine: Engine) -> None:
+    while engine.final()["unfinished"]:  # the driver's step limit ends a loop that never finishes
+        engine.step()
+
+
+def check_alone(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> None:
+    tokens = list(tokens_of(engine.final()).values())
+    for i, p in enumerate(prompts):
+        want = alone(engine.model, p, params, engine.eos)
+        if tokens[i] != want:
+            raise CaseFailure(f"request {i}: the tokens differ from generating it alone", field="output_token_ids",
+                              expected=want, got=tokens[i])
 
 
 @CASES("chunked prefill: a prompt chunk samples nothing, step returns no output for it", timeout=60)
 def _(impl):
     model = load_model()
-    eos = model.cfg.eos_token_id
-    engine = make_engine(impl, model, eos, num_blocks=64, block_size=4, token_budget=7, max_num_seqs=4)
+    engine = Engine(impl, model, model.cfg.eos_token_id, num_blocks=64, block_size=4, token_budget=7, max_num_seqs=4)
     prompts = random_prompts(model, 6, [17, 3, 12])
     params = SamplingParams(max_tokens=5)
-    requests = []
     for p in prompts:
-        requests.append(engine.add_request(p, params))
-        call_learner(engine.step, "LLMEngine.step")  # a new request arrives while others are mid-prompt
-    while engine.has_unfinished_requests():
-        call_learner(engine.step, "LLMEngine.step")
-    if not any(not s.completes for sched in engine.scheduler.log for s in sched):
+        engine.add(p, params)
+        engine.step()  # a new request arrives while others are mid-prompt
+    step_until_done(engine)
+    if not any(not completes(s) for sched in engine.log for s in sched):
         raise CaseFailure("the workload was meant to cut prompts into chunks (a course bug)", kind="error")
-    for i, (p, r) in enumerate(zip(prompts, requests)):
-        want = alone(model, p, params, eos)
-        if r.output_token_ids != want:
-            raise CaseFailure(f"request {i}: the tokens differ from generating it alone", field="output_token_ids",
-                              expected=want, got=r.output_token_ids)
+    check_alone(engine, prompts, params)
 
 
 @CASES("rows of logits: the j-th row is the j-th item that needs logits", timeout=60)
 def _(impl):
     model = load_model()
-    eos = model.cfg.eos_token_id
-    engine = make_engine(impl, model, eos, scheduler=ChunksFirstScheduler, num_blocks=64, block_size=4,
-                         token_budget=8, max_num_seqs=4)
+    engine = Engine(impl, model, model.cfg.eos_token_id, chunks_first=True, num_blocks=64, block_size=4,
+                    token_budget=8, max_num_seqs=4)
     prompts = random_prompts(model, 12, [3, 2, 20, 4])
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    requests = [engine.add_request(p, params) for p in prompts[:2]]
-    call_learner(engine.step, "LLMEngine.step")  # two prompts: decodes from now on
-    requests += [engine.add_request(p, params) for p in prompts[2:]]
-    while engine.has_unfinished_requests():  # a 20-token prompt in chunks, listed before the decodes
-        call_learner(engine.step, "LLMEngine.step")
-    for i, (p, r) in enumerate(zip(prompts, requests)):
-        want = alone(model, p, params, eos)
-        if r.output_token_ids != want:
-            raise CaseFailure(f"request {i}: the tokens differ from generating it alone", field="output_token_ids",
-                              expected=want, got=r.output_token_ids)
+    for p in prompts[:2]:
+        engine.add(p, params)
+    engine.step()  # two prompts: decodes from now on
+    for p in prompts[2:]:
+        engine.add(p, params)
+    step_until_done(engine)  # a 20-token prompt in chunks, listed before the decodes
+    check_alone(engine, prompts, params)
 
 
 @CASES("continuous batching: a waiting request starts as soon as a slot frees", timeout=60)
@@ -544,10 +565,10 @@ def _(impl):
     model = load_model()
     prompts = random_prompts(model, 7, [6, 4, 8, 5])
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (12, 3, 5, 4)]
-    engine, _ = run_generate(impl, model, prompts, params, num_blocks=64, block_size=4, max_num_seqs=2)
+    engine, _, _ = run_generate(impl, model, prompts, params, num_blocks=64, block_size=4, max_num_seqs=2)
     seen: set[str] = set()
-    for sched in engine.scheduler.log:
-        ids = {s.request.request_id for s in sched}
+    for sched in engine.log:
+        ids = {s["rid"] for s in sched}
         if ids - seen and ids & seen:
             return  # a request was admitted while one admitted earlier was still running
         seen |= ids
@@ -564,8 +585,8 @@ def _(impl):
     prompts = random_prompts(model, 8, [5, 7, 3])
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (9, 2, 5)]  # the first finishes last
     run_generate(impl, model, prompts, params, num_blocks=64, block_size=4)
-    engine = make_engine(impl, model, None, num_blocks=8, block_size=4)
-    if call_generate(engine, [], None) != []:
+    engine = Engine(impl, model, None, num_blocks=8, block_size=4)
+    if engine.generate([], None) != []:
         raise CaseFailure("generate([]) must return []")
 
 
@@ -583,11 +604,11 @@ def _(impl):
     model = load_model()
     prompts = random_prompts(model, 10, [6, 9, 4])
     params = [SamplingParams(max_tokens=8, temperature=1.0, seed=s, ignore_eos=True) for s in (1, 2, 3)]
-    engine = make_engine(impl, model, None, num_blocks=64, block_size=4)
-    outs = call_generate(engine, prompts, params)
+    engine = Engine(impl, model, None, num_blocks=64, block_size=4)
+    outs = engine.generate(prompts, params)
     expected = ref.LLMEngine(model, ref.EngineConfig(num_blocks=64, block_size=4)).generate(prompts, params)
     for i, (o, e) in enumerate(zip(outs, expected)):
-        got, want = [int(t) for t in o.outputs[0].token_ids], e.outputs[0].token_ids
+        got, want = o["token_ids"], e.outputs[0].token_ids
         if got != want:
             raise CaseFailure(f"prompt {i} (temperature 1, seed {params[i].seed}): wrong tokens", field="token_ids",
                               expected=want, got=got,
@@ -623,10 +644,6 @@ def _(impl):
     params = [SamplingParams(max_tokens=10, ignore_eos=True, stop=[stop]),
               SamplingParams(max_tokens=6, ignore_eos=True, stop=["<no such token>"]),
               SamplingParams(max_tokens=10, ignore_eos=True, stop=[stop])]
-    engine, outs = run_generate(impl, model, prompts[:2] + [list(prompts[0])], params, tokenizer=tokenizer,
-                                num_blocks=64, block_size=4)
-    for i, o in enumerate(outs):
-        want = expected_reason(engine.requests[o.request_id], None, tokenizer)
-        if o.outputs[0].finish_reason != want:
-            raise CaseFailure(f"prompt {i} finished with reason {o.outputs[0].finish_reason!r}, expected {want!r}",
-                              hint="pass stop_reason(request, self.eos_token_id, self.tokenizer) to finish")
+    engine, outs, state = run_generate(impl, model, prompts[:2] + [list(prompts[0])], params, tokenizer=tokenizer,
+                                       num_blocks=64, block_size=4)
+    check_reasons(engine, outs, state)

@@ -1,0 +1,279 @@
+"""Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on the reference
+scheduler, KV-cache manager and model runner, each recording what it was asked.
+
+The grader builds an engine here (`new_engine`), adds requests, steps it or calls its `generate`, and receives
+one record per step: what the scheduler scheduled (as it left each request before the step ran), the items of
+every `execute_model` call and the greedy token of each row of logits it returned, what `step` returned, and every
+request's state after the step. The grader checks those records against the scheduler's plan and against each
+request generated alone (judge/hidden/inference_loop.py). Nothing here decides a verdict. Requests are named by
+their order of arrival, "#0", "#1", ..., so that records do not depend on what ran before in the process.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict
+from types import ModuleType
+from typing import Any, Sequence
+
+from framework.engine import EngineConfig, LLMEngineBase
+from framework.request import Request
+from framework.sampling import SamplingParams
+
+
+class BracketTokenizer:
+    """A tokenizer for stop strings that needs no files: token t decodes to "<t>"."""
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return "".join(f"<{int(t)}>" for t in token_ids)
+
+
+class StepLimit(BaseException):
+    """Raised into the learner's loop after too many steps (a BaseException: `except Exception` lets it through)."""
+
+
+def params_of(d: dict | None) -> SamplingParams:
+    return SamplingParams(**d) if d is not None else SamplingParams()
+
+
+def plain_params(p: SamplingParams) -> dict:
+    return asdict(p)
+
+
+def ints(xs: Any) -> list[int]:
+    """A list, tuple or 1-D tensor of token ids (or block ids) as a list of ints; ValueError otherwise."""
+    if hasattr(xs, "tolist"):
+        xs = xs.tolist()
+    if not isinstance(xs, (list, tuple)) or any(isinstance(x, (bool, float)) for x in xs):
+        raise ValueError("not a list of ints")
+    return [int(x) for x in xs]
+
+
+def short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def plain_item(item: Any) -> dict:
+    """A learner's item as plain values: {"item": [token_ids, num_computed, block_table, need_logits]}, or
+    {"bad": its repr} when it is not such a 4-tuple."""
+    try:
+        tokens, nc, table, need = item
+        return {"item": [ints(tokens), int(nc), ints(table), bool(need)]}
+    except (TypeError, ValueError):
+        return {"bad": short(item)}
+
+
+def _error(exc: BaseException) -> dict:
+    from judge import harness
+    from judge._worker import _error as encode_error
+
+    return encode_error(exc, harness._STATE.get("learner_file"))
+
+
+@functools.lru_cache(maxsize=2)
+def _model(path: str):
+    import torch
+
+    from mini_llm import load_transformer
+
+    return load_transformer(path, dtype=torch.float32, device="cpu")
+
+
+def load_model():
+    from judge import harness
+    from mini_llm.settings import EMBEDDED_MODEL
+
+    return _model(str(harness.option("model") or EMBEDDED_MODEL))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The reference components, recording
+
+
+def _components(chunks_first: bool) -> tuple[type, type, type]:
+    from solutions.kv_cache_manager import KVCacheManager
+    from solutions.model_runner import ModelRunner
+    from solutions.scheduler import Scheduler
+
+    class RecordingScheduler(Scheduler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.log: list[list[dict]] = []  # every schedule() call: the scheduled requests before the step ran
+            self.states: list[dict[str, list[int]]] = []  # every unfinished request, as schedule() left it
+            self.added: list[Request] = []
+            self.names: dict[str, str] = {}  # request_id -> "#i", i its order of arrival
+
+        def add_request(self, request: Request) -> None:
+            super().add_request(request)
+            self.names[request.request_id] = f"#{len(self.added)}"
+            self.added.append(request)
+
+        def name(self, request_id: Any) -> str:
+            return self.names.get(request_id, str(request_id))
+
+        def schedule(self):
+            out = super().schedule()
+            if chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
+                out.scheduled.sort(key=lambda s: s.completes_prompt)
+            self.states.append({self.name(r.request_id): [len(r.output_token_ids), r.num_computed_tokens]
+                                for r in [*self.running, *self.waiting]})
+            self.log.append([{"rid": self.name(s.request.request_id), "num_new": s.num_new_tokens,
+                              "num_computed": s.request.num_computed_tokens,
+                              "token_ids": list(s.request.all_token_ids), "block_table": list(s.request.block_table),
+                              "num_outputs": len(s.request.output_token_ids)} for s in out.scheduled])
+            return out
+
+    class RecordingRunner(ModelRunner):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.calls: list[dict] = []
+
+        def execute_model(self, items):
+            items = list(items)
+            call = {"items": [plain_item(it) for it in items], "argmax": None}
+            self.calls.append(call)  # recorded before running: wrong items may make the runner fail
+            logits = super().execute_model(items)
+            call["argmax"] = [int(t) for t in logits.argmax(-1).tolist()]
+            return logits
+
+    return RecordingScheduler, RecordingRunner, KVCacheManager
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The engine under test
+
+
+def _state(engine: Any, r: Request) -> dict:
+    return {"num_computed": r.num_computed_tokens, "outputs": list(r.output_token_ids), "finished": r.is_finished,
+            "finish_reason": r.finish_reason, "status": r.status.value, "blocks": len(r.block_table),
+            "in_running": any(x is r for x in engine.scheduler.running)}
+
+
+def plain_output(o: Any, name: Any = str) -> dict:
+    """A RequestOutput as plain data (its request named by `name`), or {"bad": its repr} when it is not one."""
+    try:
+        first = o.outputs[0]
+        return {"request_id": name(o.request_id), "prompt_token_ids": ints(o.prompt_token_ids),
+                "new_token_ids": ints(o.new_token_ids), "finished": bool(o.finished),
+                "token_ids": ints(first.token_ids), "finish_reason": first.finish_reason}
+    except (AttributeError, IndexError, TypeError, ValueError, KeyError):
+        return {"bad": short(o)}
+
+
+def plain_outputs(outs: Any, name: Any = str) -> dict:
+    """{"outputs": [...]} for a list of outputs, else {"returned": the type's name and a repr}."""
+    if not isinstance(outs, list):
+        return {"returned": type(outs).__name__, "repr": short(outs)}
+    return {"outputs": [plain_output(o, name) for o in outs]}
+
+
+class Run:
+    """One engine under test and its step records. Slots only: the grader receives it as a bare handle."""
+
+    __slots__ = ("engine", "records", "limit")
+
+    def __init__(self, engine: Any, limit: int) -> None:
+        self.engine, self.records, self.limit = engine, [], limit
+
+
+def _checked_class(learner: type, chunks_first: bool) -> type:
+    recording_scheduler, recording_runner, kv_manager = _components(chunks_first)
+
+    class Checked(learner):  # type: ignore[misc, valid-type]
+        scheduler_cls = recording_scheduler
+        runner_cls = recording_runner
+        kv_cache_manager_cls = kv_manager
+
+        def step(self):
+            run: Run = self._judge_run
+            if len(run.records) >= run.limit:
+                run.records.append({"limit": run.limit})
+                raise StepLimit(f"still running after {run.limit} steps")
+            n_sched, n_calls = len(self.scheduler.log), len(self.runner.calls)
+            record: dict[str, Any] = {}
+            run.records.append(record)
+            try:
+                outs = super().step()
+            except BaseException as exc:  # noqa: BLE001 - recorded, and raised on into the learner's code
+                record.update(_step_facts(self, n_sched, n_calls), error=_error(exc))
+                raise
+            record.update(_step_facts(self, n_sched, n_calls), **plain_outputs(outs, self.scheduler.name))
+            return outs
+
+    return Checked
+
+
+def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
+    s = engine.scheduler
+    return {"schedules": len(s.log) - n_sched, "sched": s.log[n_sched] if len(s.log) > n_sched else [],
+            "before": s.states[n_sched] if len(s.states) > n_sched else {}, "calls": engine.runner.calls[n_calls:],
+            "after": {s.name(r.request_id): _state(engine, r) for r in s.added}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the grader calls (the learner's module comes first)
+
+
+def new_engine(impl: ModuleType, config: dict, eos: int | None, chunks_first: bool = False,
+               tokenizer: bool = False, step_limit: int = 400) -> dict:
+    """{"run": the engine under test} or {"problem": ...} / {"error": ...} when it cannot be built."""
+    learner = getattr(impl, "LLMEngine", None)
+    if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
+        return {"problem": "LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
+                           "starter file"}
+    cls = _checked_class(learner, chunks_first)
+    try:
+        engine = cls(load_model(), EngineConfig(**config), BracketTokenizer() if tokenizer else None,
+                     eos_token_id=eos)
+    except BaseException as exc:  # noqa: BLE001
+        return {"error": _error(exc)}
+    run = Run(engine, step_limit)
+    engine._judge_run = run
+    return {"run": run}
+
+
+def add(impl: ModuleType, run: Run, prompt: list[int], params: dict | None) -> dict:
+    try:
+        r = run.engine.add_request(prompt, params_of(params))
+    except BaseException as exc:  # noqa: BLE001
+        return {"error": _error(exc)}
+    return {"request_id": run.engine.scheduler.name(r.request_id)}
+
+
+def step(impl: ModuleType, run: Run) -> dict:
+    """One call of the learner's step: its record (with "error" if it raised)."""
+    n = len(run.records)
+    try:
+        run.engine.step()
+    except BaseException:  # noqa: BLE001 - in the record
+        pass
+    return run.records[n] if len(run.records) > n else {"problem": "step did not run"}
+
+
+def generate(impl: ModuleType, run: Run, prompts: list[list[int]], params: Any) -> dict:
+    """One call of the learner's generate: the records of the steps it took, and what it returned (or raised).
+    `params`: None, one SamplingParams as a dict, or a list of them."""
+    if isinstance(params, list):
+        params = [params_of(p) for p in params]
+    elif params is not None:
+        params = params_of(params)
+    n = len(run.records)
+    out: dict[str, Any] = {}
+    try:
+        outs = run.engine.generate(prompts, params)
+    except BaseException as exc:  # noqa: BLE001
+        out["error"] = _error(exc)
+    else:
+        out.update(plain_outputs(outs, run.engine.scheduler.name))
+    out["steps"] = run.records[n:]
+    return out
+
+
+def final(impl: ModuleType, run: Run) -> dict:
+    """The engine after the run: unfinished work, free blocks, and each request's state, in order of arrival."""
+    e = run.engine
+    return {"unfinished": bool(e.scheduler.running or e.scheduler.waiting),
+            "free": e.kv_cache_manager.num_free_blocks,
+            "requests": [{"request_id": e.scheduler.name(r.request_id), "prompt": list(r.prompt_token_ids), **_state(e, r)}
+                         for r in e.scheduler.added]}
