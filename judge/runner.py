@@ -93,14 +93,15 @@ class WorkerProcess(Session):
         self.rep_r, rep_w = os.pipe()
         submission = Path(target["impl"]) if target.get("impl") else None
         extra = [p for p in (options.get("model"),) if p and os.path.exists(p)]
-        argv, inner = sandbox.command(ex, isolated, submission, extra, (req_r, rep_w))
+        argv, inner, args_fd = sandbox.command(ex, isolated, submission, extra, (req_r, rep_w))
         cfg = {"exercise": ex.id, "options": options, "memory_mb": memory_mb, "display": target.get("display"),
                "impl_module": target.get("impl_module"), "impl": inner}
+        passed = (req_r, rep_w) if args_fd is None else (req_r, rep_w, args_fd)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     pass_fds=(req_r, rep_w), cwd=self.tmp, env=sandbox.worker_env(self.tmp),
+                                     pass_fds=passed, cwd=self.tmp, env=sandbox.worker_env(self.tmp),
                                      start_new_session=True)
-        os.close(req_r)
-        os.close(rep_w)
+        for fd in passed:
+            os.close(fd)
         self.out_fd = self.proc.stdout.fileno()
         for fd in (self.rep_r, self.out_fd):
             os.set_blocking(fd, False)

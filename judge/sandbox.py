@@ -121,23 +121,29 @@ def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
 
 
 def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: list[str],
-            fds: tuple[int, int]) -> tuple[list[str], str | None]:
-    """(argv, path of the submission as the worker sees it); `fds`: the request and reply pipes it inherits."""
+            fds: tuple[int, int]) -> tuple[list[str], str | None, int | None]:
+    """(argv, path of the submission as the worker sees it, a file descriptor to pass and then close, or None);
+    `fds`: the request and reply pipes it inherits. Isolated, bubblewrap reads its options from that descriptor
+    (`--args`), so that its command line, which the sandbox's PID 1 shows in /proc/1/cmdline, names none of the
+    host's folders it binds (only the interpreter and the site-packages, which the sandbox sees anyway)."""
     py = python_executable()
     fd_args = [str(fds[0]), str(fds[1])]
     if not isolated:
         argv = [py, "-I", "-B", "-S", "-u", "-c", BOOT, str(ROOT), *site_packages(), *fd_args]
-        return argv, str(submission) if submission else None
+        return argv, str(submission) if submission else None, None
     inner = f"{SUBMISSION}/{submission.name}" if submission else None
-    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--die-with-parent",
+    args = ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--die-with-parent",
             "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
             "--clearenv", *_env_args(), *_system_binds(), *course_binds(ex)]
     if submission:
         args += ["--ro-bind", str(submission), inner]
     for path in extra_ro:  # e.g. a model checkpoint given with --model
         args += ["--ro-bind", path, path]
-    args += ["--", py, "-I", "-B", "-S", "-u", "-c", BOOT, COURSE, *site_packages(), *fd_args]
-    return args, inner
+    fd = os.memfd_create("bwrap-args")  # the options: bwrap wants the command itself on its command line
+    os.write(fd, b"".join(a.encode() + b"\0" for a in args))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return ["bwrap", "--args", str(fd), "--", py, "-I", "-B", "-S", "-u", "-c", BOOT, COURSE, *site_packages(),
+            *fd_args], inner, fd
 
 
 def worker_env(tmp: str) -> dict[str, str]:

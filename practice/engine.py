@@ -22,7 +22,8 @@ class LLMEngine(LLMEngineBase):
     `has_unfinished_requests()`), `self.runner` (`execute_model(items)`: logits [L, vocab] for the items whose
     need_logits is true, in order), `self.eos_token_id`, `self.tokenizer`, `self.add_request(prompt_ids, params)`,
     `self.add_requests(prompts, params)`, `self.make_output(request, new_token_ids)`; helpers `sample_token`
-    and `stop_reason` (imported above)."""
+    and `stop_reason` (imported above). Optional, not graded: `self.fail_step(requests, error)` and
+    `self.abort_requests(requests, reason)`, for an engine that survives a failing step (see the statement)."""
 
     scheduler_cls = Scheduler
     runner_cls = ModelRunner

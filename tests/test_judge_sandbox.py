@@ -210,3 +210,16 @@ def test_cli_unknown_exercise():
     p = cli("999")
     assert p.returncode == 2 and "no exercise" in p.stderr
     assert p.stdout.splitlines()[-1] == "0 passed, 1 failed"
+
+
+def test_the_sandbox_command_line_names_no_folder_of_the_course():
+    """bubblewrap, PID 1 inside the sandbox, reads its binds from a descriptor: /proc/1/cmdline, which the graded
+    code can read, shows neither judge/hidden nor solutions/ nor any other folder of the checkout it binds."""
+    argv, inner, fd = judge.sandbox.command(judge.get_exercise(130), True, Path("/somewhere/sub.py"), [], (0, 1))
+    try:
+        binds = os.pread(fd, 1 << 20, 0).split(b"\0")
+    finally:
+        os.close(fd)
+    assert argv[:3] == ["bwrap", "--args", str(fd)] and inner == "/submission/sub.py"
+    assert str(ROOT / "solutions" / "scheduler.py").encode() in binds  # what 130 runs on, bound from here
+    assert not any(str(ROOT / d) in a for a in argv for d in ("judge", "solutions", "practice", "framework"))
