@@ -114,6 +114,34 @@ def short(value: Any) -> str:
     return _repr.repr(value)
 
 
+def int_values(value: Any) -> list[int] | None:
+    """The integers of a list / tuple / deque (of ints, numpy ints or 0-d integer tensors) or of a 1-D integer
+    tensor or array, as a list of ints; None if it is none of those. The one lenient reader of the judge: the
+    hidden tests' diagnosing one (judge/hidden/support.py, read_ints) and the drivers build on it."""
+    from collections import deque
+
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            return None
+        return [int(x) for x in value.tolist()]
+    if isinstance(value, np.ndarray):
+        return [int(x) for x in value.tolist()] if value.ndim == 1 and np.issubdtype(value.dtype, np.integer) else None
+    if not isinstance(value, (list, tuple, deque)):
+        return None
+    out = []
+    for x in value:
+        if isinstance(x, torch.Tensor) and x.dim() == 0 and not (x.dtype.is_floating_point or x.dtype.is_complex
+                                                                 or x.dtype == torch.bool):
+            x = int(x)
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+            return None
+        out.append(int(x))
+    return out
+
+
 def is_memory_error(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, MemoryError) or (

@@ -11,7 +11,6 @@ their order of arrival, "#0", "#1", ..., so that records do not depend on what r
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict
 from types import ModuleType
 from typing import Any, Sequence
@@ -19,6 +18,8 @@ from typing import Any, Sequence
 from framework.engine import EngineConfig, LLMEngineBase
 from framework.request import Request
 from framework.sampling import SamplingParams
+from judge.drivers import load_model
+from judge.harness import int_values
 
 
 class BracketTokenizer:
@@ -41,12 +42,11 @@ def plain_params(p: SamplingParams) -> dict:
 
 
 def ints(xs: Any) -> list[int]:
-    """A list, tuple or 1-D tensor of token ids (or block ids) as a list of ints; ValueError otherwise."""
-    if hasattr(xs, "tolist"):
-        xs = xs.tolist()
-    if not isinstance(xs, (list, tuple)) or any(isinstance(x, (bool, float)) for x in xs):
+    """A list, tuple or 1-D integer tensor of token ids (or block ids) as a list of ints; ValueError otherwise."""
+    values = int_values(xs)
+    if values is None:
         raise ValueError("not a list of ints")
-    return [int(x) for x in xs]
+    return values
 
 
 def short(value: Any, limit: int = 200) -> str:
@@ -69,22 +69,6 @@ def _error(exc: BaseException) -> dict:
     from judge._worker import _error as encode_error
 
     return encode_error(exc, harness._STATE.get("learner_file"))
-
-
-@functools.lru_cache(maxsize=2)
-def _model(path: str):
-    import torch
-
-    from mini_llm import load_transformer
-
-    return load_transformer(path, dtype=torch.float32, device="cpu")
-
-
-def load_model():
-    from judge import harness
-    from mini_llm.settings import EMBEDDED_MODEL
-
-    return _model(str(harness.option("model") or EMBEDDED_MODEL))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -277,12 +277,11 @@ def generate_small_cache(impl: ModuleType, prompts: list[list[int]], max_tokens:
     too small for every request at once. Returns each request's output tokens and preemptions."""
     import torch
 
-    from mini_llm import load_transformer
-    from mini_llm.settings import EMBEDDED_MODEL
+    from judge.drivers import load_model
     from solutions.engine import EngineConfig, LLMEngine
 
     torch.set_num_threads(1)
-    model = load_transformer(model_path or EMBEDDED_MODEL, dtype=torch.float32, device="cpu")
+    model = load_model(model_path)
 
     class Engine(LLMEngine):
         scheduler_cls = graded_scheduler(impl, "preemption")

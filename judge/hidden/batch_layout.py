@@ -10,8 +10,8 @@ import torch
 
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, option, raised_failure, shrink, short
-from judge.hidden.support import load_fp32_model
+from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, raised_failure, shrink
+from judge.hidden.support import load_model, read_ints
 from solutions import batch as ref
 
 CASES = Cases()
@@ -26,38 +26,6 @@ Item = tuple[list[int], int, list[int], bool]
 # Reading the learner's result as plain values
 
 
-def _int_list(value: Any, name: str, tensor_only: bool) -> list[int]:
-    """The values of a 1-D integer tensor (or, unless tensor_only, a list/tuple/array of integers)."""
-    if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            raise CaseFailure(f"{name} is a {value.dtype} tensor; it must hold integers (torch.long or torch.int32)",
-                              hint="token ids, positions, slots and indices are integers: use dtype=torch.long")
-        if value.dim() != 1:
-            raise CaseFailure(f"{name} has shape {tuple(value.shape)}; it must be 1-D",
-                              hint="flatten it: one value per token (or per request)")
-        return [int(x) for x in value.tolist()]
-    if tensor_only:
-        kind = type(value).__name__
-        extra = " (torch.from_numpy(a) converts a numpy array)" if isinstance(value, np.ndarray) else ""
-        raise CaseFailure(f"{name} is a {kind}; it must be a 1-D integer torch tensor{extra}",
-                          hint=f"e.g. torch.tensor(values, dtype=torch.long){extra}")
-    if isinstance(value, np.ndarray):
-        if value.ndim != 1 or not np.issubdtype(value.dtype, np.integer):
-            raise CaseFailure(f"{name} is a numpy array of shape {value.shape} and dtype {value.dtype}; "
-                              "it must be 1-D integers")
-        return [int(x) for x in value.tolist()]
-    if isinstance(value, (list, tuple)):
-        out = []
-        for x in value:
-            if isinstance(x, torch.Tensor) and x.dim() == 0 and not x.dtype.is_floating_point:
-                x = int(x)
-            if isinstance(x, (bool, float)) or not isinstance(x, (int, np.integer)):
-                raise CaseFailure(f"{name} holds {type(x).__name__} values ({short(x)}); it must hold integers")
-            out.append(int(x))
-        return out
-    raise CaseFailure(f"{name} is a {type(value).__name__}; it must be a list or 1-D tensor of integers")
-
-
 def _tables(value: Any) -> list[list[int]]:
     if isinstance(value, torch.Tensor):
         if value.dim() != 2:
@@ -67,7 +35,7 @@ def _tables(value: Any) -> list[list[int]]:
         value = value.tolist()
     if not isinstance(value, (list, tuple)):
         raise CaseFailure(f"block_tables is a {type(value).__name__}; it must be a list of B lists of block ids")
-    return [_int_list(t, f"block_tables[{i}]", tensor_only=False) for i, t in enumerate(value)]
+    return [read_ints(t, f"block_tables[{i}]") for i, t in enumerate(value)]
 
 
 def read_batch(out: Any) -> dict[str, Any]:
@@ -84,7 +52,7 @@ def read_batch(out: Any) -> dict[str, Any]:
                               hint="it needs input_ids, positions, slot_mapping, query_start_loc, seq_lens, "
                                    "block_tables and logits_indices")
         v = getattr(out, name)
-        values[name] = _tables(v) if name == "block_tables" else _int_list(v, name, name in TENSOR_FIELDS)
+        values[name] = _tables(v) if name == "block_tables" else read_ints(v, name, name in TENSOR_FIELDS)
     return values
 
 
@@ -392,15 +360,9 @@ def diagnose(fn, labelled: list[tuple[str, Item]], bs: int) -> CaseFailure | Non
 @CASES("end to end: ModelRunner logits equal each request run alone", timeout=120)
 def _(impl):
     import course
-    from mini_llm.settings import EMBEDDED_MODEL
     from solutions.paged_kv_cache import write_kv
 
-    path = option("model") or EMBEDDED_MODEL
-    try:
-        model = load_fp32_model(path)
-    except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
-        raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
-                          kind="error") from None
+    model = load_model()
 
     Runner = course.runner_class(impl.build_batch, write_kv, None)  # a chapter's runner with your build_batch
 

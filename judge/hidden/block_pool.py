@@ -12,7 +12,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from judge.hidden.support import int_values
+from judge.hidden.support import read_ints
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, LearnerRaised, call, raised_failure, shrink, short
 
@@ -90,16 +90,9 @@ def _error_name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _int_list(value: Any, what: str) -> list[int]:
-    values = int_values(value)
-    if values is None:
-        raise CaseFailure(f"{what} is {short(value)} ({type(value).__name__}); expected a list of integers")
-    return values
-
-
 def observe(pool: Any) -> dict[str, Any]:
     try:
-        ref_cnt = _int_list(pool.ref_cnt, "pool.ref_cnt")
+        ref_cnt = read_ints(pool.ref_cnt, "pool.ref_cnt")
         nfree = pool.num_free_blocks
     except LearnerRaised as err:
         raise raised_failure(err, "reading the pool") from None
@@ -198,7 +191,7 @@ def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFa
                                hint=_hint(op, "raises", exp_err, got_err, before)), i + 1
         if method == "allocate" and exp_err is None:
             try:
-                got_list = None if got_ret is None else _int_list(got_ret, f"the result of {where}")
+                got_list = None if got_ret is None else read_ints(got_ret, f"the result of {where}")
             except CaseFailure as f:
                 return f, i + 1
             if got_list != exp_ret:

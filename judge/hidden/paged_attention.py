@@ -9,7 +9,6 @@ seq_len changes the result. Tolerance (float32): |got - expected| <= ATOL + RTOL
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,7 +17,7 @@ import torch
 from judge.hidden.support import end_to_end
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, option, raised_failure, shrink
+from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, raised_failure, shrink
 
 CASES = Cases()
 ATOL, RTOL = 1e-5, 1e-5  # float32 against a float64 reference; contexts are at most ~100 keys

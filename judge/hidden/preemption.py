@@ -9,7 +9,6 @@ that request alone, and preemptions must have happened.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded

@@ -6,7 +6,6 @@ write_kv against a copy of the caches in which exactly the expected rows were se
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import torch

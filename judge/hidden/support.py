@@ -17,7 +17,9 @@ import mini_llm
 import torch
 from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
                                      used_blocks_ok)
-from judge.harness import CaseFailure, LearnerRaised, option, raised_failure, rng as seeded, shrink
+from judge.drivers import load_model as load_checkpoint
+from judge.harness import (CaseFailure, LearnerRaised, int_values, option, raised_failure, rng as seeded,  # noqa: F401
+                           short, shrink)
 from judge.remote import _exception, driver
 from solutions import scheduler as ref
 from framework.request import RequestStatus
@@ -293,29 +295,14 @@ def spec_new(rid: str, n_prompt: int, max_tokens: int = 3, arrival: int = 1, fir
 # The model and the independent reference of the end-to-end cases
 
 
-def load_fp32_model(path):
-    """The checkpoint in fp32 on the CPU (the worker has no GPU)."""
-    import torch
-
-    from mini_llm import load_transformer
-
-    return load_transformer(path, dtype=torch.float32, device="cpu")
-
-
-@functools.lru_cache(maxsize=2)
-def _model_at(path: str):
-    return load_fp32_model(path)
-
-
 def load_model():
-    from mini_llm.settings import EMBEDDED_MODEL
-
-    path = str(option("model") or EMBEDDED_MODEL)
+    """The model of the end-to-end cases: the checkpoint given with --model, else the embedded one (fp32, CPU)."""
+    path = option("model")
     try:
-        return _model_at(path)
+        return load_checkpoint(path)
     except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
-        raise CaseFailure(f"could not load the model at {path} (a course setup problem, not your code): {exc}",
-                          kind="error") from None
+        raise CaseFailure(f"could not load the model at {path or 'the embedded checkpoint'} (a course setup "
+                          f"problem, not your code): {exc}", kind="error") from None
 
 
 @functools.lru_cache(maxsize=256)
@@ -345,17 +332,11 @@ def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
 
 def small_model():
     """The checkpoint given with --model, else a small random Qwen3 (GQA, seeded): the check is about layout."""
-    from mini_llm import load_transformer
     from mini_llm.config import Qwen3Config
     from mini_llm.model import Transformer
 
-    path = option("model")
-    if path:
-        try:
-            return load_transformer(path, dtype=torch.float32, device="cpu")
-        except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
-            raise CaseFailure(f"could not load the model at {path} (a setup problem, not your code): {exc}",
-                              kind="error") from None
+    if option("model"):
+        return load_model()
     torch.manual_seed(127)
     cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=16)
@@ -420,17 +401,29 @@ def end_to_end(impl, name: str) -> None:
 # Reading integer lists the learner's code returned (lists, tuples, 1-D integer tensors or arrays)
 
 
-def int_values(value: Any) -> list[int] | None:
-    """The values of a list / tuple / deque / 1-D integer tensor or array; None if it is none of those."""
+def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
+    """The values of a 1-D integer tensor (or, unless tensor_only, a list / tuple / array of integers); a
+    CaseFailure that says what is wrong with anything else."""
     import numpy as np
 
+    values = int_values(value)
+    if values is not None and (not tensor_only or isinstance(value, torch.Tensor)):
+        return values
     if isinstance(value, torch.Tensor):
-        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-            return None
-        return [int(x) for x in value.tolist()]
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise CaseFailure(f"{name} is a {value.dtype} tensor; it must hold integers (torch.long or torch.int32)",
+                              hint="token ids, positions, slots and indices are integers: use dtype=torch.long")
+        raise CaseFailure(f"{name} has shape {tuple(value.shape)}; it must be 1-D",
+                          hint="flatten it: one value per token (or per request)")
+    if tensor_only:
+        extra = " (torch.from_numpy(a) converts a numpy array)" if isinstance(value, np.ndarray) else ""
+        raise CaseFailure(f"{name} is a {type(value).__name__}; it must be a 1-D integer torch tensor{extra}",
+                          hint=f"e.g. torch.tensor(values, dtype=torch.long){extra}")
     if isinstance(value, np.ndarray):
-        return [int(x) for x in value.tolist()] if value.ndim == 1 and np.issubdtype(value.dtype, np.integer) else None
-    if isinstance(value, (list, tuple, deque)) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-                                                       for x in value):
-        return [int(x) for x in value]
-    return None
+        raise CaseFailure(f"{name} is a numpy array of shape {value.shape} and dtype {value.dtype}; it must be 1-D "
+                          "integers")
+    if isinstance(value, (list, tuple, deque)):
+        bad = next(x for x in value if int_values([x]) is None)
+        raise CaseFailure(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
+    raise CaseFailure(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
+                      "integers")
