@@ -286,7 +286,8 @@ def another_process(impl: Any) -> Iterator[Any]:
         path = getattr(impl, "__file__", None) or harness._STATE.get("learner_file")
         ex = harness._STATE.get("exercise")
         if not path or not os.path.isfile(path) or ex is None:
-            raise RuntimeError("no file to load in another process")
+            raise RuntimeError("this case loads your code again in a fresh process, which needs it in a file: grade "
+                               "the file (judge.check(ID, 'path/to/file.py')) rather than objects defined here")
         w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT)
         w.phase = "case"
         msg = w.wait_ready(ex.case_timeout + IMPORT_SLACK, None)
