@@ -11,8 +11,10 @@ Anything else a case raises is reported as an error with the learner's traceback
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import sys
 import reprlib
 import traceback
 from dataclasses import dataclass, field
@@ -263,10 +265,31 @@ class Outcome:
 
 
 def run_case(c: Case, impl: Any) -> Outcome:
-    """Run one case in this process and classify what happened."""
+    """Run one case in this process and classify what happened. With one torch thread, as in the worker
+    (OMP_NUM_THREADS=1): what the grader computes to compare with matches the worker's arithmetic, and small
+    matrices gain nothing from threads."""
     import time
 
-    t0 = time.perf_counter()
+    with _one_torch_thread():
+        return _run_case(c, impl, time.perf_counter())
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    torch = sys.modules.get("torch")
+    saved = torch.get_num_threads() if torch is not None else None
+    if torch is not None:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch is not None:
+            torch.set_num_threads(saved)
+
+
+def _run_case(c: Case, impl: Any, t0: float) -> Outcome:
+    import time
+
     try:
         c.fn(impl)
     except CaseFailure as f:
