@@ -4,8 +4,8 @@
 
 OUT gets the chapters, the practice stubs and statements, framework/, mini_llm/, course/, the public part of the
 judge (its code, drivers, the metadata of the released exercises, and for each of them its public cases recorded
-from the reference: the worked example and a few basic cases, runnable with `python practice/judge.py ID`), the
-README and the package files. References (solutions/) only of the exercises given with --with-solutions. Never
+from the reference: the worked example and a few basic cases, runnable with `python practice/judge.py ID`), a
+README written for students and the package files. References (solutions/) only of the exercises given with --with-solutions. Never
 judge/hidden/, nbgrader/, tests/, docs/instructors.md, nor the instructor's secret seed, which this command
 creates (once) on the instructor's machine so that the random hidden cases differ from anything a student can run.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .registry import ROOT, Exercise, load_exercises
 
-COPIED = ("README.md", "pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course")
+COPIED = ("pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course")
 JUDGE_DIRS = ("drivers",)
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
@@ -29,9 +29,43 @@ def _ids(text: str | None) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()] if text else []
 
 
+def student_readme(released: list[Exercise], with_solutions: list[Exercise]) -> str:
+    """The edition's README: what the copy holds and the commands a student runs (the course's README speaks of
+    the hidden tests, the references and the instructors' tools, which the copy does not have)."""
+    solved = {ex.id for ex in with_solutions}
+    rows = "\n".join(f"| {ex.id} | {ex.title} | `{ex.practice_file}` | `{ex.statement}` |"
+                      + (f" `{ex.reference.replace('.', '/')}.py` |" if ex.id in solved else " |")
+                      for ex in released)
+    return f"""# Build an LLM inference engine from scratch: your copy
+
+The chapters (`chapters/`) build an inference engine piece by piece and explain each one; you write the pieces in
+`practice/`, where each file is a stub with precise docstrings and each exercise has a statement in
+`practice/exercises/`. `framework/` is the engine's plumbing your code builds on, `mini_llm/` the Qwen3 model
+with a tiny embedded checkpoint: everything runs offline on a laptop CPU.
+
+## Set up and open the course
+
+```bash
+python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e . && .venv/bin/jupyter lab chapters/
+```
+
+## Your exercises
+
+| id | exercise | your file | statement | reference given |
+| --- | --- | --- | --- | --- |
+{rows}
+
+Check your work with `.venv/bin/python practice/judge.py ID` (e.g. `{released[0].id if released else 128}`): it runs
+the public cases of the exercise (a worked example and a few basic cases) and ends with `N passed, N failed`.
+Your instructor grades the hidden cases. An exercise that runs on other parts of the engine uses your own
+`practice/` modules for the parts whose reference is not in this copy, and says so.
+"""
+
+
 def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exercise]) -> list[str]:
     """Write the edition into `out` (which must not exist); return its files, relative to out."""
     out.mkdir(parents=True)
+    (out / "README.md").write_text(student_readme(released, with_solutions))
     for name in COPIED:
         src = ROOT / name
         if src.is_dir():

@@ -209,7 +209,8 @@ def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -> CaseFailure:
     exc = err.exc
     if isinstance(exc, NotImplementedError):
-        where = _display_path(_STATE["learner_file"]) if _STATE["learner_file"] else "your practice file"
+        where = "your code" if _STATE.get("learner_display") == "your code" else \
+            _display_path(_STATE["learner_file"]) if _STATE["learner_file"] else "your practice file"
         return CaseFailure(f"not implemented yet: {fn_name} raises NotImplementedError",
                            hint=f"write {fn_name} in {where}", kind="not implemented")
     if isinstance(exc, SystemExit):

@@ -515,7 +515,8 @@ class _Run:
             t0 = time.perf_counter()
             saved = dict(harness._STATE)
             harness._STATE.update(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
-                                  learner_file=self.target.get("impl") or self.ex.practice_file)
+                                  learner_file=self.target.get("impl") or self.ex.practice_file,
+                                  learner_display=self.target.get("display"))
             try:
                 out = harness.run_case(case, RemoteModule(w, None))
             finally:

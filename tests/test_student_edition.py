@@ -32,6 +32,8 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(tmp_path):
     assert {"judge/public/batch_layout.json", "judge/public/block_pool.json", "practice/batch.py",
             "framework/engine.py", "mini_llm/__init__.py"} <= files
     assert not any(f.startswith(("nbgrader/", "tests/")) or f == "docs/instructors.md" for f in files)
+    readme = (out / "README.md").read_text()
+    assert "| 128 |" in readme and "`solutions/block_pool.py`" in readme and "hidden tests" not in readme
     secret = (config / "mini-llm-judge" / "secret_seed").read_text().strip()
     assert len(secret) == 32 and not any(secret in (out / f).read_text(errors="replace") for f in files)
 
