@@ -54,14 +54,16 @@ def _state() -> dict:
 
 
 def _workers() -> set[int]:
-    """Graded processes (isolated workers, and anything they started) alive now."""
+    """Graded processes (isolated workers, and anything they started) of this checkout's venv alive now (not
+    another course's on the same machine)."""
+    mine = "\0".join(sandbox.site_packages()).encode()
     pids = set()
     for pid in os.listdir("/proc"):
         try:
             cmd = (Path("/proc") / pid / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"from judge._worker import main" in cmd and sandbox.COURSE.encode() in cmd:
+        if b"from judge._worker import main" in cmd and sandbox.COURSE.encode() in cmd and mine in cmd:
             pids.add(int(pid))
     return pids
 
