@@ -14,7 +14,7 @@ they ended up), so that a case can see an in-place write, or check that the inpu
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import Any, Callable
 
 from . import wire
 
@@ -55,6 +55,12 @@ class Session:
 
     def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by runner.WorkerProcess
         raise NotImplementedError
+
+    def send(self, msg: dict) -> Callable[[], dict]:
+        """Send a request; the function returned gives its reply. Here at once (runner.WorkerProcess lets the
+        grader work while the worker does)."""
+        reply = self.request(msg)
+        return lambda: reply
 
     epoch = 0  # incremented by every request: snapshots of learner objects are current only in the same epoch
 
@@ -236,16 +242,21 @@ class Driver:
     def __getattr__(self, fn: str) -> Any:
         if fn.startswith("_"):
             raise AttributeError(fn)
+        return lambda *args, **kwargs: self.begin(fn, *args, **kwargs)()
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            reply = self._session.request({"op": "call", "driver": self._name, "attr": fn,
-                                           "args": [_encode_arg(a) for a in args],
-                                           "kwargs": {k: _encode_arg(v) for k, v in kwargs.items()}})
+    def begin(self, fn: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
+        """Start `fn` in the worker; the function returned waits for its answer (the grader works meanwhile)."""
+        wait = self._session.send({"op": "call", "driver": self._name, "attr": fn,
+                                   "args": [_encode_arg(a) for a in args],
+                                   "kwargs": {k: _encode_arg(v) for k, v in kwargs.items()}})
+
+        def answer() -> Any:
+            reply = wait()
             if not reply.get("ok"):
                 raise _exception(reply.get("error") or {})
             return decode(self._session, reply.get("value"))
 
-        return call
+        return answer
 
 
 class LocalDriver:
@@ -259,6 +270,10 @@ class LocalDriver:
     def __getattr__(self, fn: str) -> Any:
         f = getattr(self._module, fn)
         return lambda *args, **kwargs: f(self._impl, *args, **kwargs)
+
+    def begin(self, fn: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
+        value = getattr(self, fn)(*args, **kwargs)
+        return lambda: value
 
 
 def driver(impl: Any, name: str) -> Driver | LocalDriver:

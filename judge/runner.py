@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from . import sandbox, wire
 from .registry import Exercise, get_exercise
@@ -210,15 +210,24 @@ class WorkerProcess(Session):
 
     def request(self, msg: dict) -> dict:
         """Send one request and return its reply (plain data); WorkerLost if the worker is gone."""
+        return self.send(msg)()
+
+    def send(self, msg: dict) -> Callable[[], dict]:
+        """Send one request now; the function returned waits for its reply (the grader works meanwhile)."""
         if self.lost:
             raise WorkerLost(self.lost[1])
         self.next_id += 1
         self.epoch += 1
-        self._write({**msg, "id": self.next_id})
-        while True:
-            reply = self._read_message()
-            if reply.get("t") == "reply" and reply.get("id") == self.next_id:
-                return reply
+        wanted = self.next_id
+        self._write({**msg, "id": wanted})
+
+        def reply() -> dict:
+            while True:
+                answer = self._read_message()
+                if answer.get("t") == "reply" and answer.get("id") == wanted:
+                    return answer
+
+        return reply
 
     def wait_ready(self, import_limit: float, cap: float | None) -> dict:
         """{"t": "ready"} or {"t": "fatal", ...}; WorkerLost if it never gets there."""

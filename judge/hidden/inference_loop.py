@@ -175,9 +175,11 @@ class Engine:
         return reply["request_id"]
 
     def step(self) -> list[dict]:
-        """One learner step, checked; what it returned (plain outputs)."""
-        outs = self.check_step(self.drv.step(self.run))
-        self.match([self.last], [self.twin.step(self.twin_run)], "step")
+        """One learner step, checked; what it returned (plain outputs). The twin steps while the worker does."""
+        pending = self.drv.begin("step", self.run)
+        twin = self.twin.step(self.twin_run)
+        outs = self.check_step(pending())
+        self.match([self.last], [twin], "step")
         return outs
 
     def generate(self, prompts: list[list[int]], params: Any) -> list[dict]:
@@ -187,12 +189,13 @@ class Engine:
             (plain_params(params) if params is not None else None)
         self.params += plist
         text = f"engine.generate({prompts!r}, {params!r})"
-        reply = self.drv.generate(self.run, [list(p) for p in prompts], wire_params)
+        pending = self.drv.begin("generate", self.run, [list(p) for p in prompts], wire_params)
+        twin = self.twin.generate(self.twin_run, [list(p) for p in prompts], wire_params)  # meanwhile
+        reply = pending()
         for record in reply["steps"]:
             self.check_step(record)
         if "error" not in reply:
-            self.match(reply["steps"], self.twin.generate(self.twin_run, [list(p) for p in prompts],
-                                                          wire_params)["steps"], "generate")
+            self.match(reply["steps"], twin["steps"], "generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine.generate", input=text)
         if "outputs" not in reply:
