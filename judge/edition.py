@@ -17,8 +17,10 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from .registry import ROOT, Exercise, load_exercises
+from .remote import Session
 
 COPIED = ("pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course")
 JUDGE_DIRS = ("drivers",)
@@ -27,6 +29,50 @@ IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
 def _ids(text: str | None) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()] if text else []
+
+
+class Recorder(Session):
+    """A session that forwards to a worker running the reference and logs every exchange."""
+
+    def __init__(self, inner: Session) -> None:
+        self.inner, self.log = inner, []
+
+    @property
+    def epoch(self) -> int:  # type: ignore[override]
+        return self.inner.epoch
+
+    def request(self, msg: dict) -> dict:
+        reply = self.inner.request(msg)
+        self.log.append([msg, {k: v for k, v in reply.items() if k not in ("id", "t")}])
+        return reply
+
+
+def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, list]:
+    """{case name: [[request, reference's reply], ...]} for the exercise's public cases (judge/public.py replays
+    them on a student's copy)."""
+    from . import harness
+    from .remote import RemoteModule
+    from .runner import _case_list, _Output, _Run
+
+    out: dict[str, list] = {}
+    every = _case_list(ex, None)
+    wanted = list(ex.public_cases) or [c.name for c in every[:2]]
+    for case in [c for c in every if c.name in wanted]:
+        run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
+                   dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
+        fatal = run.start()
+        if fatal:
+            raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
+        run.worker.set_deadline(600)
+        rec = Recorder(run.worker)
+        try:
+            result = harness.run_case(case, RemoteModule(rec, None))
+        finally:
+            run.stop()
+        if not result.passed:
+            raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")
+        out[case.name] = rec.log
+    return out
 
 
 def student_readme(released: list[Exercise], with_solutions: list[Exercise]) -> str:
@@ -90,7 +136,7 @@ def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exer
     from . import public
 
     for ex in released:
-        cases = public.record(ex)
+        cases = record(ex)
         (judge_out / "public" / public.public_path(ex).name).write_text(
             json.dumps({"exercise": ex.id, "cases": cases}, indent=0))
     (out / "solutions").mkdir()

@@ -1,9 +1,9 @@
 """Public cases: the few cases of each exercise a student can run on their own copy (the student edition).
 
-A public case is recorded on the instructor's side: its case function runs against the reference (in a worker,
-like any graded code), and every request the case sent and every answer the reference gave is written to
-judge/public/<slug>.json. On the student's side the recorded requests are replayed to the student's code and
-each answer is compared with the reference's, as the engine would read it: a tensor, a numpy array, a list or a
+A public case is recorded on the instructor's side (judge/edition.py, `record`): its case function runs against
+the reference (in a worker, like any graded code), and every request the case sent and every answer the reference
+gave is written to judge/public/<slug>.json. On the student's side the recorded requests are replayed to the
+student's code and each answer is compared with the reference's, as the engine would read it: a tensor, a numpy array, a list or a
 tuple of the same numbers are equal (floats within 1e-4 relative and absolute), an object must have each public
 attribute the reference's had, and an exception must be of the same type. No reference and no hidden case is
 needed to replay them.
@@ -25,49 +25,6 @@ TOL = 1e-4
 
 def public_path(ex: Exercise) -> Path:
     return PUBLIC_DIR / f"{ex.slug.replace('-', '_')}.json"
-
-
-class Recorder(Session):
-    """A session that forwards to a worker running the reference and logs every exchange."""
-
-    def __init__(self, inner: Session) -> None:
-        self.inner, self.log = inner, []
-
-    @property
-    def epoch(self) -> int:  # type: ignore[override]
-        return self.inner.epoch
-
-    def request(self, msg: dict) -> dict:
-        reply = self.inner.request(msg)
-        self.log.append([msg, {k: v for k, v in reply.items() if k not in ("id", "t")}])
-        return reply
-
-
-def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, list]:
-    """{case name: [[request, reference's reply], ...]} for the exercise's public cases."""
-    from . import harness
-    from .remote import RemoteModule
-    from .runner import _case_list, _Output, _Run
-
-    out: dict[str, list] = {}
-    every = _case_list(ex, None)
-    wanted = list(ex.public_cases) or [c.name for c in every[:2]]
-    for case in [c for c in every if c.name in wanted]:
-        run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
-                   dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
-        fatal = run.start()
-        if fatal:
-            raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
-        run.worker.set_deadline(600)
-        rec = Recorder(run.worker)
-        try:
-            result = harness.run_case(case, RemoteModule(rec, None))
-        finally:
-            run.stop()
-        if not result.passed:
-            raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")
-        out[case.name] = rec.log
-    return out
 
 
 def load(ex: Exercise) -> dict[str, list] | None:
