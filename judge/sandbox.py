@@ -111,7 +111,8 @@ def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
     args = ["--dir", COURSE]
     for rel in public_files(root):
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
-    refs = [m for m in needed_references(ex) if m not in missing_references(ex, root)]
+    missing = missing_references(ex, root)
+    refs = [m for m in needed_references(ex) if m not in missing]
     if refs:
         args += ["--ro-bind", str(root / "solutions/__init__.py"), f"{COURSE}/solutions/__init__.py"]
     for mod in refs:  # a reference that imports one not bound here (the graded one) gets the practice module

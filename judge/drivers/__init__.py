@@ -17,6 +17,14 @@ def _model_at(path: str):
     return load_transformer(path, dtype=torch.float32, device="cpu")
 
 
+def learner_error(exc: BaseException) -> dict:
+    """The learner's exception as plain data, with their trimmed traceback, for the grader to show."""
+    from judge import harness
+    from judge._worker import _error
+
+    return _error(exc, harness._STATE.get("learner_file"))
+
+
 def load_model(path: str | None = None):
     """The checkpoint at `path`, else the one given with --model, else the embedded model: fp32 on the CPU (the
     worker has no GPU), loaded once per process. The one loader of the judge, grader and worker alike."""

@@ -18,8 +18,8 @@ from typing import Any, Sequence
 from framework.engine import EngineConfig, LLMEngineBase
 from framework.request import Request
 from framework.sampling import SamplingParams
-from judge.drivers import load_model
-from judge.harness import int_values
+from judge.drivers import learner_error, load_model
+from judge.harness import int_values, short
 
 
 class BracketTokenizer:
@@ -49,11 +49,6 @@ def ints(xs: Any) -> list[int]:
     return values
 
 
-def short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + " ..."
-
-
 def plain_item(item: Any) -> dict:
     """A learner's item as plain values: {"item": [token_ids, num_computed, block_table, need_logits]}, or
     {"bad": its repr} when it is not such a 4-tuple."""
@@ -62,13 +57,6 @@ def plain_item(item: Any) -> dict:
         return {"item": [ints(tokens), int(nc), ints(table), bool(need)]}
     except (TypeError, ValueError):
         return {"bad": short(item)}
-
-
-def _error(exc: BaseException) -> dict:
-    from judge import harness
-    from judge._worker import _error as encode_error
-
-    return encode_error(exc, harness._STATE.get("learner_file"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -180,7 +168,7 @@ def _checked_class(learner: type, chunks_first: bool) -> type:
             try:
                 outs = super().step()
             except BaseException as exc:  # noqa: BLE001 - recorded, and raised on into the learner's code
-                record.update(_step_facts(self, n_sched, n_calls), error=_error(exc))
+                record.update(_step_facts(self, n_sched, n_calls), error=learner_error(exc))
                 raise
             record.update(_step_facts(self, n_sched, n_calls), **plain_outputs(outs, self.scheduler.name))
             return outs
@@ -211,7 +199,7 @@ def new_engine(impl: ModuleType, config: dict, eos: int | None, chunks_first: bo
         engine = cls(load_model(), EngineConfig(**config), BracketTokenizer() if tokenizer else None,
                      eos_token_id=eos)
     except BaseException as exc:  # noqa: BLE001
-        return {"error": _error(exc)}
+        return {"error": learner_error(exc)}
     run = Run(engine, step_limit)
     engine._judge_run = run
     return {"run": run}
@@ -221,7 +209,7 @@ def add(impl: ModuleType, run: Run, prompt: list[int], params: dict | None) -> d
     try:
         r = run.engine.add_request(prompt, params_of(params))
     except BaseException as exc:  # noqa: BLE001
-        return {"error": _error(exc)}
+        return {"error": learner_error(exc)}
     return {"request_id": run.engine.scheduler.name(r.request_id)}
 
 
@@ -247,7 +235,7 @@ def generate(impl: ModuleType, run: Run, prompts: list[list[int]], params: Any) 
     try:
         outs = run.engine.generate(prompts, params)
     except BaseException as exc:  # noqa: BLE001
-        out["error"] = _error(exc)
+        out["error"] = learner_error(exc)
     else:
         out.update(plain_outputs(outs, run.engine.scheduler.name))
     out["steps"] = run.records[n:]

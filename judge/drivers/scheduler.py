@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from framework.kv_cache_manager import blocks_needed
+from judge.drivers import learner_error
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
@@ -209,13 +210,6 @@ def graded_scheduler(impl: ModuleType, graded: str) -> type:
     return type("Graded", (Scheduler,), {"preemption": impl})
 
 
-def _error(exc: BaseException) -> dict:
-    from judge import harness
-    from judge._worker import _error as encode_error
-
-    return encode_error(exc, harness._STATE.get("learner_file"))
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # What the grader calls (the learner's module comes first)
 
@@ -235,7 +229,7 @@ def step(impl: ModuleType, world: World, step: int) -> dict[str, Any]:
     try:
         out = world.sched.schedule()
     except BaseException as exc:  # noqa: BLE001 - the learner's exception, for the grader to show
-        return {"before": before, "error": _error(exc)}
+        return {"before": before, "error": learner_error(exc)}
     problem = output_problem(out)
     if problem:
         return {"before": before, "problem": problem}
@@ -244,7 +238,7 @@ def step(impl: ModuleType, world: World, step: int) -> dict[str, Any]:
     try:
         world.update(out.scheduled)
     except BaseException as exc:  # noqa: BLE001
-        return {**result, "error": _error(exc)}
+        return {**result, "error": learner_error(exc)}
     result["blocks"] = blocks(world)
     result["free"] = world.kv.num_free_blocks
     return result
@@ -265,7 +259,7 @@ def call(impl: ModuleType, workload: dict, fn: str, rid: str, n: int, scheduled:
         else:
             ret = impl.allocate_or_preempt(world.sched, world.requests[rid], n, out)
     except BaseException as exc:  # noqa: BLE001
-        return {"error": _error(exc)}
+        return {"error": learner_error(exc)}
     plan, pre = plan_of(out)
     return {"returned": ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200], "plan": plan,
             "preempted": pre, "after": snapshot(world), "blocks": blocks(world)}
@@ -275,12 +269,9 @@ def generate_small_cache(impl: ModuleType, prompts: list[list[int]], max_tokens:
                          model_path: str | None) -> dict[str, Any]:
     """131 end to end: the reference engine with the learner's preemption, on the embedded model, with a KV cache
     too small for every request at once. Returns each request's output tokens and preemptions."""
-    import torch
-
     from judge.drivers import load_model
     from solutions.engine import EngineConfig, LLMEngine
 
-    torch.set_num_threads(1)
     model = load_model(model_path)
 
     class Engine(LLMEngine):
@@ -295,7 +286,7 @@ def generate_small_cache(impl: ModuleType, prompts: list[list[int]], max_tokens:
         try:
             engine.step()
         except BaseException as exc:  # noqa: BLE001
-            return {"error": _error(exc)}
+            return {"error": learner_error(exc)}
     return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
             "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}
 

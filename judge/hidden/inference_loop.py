@@ -132,6 +132,11 @@ def expected_reason(tokens: list[int], params: SamplingParams, eos: int | None, 
     return None
 
 
+def per_prompt(params: Any, n: int) -> list[SamplingParams]:
+    """The SamplingParams of each of n prompts, as generate reads `params` (None, one for all, or one each)."""
+    return list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * n
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The engine under test, in the worker, and the checks of every step it takes
 
@@ -178,26 +183,25 @@ class Engine:
         """One learner step, checked; what it returned (plain outputs). The twin steps while the worker does."""
         pending = self.drv.begin("step", self.run)
         twin = self.twin.step(self.twin_run)
-        outs = self.check_step(pending())
-        self.match([self.last], [twin], "step")
+        record = pending()
+        outs = self.check_step(record)
+        self.match([record], [twin], "step")
         return outs
 
     def generate(self, prompts: list[list[int]], params: Any) -> list[dict]:
         """The learner's generate, every step of it checked; its outputs (one per prompt, checked for shape)."""
-        plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
         wire_params = [plain_params(p) for p in params] if isinstance(params, (list, tuple)) else \
             (plain_params(params) if params is not None else None)
-        self.params += plist
+        self.params += per_prompt(params, len(prompts))
         text = f"engine.generate({prompts!r}, {params!r})"
         pending = self.drv.begin("generate", self.run, [list(p) for p in prompts], wire_params)
         twin = self.twin.generate(self.twin_run, [list(p) for p in prompts], wire_params)  # meanwhile
         reply = pending()
         for record in reply["steps"]:
             self.check_step(record)
-        if "error" not in reply:
-            self.match(reply["steps"], twin["steps"], "generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine.generate", input=text)
+        self.match(reply["steps"], twin["steps"], "generate")
         if "outputs" not in reply:
             if reply.get("returned") == "NoneType":
                 raise CaseFailure("generate returned None", input=text,
@@ -247,7 +251,6 @@ class Engine:
 
     def check_step(self, rec: dict) -> list[dict]:
         k = len(self.log) + 1
-        self.last = rec
         if "limit" in rec:
             raise CaseFailure(f"still running after {rec['limit']} steps: some request never finishes",
                               hint="a request is done when stop_reason(...) returns a reason; then call "
@@ -438,7 +441,7 @@ def run_generate(impl, model, prompts: list[list[int]], params, eos: int | None 
     eos = model.cfg.eos_token_id if eos is None else eos
     engine = Engine(impl, model, eos, tokenizer=tokenizer, step_limit=step_limit, **config)
     outs = engine.generate(prompts, params)
-    plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
+    plist = per_prompt(params, len(prompts))
     text = f"engine.generate({prompts!r}, {params!r}) with EngineConfig({config}), eos_token_id={eos}"
     return engine, outs, check_final(engine, prompts, plist, outs, text)
 
