@@ -1,0 +1,243 @@
+"""Driver of exercise 133 (the online loop): the learner's `AsyncLLM` around the reference engine, on a scripted
+arrival schedule, in one event loop of the worker.
+
+The grader sends a schedule of events (`run_schedule`): add a request and start a consumer reading its stream
+(all of it, or some outputs and then closing the stream or cancelling the consumer), wait until a consumer has
+read some outputs, abort a request, wait for every consumer, stay idle for a while. It receives what happened,
+as plain data: every output of every stream and how each stream ended, every step of the engine (which requests
+it scheduled, whether it failed, which thread ran it, whether it overlapped a call that touched the engine), the
+engine calls and CPU time of the idle periods, and each request's final state and the free blocks. The grader
+checks those facts (judge/hidden/online_loop.py); nothing here decides a verdict. Requests are named by the
+schedule ("a", "b", ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from types import ModuleType
+from typing import Any
+
+from framework.engine import EngineConfig
+from judge.drivers import learner_error, load_model
+from judge.drivers.engine import BracketTokenizer, ints, params_of
+from judge.harness import short
+
+READ_TIMEOUT = 3.0  # seconds a consumer waits for its stream's next output before calling it hung
+
+
+class InjectedFailure(RuntimeError):
+    """What the runner raises at the scheduled forward pass (a failing step)."""
+
+
+def _engine_class(fail_at: int | None) -> type:
+    from solutions.engine import LLMEngine
+    from solutions.model_runner import ModelRunner
+
+    class FailingRunner(ModelRunner):
+        calls = 0
+
+        def execute_model(self, items):
+            self.calls += 1
+            if self.calls == fail_at:
+                raise InjectedFailure(f"injected failure at forward pass {fail_at}")
+            return super().execute_model(items)
+
+    class Recorded(LLMEngine):
+        runner_cls = FailingRunner
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.steps: list[dict] = []
+            self.names: dict[str, str] = {}  # engine request id -> the schedule's name
+            self.next_names: list[str] = []  # the names of the requests the schedule is adding, in order
+            self.in_step, self.step_thread = False, None
+            self.touched_in_step: list[str] = []  # engine calls made while a step ran (in another thread)
+            self.calls = 0  # every engine call the loop made: step, add_request, has_unfinished_requests, ...
+
+        def _touch(self, what: str) -> None:
+            self.calls += 1
+            if self.in_step and threading.get_ident() != self.step_thread:
+                self.touched_in_step.append(what)
+
+        def add_request(self, prompt_token_ids, params=None):
+            self._touch("add_request")
+            request = super().add_request(prompt_token_ids, params)
+            self.names[request.request_id] = self.next_names.pop(0) if self.next_names else request.request_id
+            return request
+
+        def abort_requests(self, requests, reason="abort"):
+            self._touch("abort_requests")
+            return super().abort_requests(requests, reason)
+
+        def has_unfinished_requests(self) -> bool:
+            self._touch("has_unfinished_requests")
+            return super().has_unfinished_requests()
+
+        def step(self):
+            self._touch("step")
+            record = {"thread": threading.get_ident(), "scheduled": [], "failed": False}
+            self.steps.append(record)
+            self.in_step, self.step_thread = True, threading.get_ident()
+            schedule = self.scheduler.schedule
+
+            def recorded_schedule():
+                out = schedule()
+                record["scheduled"] = [self.names.get(s.request.request_id, "?") for s in out.scheduled]
+                return out
+
+            self.scheduler.schedule = recorded_schedule
+            try:
+                return super().step()
+            except BaseException:
+                record["failed"] = True
+                raise
+            finally:
+                del self.scheduler.schedule
+                self.in_step = False
+
+    return Recorded
+
+
+def plain_stream_output(o: Any) -> dict:
+    try:
+        return {"request_id": str(o.request_id), "new_token_ids": ints(o.new_token_ids), "new_text": str(o.new_text),
+                "finished": bool(o.finished), "finish_reason": o.finish_reason,
+                "error": None if o.error is None else str(o.error)}
+    except (AttributeError, TypeError, ValueError):
+        return {"bad": short(o)}
+
+
+class Consumer:
+    """Reads one stream: everything, or `read` outputs and then closes the stream or is cancelled."""
+
+    def __init__(self, engine: Any, stream: Any, read: int | None, close: str | None) -> None:
+        self.engine, self.stream, self.read, self.close = engine, stream, read, close
+        self.outputs: list[dict] = []
+        self.end: str | None = None  # "stopped" (StopAsyncIteration), "hung", "closed", "cancelled", "raised ..."
+        self.closed_at_step: int | None = None  # steps started when the close (or cancel) returned
+        self.progress = asyncio.Event()
+
+    async def next_output(self) -> Any:
+        return await self.stream.__anext__()
+
+    async def run(self) -> None:
+        try:
+            while self.read is None or len(self.outputs) < self.read:
+                try:
+                    output = await asyncio.wait_for(self.next_output(), READ_TIMEOUT)
+                except StopAsyncIteration:
+                    self.end = "stopped"
+                    return
+                except asyncio.TimeoutError:
+                    self.end = "hung"
+                    return
+                self.outputs.append(plain_stream_output(output))
+                self.progress.set()
+            if self.close == "aclose":
+                await self.stream.aclose()
+                self.end = "closed"
+            else:  # cancel the consumer while it waits for the next output
+                while True:
+                    waiting = asyncio.ensure_future(self.next_output())
+                    await asyncio.sleep(0)
+                    if not waiting.done():
+                        break
+                    if waiting.exception() is not None:  # StopAsyncIteration: it ended before it was cancelled
+                        raise waiting.exception()
+                    self.outputs.append(plain_stream_output(waiting.result()))  # it was there already
+                waiting.cancel()
+                await asyncio.gather(waiting, return_exceptions=True)
+                self.end = "cancelled"
+            self.closed_at_step = len(self.engine.steps)
+        except BaseException as exc:  # noqa: BLE001 - the learner's stream raised: reported
+            self.end = f"raised {type(exc).__name__}: {short(str(exc))}"
+        finally:
+            self.progress.set()
+
+    def plain(self) -> dict:
+        names = self.engine.names
+        outputs = [{**o, "request_id": names.get(o["request_id"], o["request_id"])} if "bad" not in o else o
+                   for o in self.outputs]
+        return {"outputs": outputs, "end": self.end, "closed_at_step": self.closed_at_step,
+                "request_id": self.engine.names.get(str(getattr(self.stream, "request_id", None)))}
+
+
+async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
+    llm = impl.AsyncLLM(engine)
+    consumers: dict[str, Consumer] = {}
+    tasks: list[asyncio.Task] = []
+    idle: list[dict] = []
+    aborts: dict[str, int] = {}
+    refused: dict[str, str] = {}
+    loop_thread = threading.get_ident()
+    for event in events:
+        op, name = event["op"], event.get("name")
+        if op == "add":
+            engine.next_names.append(name)
+            try:
+                stream = llm.add_request(event["prompt"], params_of(event.get("params")))
+                if inspect.isawaitable(stream):
+                    stream = await asyncio.wait_for(stream, READ_TIMEOUT)
+            except asyncio.TimeoutError:
+                return {"hung": f"add_request of request {name} did not return within {READ_TIMEOUT} s"}
+            except ValueError as exc:
+                if name in engine.next_names:  # the engine refused it
+                    engine.next_names.remove(name)
+                refused[name] = f"ValueError: {short(str(exc))}"
+                continue
+            consumer = consumers[name] = Consumer(engine, stream, event.get("read"), event.get("close"))
+            tasks.append(asyncio.ensure_future(consumer.run()))
+        elif op == "wait":  # until the consumer has `outputs` outputs, or has ended
+            consumer = consumers[name]
+            deadline = time.monotonic() + READ_TIMEOUT
+            while len(consumer.outputs) < event["outputs"] and consumer.end is None and time.monotonic() < deadline:
+                consumer.progress.clear()
+                try:
+                    await asyncio.wait_for(consumer.progress.wait(), max(deadline - time.monotonic(), 0.01))
+                except asyncio.TimeoutError:
+                    break
+        elif op == "abort":
+            llm.abort(consumers[name].stream.request_id)
+            aborts[name] = len(engine.steps)
+        elif op in ("drain", "idle"):
+            await asyncio.gather(*tasks)
+            if op == "idle":
+                await asyncio.sleep(0.05)  # the step that ended the last stream returns
+                steps, calls, cpu, wall = len(engine.steps), engine.calls, time.process_time(), time.monotonic()
+                await asyncio.sleep(event["seconds"])
+                idle.append({"steps": len(engine.steps) - steps, "calls": engine.calls - calls,
+                             "cpu": time.process_time() - cpu, "wall": time.monotonic() - wall})
+    await asyncio.gather(*tasks)
+    await asyncio.sleep(0.05)
+    shutdown = getattr(llm, "shutdown", None)
+    if shutdown is not None:
+        await asyncio.wait_for(shutdown(), READ_TIMEOUT)
+    return {"streams": {name: c.plain() for name, c in consumers.items()}, "idle": idle, "aborts": aborts,
+            "refused": refused, "loop_thread": loop_thread}
+
+
+def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: int | None = None,
+                 time_limit: float = 30.0) -> dict:
+    """Play `events` on the learner's AsyncLLM around a fresh reference engine (EngineConfig(**config), the
+    bracket tokenizer); the runner raises at forward pass number `fail_at`. What happened, as plain data."""
+    if not isinstance(getattr(impl, "AsyncLLM", None), type):
+        return {"problem": "AsyncLLM must be a class, as in the starter file"}
+    engine = _engine_class(fail_at)(load_model(), EngineConfig(**config), BracketTokenizer())
+    try:
+        played = asyncio.run(asyncio.wait_for(_play(impl, engine, events), time_limit))
+    except asyncio.TimeoutError:
+        played = {"hung": f"the schedule did not end within {time_limit} s"}
+    except BaseException as exc:  # noqa: BLE001
+        played = {"error": learner_error(exc)}
+    loop_thread = played.get("loop_thread")
+    steps = [{"scheduled": s["scheduled"], "failed": s["failed"], "on_loop_thread": s["thread"] == loop_thread}
+             for s in engine.steps]
+    requests = {engine.names.get(r.request_id, r.request_id): {
+        "outputs": list(r.output_token_ids), "finish_reason": r.finish_reason, "finished": r.is_finished,
+        "blocks": len(r.block_table), "error": r.error} for r in engine.requests.values()}
+    return {**played, "steps": steps, "touched_in_step": engine.touched_in_step[:5], "requests": requests,
+            "free": engine.kv_cache_manager.num_free_blocks, "num_blocks": engine.config.num_blocks,
+            "unfinished": bool(engine.scheduler.running or engine.scheduler.waiting)}

@@ -1,0 +1,20 @@
+"""Exercise 133 metadata (see judge/README.md)."""
+from judge.registry import Exercise
+
+EXERCISE = Exercise(
+    id=133,
+    slug="online-loop",
+    title="The online loop: requests arriving at any time, streamed",
+    difficulty="medium",
+    practice_file="practice/async_engine.py",
+    reference="solutions.async_engine",
+    tests="judge.hidden.online_loop",
+    api={"AsyncLLM": ("engine",)},
+    statement="practice/exercises/133-online-loop.md",
+    case_timeout=30.0,
+    # the learner's loop wraps the reference engine
+    worker_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager",
+                       "solutions.model_runner", "solutions.block_pool", "solutions.prefix_cache",
+                       "solutions.preemption", "solutions.batch", "solutions.paged_attention",
+                       "solutions.paged_kv_cache"),
+)

@@ -1,0 +1,363 @@
+"""Hidden tests of exercise 133 (the online loop, AsyncLLM).
+
+The learner's AsyncLLM runs in the worker around the REFERENCE engine, through the public driver
+judge/drivers/async_engine.py, on a scripted arrival schedule: requests added while others decode, aborts,
+consumers that close their stream or are cancelled, a failing forward pass, idle periods. The driver answers with
+what happened (every stream's outputs and how it ended, every step, the idle periods, the engine at the end); the
+checks are here. The independent reference for the tokens is `mini_llm.generate`, each request alone with a
+contiguous KV cache (greedy, fp32 on the CPU), as the offline engine's tokens are checked in exercise 130; a
+stream's text must be the bracket tokenizer's decode of its tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from framework.sampling import SamplingParams
+from judge.drivers.engine import BracketTokenizer, plain_params
+from judge.harness import CaseFailure, Cases, short
+from judge.hidden.support import alone, learner_failure, load_model, random_prompts
+from judge.remote import driver
+
+CASES = Cases()
+CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
+IDLE_CPU_SHARE = 0.25  # of the idle period's wall time; a loop that sleeps on an Event uses about none
+
+
+class Schedule:
+    """A schedule of events for the driver, with each request's prompt and params."""
+
+    def __init__(self, seed: int, **config: Any) -> None:
+        self.model = load_model()
+        self.seed, self.config, self.events, self.requests = seed, {**CONFIG, **config}, [], {}
+
+    def add(self, name: str, length: int, max_tokens: int, read: int | None = None, close: str | None = None,
+            ignore_eos: bool = True, prompt: list[int] | None = None) -> None:
+        prompt = prompt or random_prompts(self.model, self.seed * 100 + len(self.requests), [length])[0]
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
+        self.requests[name] = (prompt, params)
+        self.events.append({"op": "add", "name": name, "prompt": prompt, "params": plain_params(params),
+                            "read": read, "close": close})
+
+    def wait(self, name: str, outputs: int) -> None:
+        self.events.append({"op": "wait", "name": name, "outputs": outputs})
+
+    def abort(self, name: str) -> None:
+        self.events.append({"op": "abort", "name": name})
+
+    def drain(self) -> None:
+        self.events.append({"op": "drain"})
+
+    def idle(self, seconds: float) -> None:
+        self.events.append({"op": "idle", "seconds": seconds})
+
+    def text(self) -> str:
+        """The schedule as the learner can read it."""
+        parts = []
+        for e in self.events:
+            if e["op"] == "add":
+                how = "" if e["read"] is None else f", read {e['read']} output(s) then {e['close']}"
+                params = f", max_tokens={e['params']['max_tokens']}" if e["params"] else ""
+                parts.append(f"add {e['name']} ({short(e['prompt'])}{params}{how})")
+            elif e["op"] == "wait":
+                parts.append(f"wait until {e['name']} has {e['outputs']} output(s)")
+            elif e["op"] == "idle":
+                parts.append(f"wait for every stream, then stay idle {e['seconds']} s")
+            else:
+                parts.append(f"{e['op']} {e.get('name', '')}".strip())
+        return "; ".join(parts) + f" (EngineConfig({self.config}))"
+
+    def run(self, impl, fail_at: int | None = None) -> "Run":
+        reply = driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at)
+        return Run(self, reply, fail_at)
+
+
+class Run:
+    """What the driver reported, and the checks every case makes."""
+
+    def __init__(self, schedule: Schedule, reply: dict, fail_at: int | None) -> None:
+        self.schedule, self.reply, self.fail_at = schedule, reply, fail_at
+        self.input = schedule.text() + (f", forward pass {fail_at} raises" if fail_at else "")
+        if "problem" in reply:
+            raise CaseFailure(reply["problem"], hint="keep `class AsyncLLM:` with the methods of the starter file")
+        if "error" in reply:
+            err = reply["error"]
+            if err.get("memory"):
+                raise MemoryError(err.get("message", ""))
+            raise learner_failure(err, "AsyncLLM", self.input)
+        if "hung" in reply:
+            raise CaseFailure(reply["hung"], input=self.input,
+                              hint="add_request returns as soon as the request is queued; the background task "
+                                   "steps the engine while it has unfinished requests")
+        self.streams, self.steps = reply["streams"], reply["steps"]
+
+    def failed_requests(self) -> set[str]:
+        return {name for s in self.steps if s["failed"] for name in s["scheduled"]}
+
+    def first_step(self, name: str) -> int | None:
+        return next((i for i, s in enumerate(self.steps) if name in s["scheduled"]), None)
+
+    def last_step(self, name: str) -> int | None:
+        found = [i for i, s in enumerate(self.steps) if name in s["scheduled"]]
+        return found[-1] if found else None
+
+    def check(self, aborted: dict[str, str] | None = None) -> None:
+        """Every check that holds for any schedule; `aborted`: request -> how ("abort", "aclose", "cancel")."""
+        aborted = aborted or {}
+        self.check_threads()
+        failed = self.failed_requests()
+        for name, (prompt, params) in self.schedule.requests.items():
+            if name in self.reply["refused"]:
+                raise CaseFailure(f"add_request refused request {name}: {self.reply['refused'][name]}",
+                                  input=self.input)
+            expect = "abort" if name in aborted else "error" if name in failed else "complete"
+            self.check_stream(name, prompt, params, expect, aborted.get(name))
+        if self.reply["unfinished"] or self.reply["free"] != self.reply["num_blocks"]:
+            left = [n for n, r in self.reply["requests"].items() if not r["finished"]]
+            raise CaseFailure(f"after every stream ended, {self.reply['free']} of {self.reply['num_blocks']} blocks "
+                              f"are free and the engine still has unfinished requests {left}", input=self.input,
+                              hint="an aborted request is finished in the engine: "
+                                   "self.engine.abort_requests([request], 'abort') frees its blocks")
+
+    def check_threads(self) -> None:
+        if any(s["on_loop_thread"] for s in self.steps):
+            raise CaseFailure("engine.step() ran on the event loop's thread: while it runs no other coroutine can "
+                              "(new requests, streams, disconnects wait)", input=self.input,
+                              hint="run the step in a worker thread: outputs = await asyncio.to_thread(self.engine."
+                                   "step)")
+        touched = self.reply["touched_in_step"]
+        if touched:
+            raise CaseFailure(f"the engine was called ({', '.join(touched)}) while a step was running in another "
+                              "thread: the scheduler's queues can change under the step", input=self.input,
+                              hint="touch the engine only between steps: add requests and apply aborts when no step "
+                                   "runs (an asyncio.Lock held around the step, or queues the loop drains between "
+                                   "steps)")
+
+    def check_stream(self, name: str, prompt: list[int], params: SamplingParams, expect: str, how: str | None
+                     ) -> None:
+        stream = self.streams[name]
+        outputs = stream["outputs"]
+        where = f"the stream of request {name}"
+        for o in outputs:
+            if "bad" in o:
+                raise CaseFailure(f"{where} yielded {o['bad']}; each item must be a StreamOutput", input=self.input,
+                                  hint="yield framework.async_engine.StreamOutput(request_id, new_token_ids, "
+                                       "new_text, finished, finish_reason, error)")
+        if stream["request_id"] != name:
+            raise CaseFailure(f"{where}: its request_id does not name the engine's request", input=self.input,
+                              hint="stream.request_id is the request_id of the Request that engine.add_request "
+                                   "returned")
+        wrong = [o["request_id"] for o in outputs if o["request_id"] != name]
+        if wrong:
+            raise CaseFailure(f"{where} received outputs of request(s) {sorted(set(wrong))}", input=self.input,
+                              hint="route each RequestOutput by its request_id to that request's stream")
+        tokens = [t for o in outputs for t in o["new_token_ids"]]
+        want = alone(self.schedule.model, prompt, params, self.schedule.model.cfg.eos_token_id)
+        if how in ("aclose", "cancel"):
+            self.check_left_early(name, stream, tokens, want, how)
+            return
+        if stream["end"] != "stopped":
+            ended = "the consumer waited in vain for the next output" if stream["end"] == "hung" else stream["end"]
+            last = "its final output" if outputs and outputs[-1]["finished"] else "any final output"
+            raise CaseFailure(f"{where} never ended ({ended}) after {last}", input=self.input,
+                              hint="every stream ends exactly once: one output with finished=True, then "
+                                   "StopAsyncIteration; after an abort or a failed step too")
+        finals = [i for i, o in enumerate(outputs) if o["finished"]]
+        if finals != [len(outputs) - 1]:
+            raise CaseFailure(f"{where}: outputs {finals} say finished=True; exactly one must, the last",
+                              input=self.input, field="finished", expected=[len(outputs) - 1], got=finals)
+        final = outputs[-1]
+        ended_by_eos = not params.ignore_eos and want[-1] == self.schedule.model.cfg.eos_token_id
+        reason = {"abort": "abort", "error": "error"}.get(expect, "stop" if ended_by_eos else "length")
+        if expect == "complete" and tokens != want:
+            raise CaseFailure(f"{where}: its tokens differ from generating the prompt alone (the offline engine's "
+                              "tokens)", input=self.input, field="new_token_ids, all outputs", expected=want,
+                              got=tokens, hint="each step's new_token_ids go to their own request's stream, once")
+        if expect != "complete" and tokens != want[:len(tokens)]:
+            raise CaseFailure(f"{where}: its tokens are not a prefix of the prompt's tokens generated alone",
+                              input=self.input, expected=want, got=tokens)
+        if final["finish_reason"] != reason:
+            raise CaseFailure(f"{where} ended with finish_reason {final['finish_reason']!r}, expected {reason!r}",
+                              input=self.input, field="finish_reason", expected=reason, got=final["finish_reason"],
+                              hint={"abort": "an aborted request's stream ends with finish_reason 'abort'",
+                                    "error": "a failed step's requests end with finish_reason 'error' and the "
+                                             "error (the StepError names them)"}.get(expect))
+        if expect == "error" and "injected failure" not in str(final["error"]):
+            raise CaseFailure(f"{where}: its final output's error is {final['error']!r}; it must say why the step "
+                              "failed", input=self.input, hint="the Request's .error, or str() of the StepError")
+        text = "".join(o["new_text"] for o in outputs)
+        if text != BracketTokenizer().decode(tokens):
+            raise CaseFailure(f"{where}: the new_text of its outputs, joined, is not the text of its tokens",
+                              input=self.input, expected=BracketTokenizer().decode(tokens), got=short(text),
+                              hint="new_text = text_delta(output.outputs[0].text, characters sent so far, "
+                                   "output.finished)")
+        if expect == "abort":
+            self.check_freed(name, self.reply["aborts"][name], "abort(request_id)")
+
+    def check_left_early(self, name: str, stream: dict, tokens: list[int], want: list[int], how: str) -> None:
+        if stream["end"] not in ("closed", "cancelled"):
+            raise CaseFailure(f"the consumer of request {name} could not leave early: {stream['end']}",
+                              input=self.input)
+        if tokens != want[:len(tokens)]:
+            raise CaseFailure(f"the stream of request {name}: its tokens are not a prefix of the prompt's tokens "
+                              "generated alone", input=self.input, expected=want, got=tokens)
+        self.check_freed(name, stream["closed_at_step"], "await stream.aclose()" if how == "aclose"
+                         else "cancelling the task waiting on the stream")
+
+    def check_freed(self, name: str, at_step: int, what: str) -> None:
+        state = self.reply["requests"][name]
+        if state["finish_reason"] != "abort" or state["blocks"]:
+            raise CaseFailure(f"after {what}, request {name} is {state['finish_reason'] or 'unfinished'} in the "
+                              f"engine and holds {state['blocks']} blocks; it must be finished with reason 'abort' "
+                              "and its blocks freed", input=self.input,
+                              hint="self.engine.abort_requests([request], 'abort') finishes it and frees its blocks "
+                                   "(between steps); a stream that is closed or whose consumer is cancelled aborts "
+                                   "its request")
+        last = self.last_step(name)
+        if last is not None and last > at_step:  # the step running when it returned may still have it
+            raise CaseFailure(f"request {name} was still scheduled at step {last + 1}, after {what} returned at step "
+                              f"{at_step}", input=self.input, hint="apply an abort right after the running step")
+
+
+def prompt_of(schedule: Schedule, name: str) -> list[int]:
+    return schedule.requests[name][0]
+
+
+@CASES("one request streams the offline engine's tokens", timeout=30)
+def _(impl):
+    s = Schedule(1)
+    s.add("a", 7, 9, ignore_eos=False)
+    s.drain()
+    s.run(impl).check()
+
+
+@CASES("a request arriving while another decodes is admitted at once", timeout=30)
+def _(impl):
+    s = Schedule(2)
+    s.add("a", 6, 16)
+    s.wait("a", 3)
+    s.add("b", 9, 6)
+    s.wait("b", 2)
+    s.add("c", 4, 5)
+    s.drain()
+    run = s.run(impl)
+    run.check()
+    first_b, last_a = run.first_step("b"), run.last_step("a")
+    if first_b is None or last_a is None or first_b > last_a:
+        raise CaseFailure(f"request b, added while a was decoding, first ran at step {first_b and first_b + 1} but a "
+                          f"ran until step {last_a and last_a + 1}: the loop took no new request while one ran",
+                          input=run.input, hint="add_request must not wait for the running requests to finish: "
+                                                "the engine admits new requests between any two steps")
+
+
+@CASES("many streams at once: each gets its own tokens", timeout=30)
+def _(impl):
+    s = Schedule(3, max_num_seqs=3, token_budget=16)
+    for i, (n, m) in enumerate([(5, 7), (12, 3), (3, 9), (8, 5), (6, 6), (10, 4)]):
+        s.add("abcdef"[i], n, m)
+    s.drain()
+    s.run(impl).check()
+
+
+@CASES("abort(request_id) ends the stream and frees the blocks", timeout=30)
+def _(impl):
+    s = Schedule(4)
+    s.add("a", 8, 40)
+    s.add("b", 5, 12)
+    s.wait("a", 3)
+    s.abort("a")
+    s.drain()
+    s.add("c", 6, 4)  # after the abort, the loop still serves
+    s.drain()
+    s.run(impl).check(aborted={"a": "abort"})
+
+
+@CASES("a consumer that closes its stream early aborts its request", timeout=30)
+def _(impl):
+    s = Schedule(5)
+    s.add("a", 7, 40, read=3, close="aclose")
+    s.add("b", 6, 10)
+    s.drain()
+    s.run(impl).check(aborted={"a": "aclose"})
+
+
+@CASES("a cancelled consumer aborts its request", timeout=30)
+def _(impl):
+    s = Schedule(6)
+    s.add("a", 7, 40, read=2, close="cancel")
+    s.add("b", 6, 10)
+    s.drain()
+    s.run(impl).check(aborted={"a": "cancel"})
+
+
+@CASES("a failing step ends only its own requests' streams, and the loop goes on", timeout=30)
+def _(impl):
+    s = Schedule(7, max_num_seqs=2)
+    s.add("a", 6, 10)
+    s.add("b", 5, 10)
+    s.add("c", 7, 6)  # waits for a free slot: not in the failing step
+    s.drain()
+    s.add("d", 4, 5)
+    s.drain()
+    run = s.run(impl, fail_at=3)
+    failed = run.failed_requests()
+    if not failed:
+        raise CaseFailure("no step failed: the schedule was meant to fail forward pass 3 (a course bug)",
+                          kind="error")
+    run.check()
+
+
+@CASES("idle: the loop sleeps without stepping or polling, and wakes for the next request", timeout=30)
+def _(impl):
+    s = Schedule(8)
+    s.add("a", 5, 6)
+    s.idle(0.4)
+    s.add("b", 6, 5)
+    s.idle(0.3)
+    run = s.run(impl)
+    for period in run.reply["idle"]:
+        if period["steps"] or period["calls"]:
+            raise CaseFailure(f"with no request to serve, the loop called the engine {period['calls']} times "
+                              f"({period['steps']} steps) in {period['wall']:.2f} s", input=run.input,
+                              hint="when the engine has no unfinished request, wait on an asyncio.Event that "
+                                   "add_request sets: no step, no polling")
+        if period["cpu"] > IDLE_CPU_SHARE * period["wall"]:
+            raise CaseFailure(f"with no request to serve, the process used {period['cpu']:.2f} s of CPU in "
+                              f"{period['wall']:.2f} s: the loop spins", input=run.input,
+                              hint="await an asyncio.Event instead of looping with asyncio.sleep(0)")
+    run.check()
+
+
+@CASES("a refused request raises at add_request; the loop serves on", timeout=30)
+def _(impl):
+    s = Schedule(9)
+    vocab = s.model.cfg.vocab_size
+    s.events.append({"op": "add", "name": "bad", "prompt": [1, vocab + 5], "params": None, "read": None,
+                     "close": None})
+    s.add("a", 6, 5)
+    s.drain()
+    run = s.run(impl)
+    if "bad" not in run.reply["refused"]:
+        raise CaseFailure(f"add_request accepted the prompt [1, {vocab + 5}] (a token outside the vocabulary)",
+                          input=run.input, hint="call self.engine.add_request, which checks the prompt and raises "
+                                                "ValueError, and let the error go up to the caller")
+    run.check()
+
+
+@CASES("a long schedule: arrivals, aborts, closes and a failing step", timeout=45)
+def _(impl):
+    s = Schedule(10, max_num_seqs=3, token_budget=12, num_blocks=40)
+    s.add("a", 9, 20)
+    s.add("b", 14, 40)
+    s.wait("a", 2)
+    s.add("c", 5, 30, read=4, close="aclose")
+    s.add("d", 3, 12)
+    s.wait("d", 2)
+    s.abort("b")
+    s.add("e", 11, 7)
+    s.drain()
+    s.add("f", 6, 6)
+    s.add("g", 4, 6)
+    s.drain()
+    run = s.run(impl, fail_at=40)
+    run.check(aborted={"b": "abort", "c": "aclose"})
