@@ -207,8 +207,9 @@ class Run:
     def check_freed(self, name: str, at_step: int, what: str) -> None:
         state = self.reply["requests"][name]
         if state["finish_reason"] != "abort" or state["blocks"]:
-            raise CaseFailure(f"after {what}, request {name} is {state['finish_reason'] or 'unfinished'} in the "
-                              f"engine and holds {state['blocks']} blocks; it must be finished with reason 'abort' "
+            now = f"finished with reason {state['finish_reason']!r}" if state["finished"] else "unfinished"
+            raise CaseFailure(f"after {what}, request {name} is {now} in the engine and holds {state['blocks']} "
+                              "blocks; it must be finished with reason 'abort' "
                               "and its blocks freed", input=self.input,
                               hint="self.engine.abort_requests([request], 'abort') finishes it and frees its blocks "
                                    "(between steps); a stream that is closed or whose consumer is cancelled aborts "

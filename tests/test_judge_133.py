@@ -1,0 +1,76 @@
+"""Exercise 133 (the online loop): the reference passes in the sandbox, the untouched starter says "not
+implemented yet", every deliberately wrong loop in tests/judge_cases/online_loop/ is rejected with the expected
+diagnosis, and differently written correct ones are accepted. A fixture's `CASES:` line, when it has one, names
+the cases it is graded on (a stream that hangs costs the driver's read timeout in every case)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import judge
+from judge.hidden import online_loop
+from judge.loader import load_file
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES_DIR = Path(__file__).parent / "judge_cases" / "online_loop"
+WRONG = sorted(CASES_DIR.glob("wrong_*.py"))
+RIGHT = sorted(CASES_DIR.glob("right_*.py"))
+
+
+def field_of(path: Path, name: str) -> str | None:
+    found = re.search(rf"{name}: (.+)", path.read_text())
+    return found.group(1).strip() if found else None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """As in the sandbox (OMP_NUM_THREADS=1)."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def test_registered():
+    ex = judge.get_exercise(133)
+    assert ex == judge.get_exercise("online-loop")
+    assert ex.practice_file == "practice/async_engine.py" and ex.reference == "solutions.async_engine"
+    assert (ROOT / ex.statement).is_file()
+    assert len(WRONG) >= 8 and len(RIGHT) >= 2
+    assert "solutions" not in (ROOT / ex.practice_file).read_text().split('"""', 2)[2]
+
+
+def test_reference_passes_in_the_sandbox(model_dir):
+    report = judge.grade(133, reference=True, options={"model": model_dir})
+    assert report.ok, report.text()
+    assert report.text().splitlines()[-1] == f"{len(online_loop.CASES)} passed, 0 failed"
+
+
+def test_untouched_starter_says_not_implemented(model_dir):
+    if "raise NotImplementedError" not in (ROOT / "practice/async_engine.py").read_text():
+        pytest.skip("practice/async_engine.py has been filled in")
+    report = judge.grade(133, options={"model": model_dir})
+    assert report.passed == 0, report.text()
+    assert {r.verdict for r in report.results} == {"not implemented"}, report.text()
+    assert "not implemented yet: AsyncLLM" in report.text()
+
+
+@pytest.mark.parametrize("path", WRONG, ids=lambda p: p.stem)
+def test_wrong_version_is_rejected(path, model_dir):
+    cases = field_of(path, "CASES")
+    report = judge.grade_inprocess(133, load_file(path), cases=[cases] if cases else None,
+                                   options={"model": model_dir})
+    assert report.failed > 0, report.text()
+    assert field_of(path, "EXPECT") in report.text(), report.text()
+    assert all(r.verdict in ("pass", "fail", "error") for r in report.results), report.text()
+
+
+@pytest.mark.parametrize("path", RIGHT, ids=lambda p: p.stem)
+def test_correct_version_is_accepted(path, model_dir):
+    report = judge.grade_inprocess(133, load_file(path), options={"model": model_dir})
+    assert report.ok, report.text()
