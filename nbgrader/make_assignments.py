@@ -65,11 +65,12 @@ def _is_not_implemented(fn: ast.FunctionDef) -> ast.Raise | None:
 def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     """Module-level functions and methods of module-level classes, by qualified name ("Class.method")."""
     found: dict[str, ast.FunctionDef] = {}
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
+        if isinstance(node, functions):
             found[node.name] = node
         elif isinstance(node, ast.ClassDef):
-            found.update({f"{node.name}.{m.name}": m for m in node.body if isinstance(m, ast.FunctionDef)})
+            found.update({f"{node.name}.{m.name}": m for m in node.body if isinstance(m, functions)})
     return found
 
 

@@ -15,13 +15,34 @@ from framework.engine import LLMEngineBase, StepError  # noqa: F401
 from framework.sampling import SamplingParams
 
 
+class RequestStream:
+    """One request's outputs (what `add_request` returns; write it your own way if you prefer): an async iterator
+    of StreamOutput that stops after the final one, with `request_id` and `aclose()`."""
+
+    def __init__(self, request_id: str, llm: AsyncLLM) -> None:
+        raise NotImplementedError("exercise 133: RequestStream is not implemented yet (practice/async_engine.py)")
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> StreamOutput:
+        """The next output; StopAsyncIteration after the final one. Cancelled while waiting: abort the request."""
+        raise NotImplementedError("exercise 133: RequestStream.__anext__ is not implemented yet "
+                                  "(practice/async_engine.py)")
+
+    async def aclose(self) -> None:
+        """The consumer leaves early: abort the request, unless its stream already ended."""
+        raise NotImplementedError("exercise 133: RequestStream.aclose is not implemented yet (practice/async_engine.py)")
+
+
 class AsyncLLM:
     """State you can use: `self.engine` (`add_request(prompt_ids, params)` -> Request, `step()` -> list of
     RequestOutput, raising StepError(.request_ids) when a step fails, `has_unfinished_requests()`,
     `abort_requests([request], "abort")`, `requests[request_id]`)."""
 
     def __init__(self, engine: LLMEngineBase) -> None:
-        self.engine = engine
+        """Keep the engine; set up what the loop needs (the streams by request id, an asyncio.Event, ...)."""
+        raise NotImplementedError("exercise 133: AsyncLLM.__init__ is not implemented yet (practice/async_engine.py)")
 
     async def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None
                           ) -> AsyncIterator[StreamOutput]:

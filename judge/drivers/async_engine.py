@@ -131,7 +131,7 @@ class Consumer:
                 except StopAsyncIteration:
                     self.end = "stopped"
                     return
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     self.end = "hung"
                     return
                 self.outputs.append(plain_stream_output(output))
@@ -181,7 +181,7 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
                 stream = llm.add_request(event["prompt"], params_of(event.get("params")))
                 if inspect.isawaitable(stream):
                     stream = await asyncio.wait_for(stream, READ_TIMEOUT)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return {"hung": f"add_request of request {name} did not return within {READ_TIMEOUT} s"}
             except ValueError as exc:
                 if name in engine.next_names:  # the engine refused it
@@ -197,7 +197,7 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
                 consumer.progress.clear()
                 try:
                     await asyncio.wait_for(consumer.progress.wait(), max(deadline - time.monotonic(), 0.01))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
         elif op == "abort":
             llm.abort(consumers[name].stream.request_id)
@@ -228,7 +228,7 @@ def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: in
     engine = _engine_class(fail_at)(load_model(), EngineConfig(**config), BracketTokenizer())
     try:
         played = asyncio.run(asyncio.wait_for(_play(impl, engine, events), time_limit))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         played = {"hung": f"the schedule did not end within {time_limit} s"}
     except BaseException as exc:  # noqa: BLE001
         played = {"error": learner_error(exc)}

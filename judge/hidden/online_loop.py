@@ -67,7 +67,7 @@ class Schedule:
                 parts.append(f"{e['op']} {e.get('name', '')}".strip())
         return "; ".join(parts) + f" (EngineConfig({self.config}))"
 
-    def run(self, impl, fail_at: int | None = None) -> "Run":
+    def run(self, impl, fail_at: int | None = None) -> Run:
         reply = driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at)
         return Run(self, reply, fail_at)
 

@@ -85,7 +85,7 @@ class AsyncLLM:
             async with self.lock:
                 try:
                     outputs = await asyncio.to_thread(self.engine.step)  # off the event loop's thread
-                except StepError as err:
+                except StepError:
                     pass
                 self.flush_aborts()
             for out in outputs:
