@@ -79,3 +79,29 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(tmp_p
     assert right.splitlines()[-1] == "2 passed, 0 failed", right
     wrong = judge_cli("--impl", str(cases / "wrong_items_after_update.py"), "--unisolated")
     assert wrong.splitlines()[-1] == "0 passed, 2 failed", wrong
+
+
+def test_133_public_cases_replay_on_the_students_copy(tmp_path):
+    """133 released alone: with the engine's modules written (here: the references copied into practice/), the
+    public cases pass a right loop written differently from the reference and reject a wrong one."""
+    out, config = tmp_path / "edition", tmp_path / "config"
+    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "133"], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert not (out / "solutions" / "async_engine.py").exists()
+    for module in ("block_pool", "prefix_cache", "paged_kv_cache", "paged_attention", "batch", "scheduler",
+                   "preemption", "engine", "kv_cache_manager", "model_runner"):
+        (out / "practice" / f"{module}.py").write_text((ROOT / "solutions" / f"{module}.py").read_text())
+
+    def judge_cli(*args: str) -> str:
+        return subprocess.run([sys.executable, "-c", RUN, str(out), "133", *args], capture_output=True, text=True,
+                              cwd=out, env=env, timeout=300).stdout
+
+    assert judge_cli().splitlines()[-1] == "0 passed, 2 failed"
+    cases = ROOT / "tests" / "judge_cases" / "online_loop"
+    right = judge_cli("--impl", str(cases / "right_dedicated_thread.py"), "--unisolated")
+    assert right.splitlines()[-1] == "2 passed, 0 failed", right
+    wrong = judge_cli("--impl", str(cases / "wrong_step_on_loop_thread.py"), "--unisolated")
+    assert wrong.splitlines()[-1] == "0 passed, 2 failed", wrong

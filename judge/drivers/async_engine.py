@@ -232,7 +232,7 @@ def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: in
         played = {"hung": f"the schedule did not end within {time_limit} s"}
     except BaseException as exc:  # noqa: BLE001
         played = {"error": learner_error(exc)}
-    loop_thread = played.get("loop_thread")
+    loop_thread = played.pop("loop_thread", None)
     steps = [{"scheduled": s["scheduled"], "failed": s["failed"], "on_loop_thread": s["thread"] == loop_thread}
              for s in engine.steps]
     requests = {engine.names.get(r.request_id, r.request_id): {
