@@ -169,8 +169,13 @@ def build_engine(impl: str, model: str | None, dtype=None, device=None, **engine
     """(LLM, AsyncLLM) of `impl` ("solutions" or "practice"): LLM(model, dtype, device, **engine_config)."""
     if impl not in ("solutions", "practice"):
         raise ValueError(f"--impl must be solutions or practice, got {impl!r}")
-    llm = importlib.import_module(f"{impl}.engine").LLM(model, dtype=dtype, device=device, **engine_config)
-    return llm, importlib.import_module(f"{impl}.async_engine").AsyncLLM(llm.engine)
+    try:
+        llm = importlib.import_module(f"{impl}.engine").LLM(model, dtype=dtype, device=device, **engine_config)
+        return llm, importlib.import_module(f"{impl}.async_engine").AsyncLLM(llm.engine)
+    except NotImplementedError as error:
+        raise SystemExit(f"--impl {impl}: {error}. Serving your code needs your engine (exercises 125-132) and "
+                         "your online loop (exercise 133); until then, serve the reference (--impl solutions)"
+                         ) from error
 
 
 def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pending: int = 256) -> FastAPI:
