@@ -236,10 +236,11 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
                         metrics.tpot.observe((now - last) / len(out.new_token_ids))
                     last = now
                 gen.num_tokens += len(out.new_token_ids)
-                gen.text += out.new_text
+                text = visible(out.new_text, llm.tokenizer) if out.finished else out.new_text
+                gen.text += text
                 if out.finished:
                     gen.finish_reason, gen.error = out.finish_reason, out.error
-                yield out.new_text
+                yield text
         finally:
             await gen.stream.aclose()
             state.num_pending -= 1
@@ -339,6 +340,13 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def visible(final_text: str, tokenizer: Any) -> str:
+    """The last piece of a request's text as a client sees it: without the end-of-sequence token's text, as
+    vLLM's detokenizer skips special tokens (the engine's own text keeps it, as `LLM.generate` returns it)."""
+    eos = getattr(tokenizer, "eos_token", None)
+    return final_text.removesuffix(eos) if eos else final_text
 
 
 def render_chat(tokenizer: Any, messages: list[ChatMessage]) -> str:

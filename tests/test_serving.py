@@ -17,7 +17,7 @@ import openai
 import pytest
 import torch
 
-from course.serve import build_engine, create_app
+from course.serve import build_engine, create_app, visible
 from framework.sampling import SamplingParams
 from solutions.engine import LLM
 
@@ -68,7 +68,7 @@ def offline():
     def texts(prompts: list[str], max_tokens: int, ignore_eos: bool = False) -> list[str]:
         todo = sorted({p for p in prompts if (p, max_tokens, ignore_eos) not in cache})
         outs = llm.generate(todo, SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)) if todo else []
-        cache.update({(p, max_tokens, ignore_eos): o.outputs[0].text for p, o in zip(todo, outs)})
+        cache.update({(p, max_tokens, ignore_eos): visible(o.outputs[0].text, llm.tokenizer) for p, o in zip(todo, outs)})
         return [cache[p, max_tokens, ignore_eos] for p in prompts]
 
     return texts

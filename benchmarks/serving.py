@@ -1,0 +1,284 @@
+"""Online serving, in the manner of `vllm bench serve`: servers side by side on one seeded workload.
+
+Each system is an OpenAI-compatible server started here on 127.0.0.1, one after the other, on the same model
+folder, dtype and thread count:
+
+  course        python -m course.serve: the online loop (AsyncLLM) around the engine, continuous batching
+  transformers  transformers serve --continuous-batching (needs `pip install accelerate` on the CPU)
+  baseline      python -m course.serve --max-num-seqs 1: the same server one request at a time
+
+For each request rate (Poisson arrivals, or `inf`: all at once), optionally capped at --max-concurrency requests
+in flight, every request is streamed through the openai async client (greedy, max_tokens drawn per request, the
+end-of-sequence token stops it). Reported per system and rate, with vLLM's definitions
+(`calculate_metrics` in vllm/benchmarks/serve.py): TTFT (first text), TPOT ((latency - TTFT) / (output tokens -
+1)), ITL (time between two chunks) and E2E latency, mean, p50 and p99, in ms; request and output-token
+throughput; goodput, the requests per second that meet every SLO of --goodput. The greedy texts must be the same
+on every system (checked; a difference is printed and makes the exit status 1).
+
+    python benchmarks/serving.py                                      # 3 systems, rates 2 8 32, 48 prompts
+    python benchmarks/serving.py --systems course baseline --request-rate 4 inf --num-prompts 32
+    python benchmarks/serving.py --request-rate inf --max-concurrency 8 --goodput ttft:500 tpot:50
+    python benchmarks/serving.py --json results.json                  # every figure, for a plot
+
+The machine may be shared: the figures are noisy; compare systems within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SYSTEMS = ("course", "transformers", "baseline")
+STORY = ("once upon a time there was a little girl named lucy who lived in a quiet forest with her dog and a cat "
+         "one day the sun was warm and they went to play by the river")
+WORDS = STORY.split()
+
+
+@dataclass
+class RequestResult:
+    prompt: str
+    ok: bool = False
+    text: str = ""
+    ttft: float = 0.0
+    latency: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    output_tokens: int = 0
+    error: str = ""
+
+
+def workload(num_prompts: int, seed: int, tokenizer, min_tokens: int, max_tokens: int) -> list[tuple[str, int, int]]:
+    """(prompt, prompt tokens, max_tokens) per request: seeded story-word prompts of 4 to 48 words."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(num_prompts):
+        prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 48))).capitalize()
+        out.append((prompt, len(tokenizer.encode(prompt)), rng.randint(min_tokens, max_tokens)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Servers
+
+
+def server_command(system: str, model: str, port: int, dtype: str, threads: int) -> list[str]:
+    if system == "transformers":
+        return [str(Path(sys.executable).parent / "transformers"), "serve", "--continuous-batching", "--dtype",
+                dtype, "--device", "cpu", "--port", str(port), "--host", "127.0.0.1", model]
+    command = [sys.executable, "-m", "course.serve", "--model", model, "--dtype", dtype, "--threads", str(threads),
+               "--port", str(port), "--served-model-name", model, "--max-pending", "100000"]
+    return command + (["--max-num-seqs", "1"] if system == "baseline" else [])
+
+
+class Server:
+    def __init__(self, system: str, model: str, port: int, dtype: str, threads: int) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   PYTHONPATH=str(ROOT))
+        self.system, self.base = system, f"http://127.0.0.1:{port}"
+        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serving-{system}-{port}.log"
+        self.log = open(log, "w")  # noqa: SIM115 - the server's output, open while it runs
+        self.proc = subprocess.Popen(server_command(system, model, port, dtype, threads), env=env, cwd=ROOT,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.system} server exited ({self.proc.returncode}); see {self.log.name}")
+            try:
+                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.system} server not ready after {timeout} s; see {self.log.name}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The client
+
+
+async def one_request(client, model: str, prompt: str, max_tokens: int, tokenizer) -> RequestResult:
+    result, start = RequestResult(prompt), time.perf_counter()
+    last = None
+    try:
+        stream = await client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True})
+        async for chunk in stream:
+            now = time.perf_counter()
+            text = chunk.choices[0].text if chunk.choices else ""
+            if text:
+                if last is None:
+                    result.ttft = now - start
+                else:
+                    result.itl.append(now - last)
+                last = now
+                result.text += text
+            if chunk.usage is not None:
+                result.output_tokens = chunk.usage.completion_tokens
+        result.latency = time.perf_counter() - start
+        result.output_tokens = result.output_tokens or len(tokenizer.encode(result.text))
+        result.ok = last is not None
+    except Exception as error:  # noqa: BLE001 - a failed request is counted, not fatal
+        result.error = f"{type(error).__name__}: {error}"
+    return result
+
+
+async def run_rate(base: str, model: str, requests: list[tuple[str, int, int]], rate: float,
+                   max_concurrency: int | None, seed: int, tokenizer) -> tuple[list[RequestResult], float]:
+    import openai
+
+    rng = random.Random(seed)
+    limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    async with openai.AsyncOpenAI(base_url=base + "/v1", api_key="-", max_retries=0, timeout=600) as client:
+        async def limited(prompt: str, max_tokens: int) -> RequestResult:
+            if limit is None:
+                return await one_request(client, model, prompt, max_tokens, tokenizer)
+            async with limit:
+                return await one_request(client, model, prompt, max_tokens, tokenizer)
+
+        start, tasks = time.perf_counter(), []
+        for prompt, _, max_tokens in requests:
+            tasks.append(asyncio.ensure_future(limited(prompt, max_tokens)))
+            if not math.isinf(rate):
+                await asyncio.sleep(rng.expovariate(rate))
+        results = await asyncio.gather(*tasks)
+    return results, time.perf_counter() - start
+
+
+def metrics(results: list[RequestResult], requests: list[tuple[str, int, int]], duration: float,
+            goodput: dict[str, float]) -> dict:
+    """vLLM's serving metrics (ms for latencies)."""
+    ok = [(r, n_in) for r, (_, n_in, _) in zip(results, requests) if r.ok]
+    ttft = [r.ttft * 1e3 for r, _ in ok]
+    tpot = [(r.latency - r.ttft) / (r.output_tokens - 1) * 1e3 for r, _ in ok if r.output_tokens > 1]
+    itl = [x * 1e3 for r, _ in ok for x in r.itl]
+    e2e = [r.latency * 1e3 for r, _ in ok]
+    good = sum(1 for r, _ in ok if r.ttft * 1e3 <= goodput.get("ttft", math.inf) and
+               (r.output_tokens <= 1 or (r.latency - r.ttft) / (r.output_tokens - 1) * 1e3 <=
+                goodput.get("tpot", math.inf)) and r.latency * 1e3 <= goodput.get("e2el", math.inf))
+    out = {"completed": len(ok), "failed": len(results) - len(ok), "duration_s": duration,
+           "request_throughput": len(ok) / duration, "goodput": good / duration,
+           "output_throughput": sum(r.output_tokens for r, _ in ok) / duration,
+           "total_token_throughput": sum(r.output_tokens + n for r, n in ok) / duration}
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2e)):
+        v = np.array(values or [math.nan])
+        out.update({f"mean_{name}_ms": float(v.mean()), f"p50_{name}_ms": float(np.percentile(v, 50)),
+                    f"p99_{name}_ms": float(np.percentile(v, 99))})
+    return out
+
+
+def parse_goodput(items: list[str]) -> dict[str, float]:
+    slos = {}
+    for item in items:
+        name, _, value = item.partition(":")
+        if name not in ("ttft", "tpot", "e2el") or not value:
+            raise SystemExit(f"--goodput takes ttft:MS, tpot:MS or e2el:MS, got {item!r}")
+        slos[name] = float(value)
+    return slos
+
+
+def table(rows: list[dict]) -> str:
+    head = ("system", "rate", "done", "req/s", "good/s", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+            "ITL p99", "E2E p99")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        m = r["metrics"]
+        lines.append("| " + " | ".join([r["system"], str(r["rate"]), str(m["completed"]),
+                                        f"{m['request_throughput']:.2f}", f"{m['goodput']:.2f}",
+                                        f"{m['output_throughput']:.0f}"] +
+                                       [f"{m[k]:.0f}" for k in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms",
+                                                                "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms")]) + " |")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """Every system at every rate: the rows (system, rate, metrics, texts) and the mismatches found."""
+    from mini_llm import load_tokenizer
+    from mini_llm.loading import model_path
+
+    model = str(model_path(args.model))
+    tokenizer = load_tokenizer(model)
+    requests = workload(args.num_prompts, args.seed, tokenizer, args.min_tokens, args.max_tokens)
+    slos = parse_goodput(args.goodput)
+    rows, texts = [], {}
+    for i, system in enumerate(args.systems):
+        server = Server(system, model, args.port + i, args.dtype, args.threads)
+        try:
+            server.wait_ready()
+            asyncio.run(run_rate(server.base, model, requests[:2], math.inf, None, args.seed, tokenizer))  # warm
+            for rate in args.request_rate:
+                results, duration = asyncio.run(run_rate(server.base, model, requests, rate, args.max_concurrency,
+                                                         args.seed, tokenizer))
+                rows.append({"system": system, "rate": rate, "metrics": metrics(results, requests, duration, slos),
+                             "errors": sorted({r.error for r in results if r.error})[:3]})
+                texts[system, rate] = [r.text for r in results]
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+        finally:
+            server.stop()
+    mismatches = []
+    first = next(iter(texts), None)
+    for key, got in texts.items():
+        for j, (a, b) in enumerate(zip(texts[first], got)):
+            if a != b:
+                at = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                mismatches.append(f"request {j}: {first} and {key} differ from character {at}: "
+                                  f"{a[max(at - 20, 0):at + 20]!r} vs {b[max(at - 20, 0):at + 20]!r}")
+    return rows, mismatches
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    ap.add_argument("--request-rate", nargs="+", type=float, default=[2.0, 8.0, 32.0],
+                    help="requests per second (Poisson); inf sends them all at once")
+    ap.add_argument("--max-concurrency", type=int, default=None)
+    ap.add_argument("--num-prompts", type=int, default=48)
+    ap.add_argument("--min-tokens", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--goodput", nargs="*", default=["ttft:500", "tpot:50"], metavar="NAME:MS")
+    ap.add_argument("--model", default=None, help="checkpoint folder (default: the embedded model)")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--json", default=None, help="write every figure here")
+    args = ap.parse_args()
+    rows, mismatches = run(args)
+    print(f"\n{args.num_prompts} prompts, seed {args.seed}, {args.dtype}, {args.threads} thread(s), goodput SLOs "
+          f"{' '.join(args.goodput)} (ms)\n" + table(rows))
+    for r in rows:
+        if r["errors"]:
+            print(f"{r['system']} at {r['rate']}: errors {r['errors']}")
+    print("greedy texts identical across systems and rates" if not mismatches else "\n".join(mismatches[:10]))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "mismatches": mismatches},
+                                              indent=1, default=str))
+    sys.exit(1 if mismatches else 0)
+
+
+if __name__ == "__main__":
+    main()
