@@ -647,3 +647,39 @@ def caching_savings(off: Mapping[str, float], on: Mapping[str, float]) -> None:
         ax.set_xlabel(label)
     axes[0].set_ylabel("prefix caching")
     _show(fig)
+
+
+def knee(rows: Sequence[Mapping], factor: float = 10.0) -> float | None:
+    """The lowest request rate at which a system's p99 TTFT exceeds `factor` times its p50 TTFT at the lowest
+    rate measured (its unloaded value); None if it never does. `rows`: one system's, as benchmarks/serving.py
+    writes them."""
+    rows = sorted(rows, key=lambda r: r["rate"])
+    unloaded = rows[0]["metrics"]["p50_ttft_ms"]
+    return next((r["rate"] for r in rows if r["metrics"]["p99_ttft_ms"] > factor * unloaded), None)
+
+
+def serving_curves(rows: Sequence[Mapping], title: str) -> None:
+    """TTFT (p50 solid, p99 dashed) and TPOT p50 against the request rate, one colour per system, its knee
+    dotted. `rows`: benchmarks/serving.py's rows ({"system", "rate", "metrics"})."""
+    fig, axes = _figure(10, 3.2, ncols=2)
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    for i, system in enumerate(systems):
+        mine = sorted((r for r in rows if r["system"] == system), key=lambda r: r["rate"])
+        rates = [r["rate"] if r["rate"] != float("inf") else 2 * max(x["rate"] for x in mine if x["rate"] !=
+                                                                           float("inf")) for r in mine]
+        m = [r["metrics"] for r in mine]
+        axes[0].plot(rates, [x["p50_ttft_ms"] for x in m], "-o", color=color(i), label=f"{system} p50")
+        axes[0].plot(rates, [x["p99_ttft_ms"] for x in m], "--", color=color(i), label=f"{system} p99")
+        axes[1].plot(rates, [x["p50_tpot_ms"] for x in m], "-o", color=color(i), label=system)
+        at = knee(mine)
+        if at is not None:
+            for ax in axes:
+                ax.axvline(at, color=color(i), ls=":", lw=1)
+    for ax, label in zip(axes, ("TTFT, ms", "TPOT p50, ms")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("request rate, requests/s (Poisson)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.suptitle(title + " (dotted: the knee, p99 TTFT above 10x unloaded)", fontsize=10)
+    _show(fig)
