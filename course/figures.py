@@ -650,11 +650,11 @@ def caching_savings(off: Mapping[str, float], on: Mapping[str, float]) -> None:
 
 
 def knee(rows: Sequence[Mapping], factor: float = 10.0) -> float | None:
-    """The lowest request rate at which a system's p99 TTFT exceeds `factor` times its p50 TTFT at the lowest
+    """The lowest request rate at which a system's p99 TTFT exceeds `factor` times its p99 TTFT at the lowest
     rate measured (its unloaded value); None if it never does. `rows`: one system's, as benchmarks/serving.py
     writes them."""
     rows = sorted(rows, key=lambda r: r["rate"])
-    unloaded = rows[0]["metrics"]["p50_ttft_ms"]
+    unloaded = rows[0]["metrics"]["p99_ttft_ms"]
     return next((r["rate"] for r in rows if r["metrics"]["p99_ttft_ms"] > factor * unloaded), None)
 
 
@@ -681,5 +681,5 @@ def serving_curves(rows: Sequence[Mapping], title: str) -> None:
         ax.set_xlabel("request rate, requests/s (Poisson)")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
-    fig.suptitle(title + " (dotted: the knee, p99 TTFT above 10x unloaded)", fontsize=10)
+    fig.suptitle(title + " (dotted: the knee, p99 TTFT above 10x its value at the lowest rate)", fontsize=10)
     _show(fig)
