@@ -20,19 +20,18 @@ class RequestStream:
     of StreamOutput that stops after the final one, with `request_id` and `aclose()`."""
 
     def __init__(self, request_id: str, llm: AsyncLLM) -> None:
-        raise NotImplementedError("exercise 133: RequestStream is not implemented yet (practice/async_engine.py)")
+        raise NotImplementedError("exercise 133: RequestStream is not implemented (practice/async_engine.py)")
 
     def __aiter__(self) -> RequestStream:
         return self
 
     async def __anext__(self) -> StreamOutput:
         """The next output; StopAsyncIteration after the final one. Cancelled while waiting: abort the request."""
-        raise NotImplementedError("exercise 133: RequestStream.__anext__ is not implemented yet "
-                                  "(practice/async_engine.py)")
+        raise NotImplementedError("exercise 133: RequestStream.__anext__ is not implemented (practice/async_engine.py)")
 
     async def aclose(self) -> None:
         """The consumer leaves early: abort the request, unless its stream already ended."""
-        raise NotImplementedError("exercise 133: RequestStream.aclose is not implemented yet (practice/async_engine.py)")
+        raise NotImplementedError("exercise 133: RequestStream.aclose is not implemented (practice/async_engine.py)")
 
 
 class AsyncLLM:
@@ -42,20 +41,20 @@ class AsyncLLM:
 
     def __init__(self, engine: LLMEngineBase) -> None:
         """Keep the engine; set up what the loop needs (the streams by request id, an asyncio.Event, ...)."""
-        raise NotImplementedError("exercise 133: AsyncLLM.__init__ is not implemented yet (practice/async_engine.py)")
+        raise NotImplementedError("exercise 133: AsyncLLM.__init__ is not implemented (practice/async_engine.py)")
 
     async def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None
                           ) -> AsyncIterator[StreamOutput]:
         """Add the request between two steps (`self.engine.add_request`, whose ValueError goes up to the caller),
         start the background loop if it is not running, wake it, and return the request's stream: an async
         iterator of StreamOutput with a `request_id` attribute and an `aclose()` method."""
-        raise NotImplementedError("exercise 133: AsyncLLM.add_request is not implemented yet (practice/async_engine.py)")
+        raise NotImplementedError("exercise 133: AsyncLLM.add_request is not implemented (practice/async_engine.py)")
 
     def abort(self, request_id: str) -> None:
         """Finish the request with reason "abort" and free its blocks, now or right after the running step; its
         stream ends with a final StreamOutput (finished=True, finish_reason="abort")."""
-        raise NotImplementedError("exercise 133: AsyncLLM.abort is not implemented yet (practice/async_engine.py)")
+        raise NotImplementedError("exercise 133: AsyncLLM.abort is not implemented (practice/async_engine.py)")
 
     async def shutdown(self) -> None:
         """Stop the background loop."""
-        raise NotImplementedError("exercise 133: AsyncLLM.shutdown is not implemented yet (practice/async_engine.py)")
+        raise NotImplementedError("exercise 133: AsyncLLM.shutdown is not implemented (practice/async_engine.py)")

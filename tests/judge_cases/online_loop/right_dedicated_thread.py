@@ -1,6 +1,7 @@
 """Correct, written differently: the engine lives in a thread of its own, which alone calls it. The event loop
 sends it commands through a queue.Queue (the thread blocks on it when idle) and gets outputs back with
-call_soon_threadsafe; add_request awaits the thread's answer (the stream, registered before its first output), so a refused prompt raises at the caller."""
+call_soon_threadsafe; add_request awaits the thread's answer (the stream, registered before its first output), so
+a refused prompt raises at the caller."""
 
 import asyncio
 import queue

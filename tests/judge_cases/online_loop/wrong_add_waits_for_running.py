@@ -1,4 +1,5 @@
-"""Wrong: the loop holds its lock until every running request is done, so a request added meanwhile waits for them (static batching).
+"""Wrong: the loop holds its lock until every running request is done, so a request added meanwhile waits for
+them (static batching).
 EXPECT: the loop took no new request while one ran
 """
 
