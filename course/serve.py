@@ -38,6 +38,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict
+from starlette.background import BackgroundTask
 
 from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
@@ -163,6 +164,7 @@ class Generation:
     num_tokens: int = 0
     finish_reason: str | None = None
     error: str | None = None
+    ended: bool = False  # its bookkeeping is done
 
 
 def build_engine(impl: str, model: str | None, dtype=None, device=None, **engine_config) -> tuple[Any, Any]:
@@ -181,6 +183,7 @@ def build_engine(impl: str, model: str | None, dtype=None, device=None, **engine
 def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pending: int = 256) -> FastAPI:
     state = ServerState(llm, async_llm, model_name, max_pending)
     state.metrics = metrics = Metrics(state)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
@@ -242,15 +245,22 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
                     gen.finish_reason, gen.error = out.finish_reason, out.error
                 yield text
         finally:
-            await gen.stream.aclose()
-            state.num_pending -= 1
-            request = llm.engine.requests.get(gen.stream.request_id)
-            if request is not None:
-                metrics.preemptions.inc(request.num_preemptions)
-            metrics.prompt_tokens.inc(gen.num_prompt_tokens)
-            metrics.generation_tokens.inc(gen.num_tokens)
-            metrics.finished.labels(gen.finish_reason or "abort").inc()
-            metrics.e2e.observe(time.perf_counter() - gen.arrival)
+            await end(gen)
+
+    async def end(gen: Generation) -> None:
+        """Once per request, however it ended (also for a stream whose client left before it was read)."""
+        if gen.ended:
+            return
+        gen.ended = True
+        await gen.stream.aclose()
+        state.num_pending -= 1
+        request = llm.engine.requests.get(gen.stream.request_id)
+        if request is not None:
+            metrics.preemptions.inc(request.num_preemptions)
+        metrics.prompt_tokens.inc(gen.num_prompt_tokens)
+        metrics.generation_tokens.inc(gen.num_tokens)
+        metrics.finished.labels(gen.finish_reason or "abort").inc()
+        metrics.e2e.observe(time.perf_counter() - gen.arrival)
 
     def usage(gen: Generation) -> dict:
         return {"prompt_tokens": gen.num_prompt_tokens, "completion_tokens": gen.num_tokens,
@@ -286,7 +296,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
                         yield chunk([], usage=usage(gen))
                 yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
+            return StreamingResponse(events(), media_type="text/event-stream", background=BackgroundTask(end, gen))
 
         async for _ in outputs(gen):
             pass
