@@ -218,11 +218,14 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             metrics.refused.inc()
             raise BadRequest(f"the server is full ({state.num_pending} requests unfinished, at most "
                              f"{state.max_pending}): retry later", None, 429, "rate_limit_error")
+        state.num_pending += 1  # before the await: a burst of requests all waiting there must count
         try:
             stream = await async_llm.add_request(prompt_ids, params)
-        except ValueError as error:
-            raise BadRequest(str(error), "prompt" if "prompt" in str(error) else None) from error
-        state.num_pending += 1
+        except BaseException as error:
+            state.num_pending -= 1
+            if isinstance(error, ValueError):
+                raise BadRequest(str(error), "prompt" if "prompt" in str(error) else None) from error
+            raise
         return Generation(f"{uuid.uuid4().hex[:16]}", stream, len(prompt_ids), time.perf_counter())
 
     async def outputs(gen: Generation) -> AsyncIterator[str]:
