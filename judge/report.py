@@ -74,7 +74,7 @@ class Report:
         for r in self.results:
             r.message = _private(r.message)
             r.details = {k: _private(v) if isinstance(v, str) else v for k, v in r.details.items()}
-        self.fatal = _private(self.fatal) if self.fatal else self.fatal
+        self.target, self.fatal = _private(self.target), _private(self.fatal) if self.fatal else self.fatal
         self.notes = [_private(n) for n in self.notes]
         self.class_grading = True
         return self

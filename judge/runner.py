@@ -169,7 +169,7 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
     if impl is not None and not isinstance(impl, (str, os.PathLike, ModuleType)):
         return grade_inprocess(ex, impl, cases=cases, options=options)
     if isolated and not reference:
-        problem = sandbox.bwrap_problem() or sandbox.install_problem()
+        problem = sandbox.install_problem() or sandbox.bwrap_problem()
         if problem:
             raise IsolationUnavailable(problem)
     t0 = time.monotonic()

@@ -21,7 +21,6 @@ import os
 import selectors
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
