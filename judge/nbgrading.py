@@ -23,6 +23,7 @@ import json
 import os
 import re
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,10 @@ class JudgeAutograde(_Base):
             except IsolationUnavailable as exc:
                 raise RuntimeError(f"refusing to autograde: {exc}. (JUDGE_UNISOLATED=1 grades without bubblewrap, "
                                    "for code you trust.)") from None
+            except Exception:  # noqa: BLE001 - a judge bug: this notebook scores 0 and is still exported
+                traceback.print_exc()  # for the instructor, in nbgrader's log; the feedback names no file of theirs
+                report = Report(ex.id, ex.slug, ex.title, "the submitted notebook")
+                report.fatal = "the judge failed on this submission (a bug of the course, not of your code)"
         graded = {r.name for r in report.results}  # every case gets a result: one not run scores 0
         report.results += [CaseResult(n, False, 0.0, "not run", "not run (JUDGE_CASES)") for n in _case_names(ex)
                            if n not in graded and not report.fatal]

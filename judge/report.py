@@ -46,7 +46,8 @@ class CaseResult:
     name: str
     passed: bool
     seconds: float = 0.0
-    verdict: str = "pass"  # pass | fail | error | not implemented | exit | memory | timeout | crash | output | not run
+    verdict: str = "pass"  # pass | fail | error | not implemented | exit | memory | timeout | crash | output | protocol
+    # | grader memory | not run
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 

@@ -226,7 +226,7 @@ class _Run:
         self.worker: WorkerProcess | None = None
         self.ready = False
         self.capped = 0
-        self.ceiling = memory_ceiling()  # the grader's memory budget for this submission
+        self.ceiling: int | None = None  # the grader's memory budget for this submission, from its first start
 
     def spawn(self) -> None:
         """Start a worker (it imports while the grader goes on)."""
@@ -239,6 +239,9 @@ class _Run:
         if self.worker is None:
             self.spawn()
         w = self.worker
+        if self.ceiling is None:  # the cases are imported by now: the budget counts what the submission causes
+            self.ceiling = memory_ceiling()
+        w.ceiling = self.ceiling
         try:
             msg = w.wait_ready(self.time_limit or self.ex.case_timeout, self.cap)
         except WorkerLost:

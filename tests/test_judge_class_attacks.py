@@ -5,8 +5,10 @@ part earns) and two honest ones, one graded right after the memory bomb. They ar
 the CLI (`--impl DIR --csv`, isolated, the grader under a 2 GB address-space limit), on four cases with short
 limits: each submission gets a row and scores no more than its honest part, the honest ones full marks, the run
 ends within the caps, every report is within its size cap, printable (no terminal control character) and free of
-any line of the reference and of the hidden inputs the recording submission printed. Also: the grader's memory
-budget stops a submission and the next one starts clean; a non-editable install is refused before anything runs.
+any line of the reference and of the hidden inputs the recording submission printed. The attacks on nbgrader's
+side go through `nbgrader autograde` with a 2 GB limit too: each exported with its honest part, the feedback
+bounded. Also: the grader's memory budget stops a submission and the next one starts clean; a non-editable install
+is refused before anything runs.
 
 The CLI part needs bubblewrap; it is skipped, saying so, only where it cannot run (CI installs it).
 """
@@ -95,6 +97,64 @@ def test_reports_are_bounded_printable_and_carry_no_answer(graded):
     dumped = reports["records_and_dumps_inputs"]
     assert dumped.count("<<INPUT") <= report.TEXT_LIMIT // 40  # only the capped message of its failing case
     assert "\\x1b[2J" in reports["escape_codes"]
+
+
+@pytest.fixture(scope="module")
+def autograded(tmp_path_factory) -> tuple[Path, float]:
+    """The same class as notebooks, through `nbgrader autograde` with a 2 GB limit: (course folder, seconds)."""
+    import nbformat
+
+    spec = __import__("importlib.util").util.spec_from_file_location("gen", ROOT / "nbgrader" / "make_assignments.py")
+    gen = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    course = tmp_path_factory.mktemp("class24nb")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               PYTHONPATH=str(ROOT), JUDGE_CASES=",".join(CASES), JUDGE_TIMEOUT=str(TIMEOUT),
+               JUDGE_TOTAL_TIMEOUT=str(TOTAL_TIMEOUT), JUDGE_MEMORY_MB="1024", NBGRADER_KERNEL_MEMORY_MB="2048",
+               NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
+    gen.write_course(course, [128])
+    nbg = [os.path.join(os.path.dirname(sys.executable), "nbgrader")]
+    run = subprocess.run([*nbg, "generate_assignment", NAME], cwd=course, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    released = nbformat.read(course / "release" / NAME / f"{NAME}.ipynb", as_version=4)
+    for p in (ATTACKS / f"{s}.py" for s in NOTEBOOK_CLASS):
+        nb = nbformat.from_dict(released)
+        next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "solution").source = \
+            p.read_text()
+        path = course / "submitted" / p.stem / NAME / f"{NAME}.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path)
+    t0 = time.monotonic()
+    run = subprocess.run([*nbg, "autograde", NAME], cwd=course, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return course, time.monotonic() - t0
+
+
+NAME = "ex128-batch-layout"
+# The attacks on nbgrader's side (the export, the feedback's size and content, its process's memory), to stay fast
+NOTEBOOK_CLASS = ("megabyte_exception", "memory_bomb", "memory_bomb_then_honest", "pipe_garbage_at_import",
+                  "records_and_dumps_inputs")
+
+
+@needs_bwrap
+def test_nbgrader_grades_and_exports_every_submission_within_its_caps(autograded):
+    import nbformat
+    from nbgrader.api import Gradebook
+
+    course, seconds = autograded
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        scores = {s: gb.find_submission(NAME, s).score for s in NOTEBOOK_CLASS}
+    assert scores == {s: float(HONEST_PART[s]) for s in NOTEBOOK_CLASS}, scores
+    assert seconds < len(NOTEBOOK_CLASS) * (TOTAL_TIMEOUT + 30), seconds
+    reference = {ln.strip() for ln in (ROOT / "solutions" / "batch.py").read_text().splitlines()
+                 if len(ln.strip()) > 25}
+    for student in NOTEBOOK_CLASS:
+        nb = nbformat.read(course / "autograded" / student / NAME / f"{NAME}.ipynb", as_version=4)
+        shown = "".join(o.get("text", "") + "".join(o.get("traceback", [])) + o.get("evalue", "")
+                        for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        assert len(shown) <= report.REPORT_LIMIT + len(CASES) * (report.TEXT_LIMIT + 2000), (student, len(shown))
+        assert not [ln for ln in reference if ln in shown], student
+        assert "<<INPUT" not in shown or shown.count("<<INPUT") <= report.TEXT_LIMIT // 40, student
 
 
 def test_the_grader_memory_budget_ends_a_submission_and_the_next_starts_clean(monkeypatch):
