@@ -144,7 +144,8 @@ class Report:
             lines.append(f"note: {clean(note)}")
         text = "\n".join(lines)
         if len(text) > REPORT_LIMIT:
-            text = text[:text.rfind("\n", 0, REPORT_LIMIT)] + f"\n[... the report is cut at {REPORT_LIMIT} characters]"
+            end = text.rfind("\n", 0, REPORT_LIMIT)
+            text = text[:end if end > 0 else REPORT_LIMIT] + f"\n[... the report is cut at {REPORT_LIMIT} characters]"
         return text + ("\n" + self.summary() if summary else "")
 
 
