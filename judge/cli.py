@@ -135,7 +135,7 @@ def cmd_list(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a terminated grader still stops its worker, cleans up
+    signal.signal(signal.SIGTERM, _interrupt)  # a terminated grader still stops its worker and cleans up
     args = _parser().parse_args(argv)
     words = list(args.words)
     if not words:
@@ -190,10 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if failed == 0 and passed > 0 else 1
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt  # the one exception the judge lets through a case (SystemExit would be a verdict)
+
+
 def run(argv: list[str] | None = None) -> int:
-    """main() that exits quietly when the output is closed early (e.g. `| head`)."""
+    """main() that exits quietly when the output is closed early (e.g. `| head`) or the grader is interrupted."""
     try:
         return main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -187,3 +187,34 @@ def test_hidden_cases_in_site_packages_are_refused_too(tmp_path, monkeypatch):
     assert str(tmp_path / "judge" / "hidden") in sandbox.install_problem()
     monkeypatch.setattr(sandbox, "site_packages", lambda: [str(tmp_path / "nothing")])
     assert sandbox.install_problem() is None
+
+
+def _start_grading_a_loop(tmp: Path) -> tuple[subprocess.Popen, list[Path]]:
+    """The CLI grading a submission that loops at import, and its temporary folders once they exist."""
+    loop = tmp / "loop.py"
+    loop.write_text("while True:\n    pass\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "practice" / "judge.py"), "128", "--impl", str(loop),
+                             "--timeout", "60", "--case", "single prefill"], env=env, cwd=tmp,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list(tmp.glob(f"judge-{proc.pid}-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return proc, list(tmp.glob(f"judge-{proc.pid}-*"))
+
+
+@needs_bwrap
+def test_temporary_folders_are_private_and_removed_when_the_grader_is_stopped_or_killed(tmp_path, monkeypatch):
+    proc, folders = _start_grading_a_loop(tmp_path)
+    assert folders and all(f.stat().st_mode & 0o777 == 0o700 for f in folders)
+    proc.terminate()
+    assert proc.wait(timeout=60) == 130
+    assert not list(tmp_path.glob("judge-*"))
+    proc, folders = _start_grading_a_loop(tmp_path)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert folders and all(f.exists() for f in folders)  # nothing ran after SIGKILL ...
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    sandbox._sweep_once.cache_clear()
+    sandbox.remove_tmp(sandbox.private_tmp("next"))  # ... the next grader's first folder sweeps them
+    assert not list(tmp_path.glob("judge-*"))
