@@ -3,8 +3,9 @@
 A report is bounded whatever the graded code does: each string of a case (its message and each detail: the
 learner's exception and traceback, the repr of what it returned) is cut to TEXT_LIMIT characters, terminal control
 characters are escaped (a report cannot clear a screen or draw a fake summary), and the whole text is cut to
-REPORT_LIMIT characters. A class-grading report (`for_class`) also shows no path of the grader's machine and none of
-the learner's printed output, which could carry the hidden inputs their code was given.
+REPORT_LIMIT characters. A class-grading report (`for_class`) also shows no path of the grader's machine, no
+traceback frame of the course's files or of a reference, and none of the learner's printed output, which could
+carry the hidden inputs their code was given.
 """
 
 from __future__ import annotations
@@ -29,6 +30,27 @@ def clean(text: Any, limit: int = TEXT_LIMIT) -> str:
         return shown
     cut = f" [... cut at {limit} characters]"
     return shown[:limit - len(cut)] + cut
+
+
+_FRAME = re.compile(r'  File "(?P<path>[^"]*)", line')
+
+
+def _public_frames(traceback: str) -> str:
+    """A traceback without the frames (file, line and source) of the grader's own files or of a reference in the
+    sandbox: their source lines are not the student's to see."""
+    from .registry import ROOT
+
+    hidden = (str(ROOT) + os.sep, "/course/solutions/")
+    out, skipping = [], False
+    for line in traceback.splitlines():
+        m = _FRAME.match(line)
+        if m:
+            skipping = m["path"].startswith(hidden)
+            out += ["  (a frame of the course)"] if skipping else [line]
+        elif not (skipping and line.startswith("    ")):
+            skipping = False
+            out.append(line)
+    return "\n".join(out)
 
 
 def _private(text: str) -> str:
@@ -74,6 +96,8 @@ class Report:
         """This report as a class sees it: no path of the grader's machine, no printed output in `text()`."""
         for r in self.results:
             r.message = _private(r.message)
+            if isinstance(r.details.get("traceback"), str):
+                r.details["traceback"] = _public_frames(r.details["traceback"])
             r.details = {k: _private(v) if isinstance(v, str) else v for k, v in r.details.items()}
         self.target, self.fatal = _private(self.target), _private(self.fatal) if self.fatal else self.fatal
         self.notes = [_private(n) for n in self.notes]

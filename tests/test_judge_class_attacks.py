@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import judge
-from judge import cli, report, sandbox, worker_process
+from judge import cli, report, sandbox, wire, worker_process
 from judge.runner import IsolationUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,3 +218,31 @@ def test_temporary_folders_are_private_and_removed_when_the_grader_is_stopped_or
     sandbox._sweep_once.cache_clear()
     sandbox.remove_tmp(sandbox.private_tmp("next"))  # ... the next grader's first folder sweeps them
     assert not list(tmp_path.glob("judge-*"))
+
+
+@pytest.mark.parametrize("line", [b"[" * 200_000, b'{"t": "' + b"x" * (9 << 20) + b'"}', b"[1, 2]"],
+                         ids=["nesting", "size", "not an object"])
+def test_a_message_past_the_wire_limits_is_a_wire_error(line):
+    with pytest.raises(wire.WireError):
+        wire.loads(line)
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("value", [{"__tensor__": "float32", "shape": [-1], "data": "AAAA"},
+                                   {"__int__": "9" * 10_000}, {"__dict__": [[[1], 2]]}, {"__handle__": "x"},
+                                   {"__tuple__": 5}, _nested(wire.MAX_NESTING + 2)],
+                         ids=["tensor shape", "int digits", "unhashable key", "handle", "tuple", "nesting"])
+def test_a_malformed_value_is_a_wire_error(value):
+    with pytest.raises(wire.WireError):
+        wire.decode(value, lambda d: int(d["__handle__"]))
+
+
+def test_exception_records_are_received_bounded():
+    rec = wire.received_error({"type": "E" * 10**6, "module": ["x"], "message": "m" * 10**6, "traceback": 5})
+    assert rec["type"] == "LearnerError" and len(rec["message"]) < 2 * wire.TEXT_LIMIT and "traceback" not in rec
