@@ -22,7 +22,7 @@ from typing import Any, Callable
 MAX_DEPTH = 12  # containers nested in a value the encoder sends
 MAX_NESTING = 2 * MAX_DEPTH  # ... and that the decoder accepts (a learner object's snapshot adds its own levels)
 MAX_MESSAGE = 8 << 20  # bytes in one message the grader receives (a line of JSON)
-TEXT_LIMIT = 2000  # characters kept of an exception's message and of its traceback
+TEXT_LIMIT = 2000  # characters kept of an exception's message, and of its traceback
 NAME_LIMIT = 100  # characters of an exception's type name (a longer or odd one is received as "LearnerError")
 
 
@@ -219,7 +219,7 @@ def error_record(exc: BaseException, traceback: str | None) -> dict:
     if isinstance(exc, SystemExit):
         rec["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else _cut(exc.code)
     if traceback is not None:
-        rec["traceback"] = _cut(traceback, 2 * TEXT_LIMIT)
+        rec["traceback"] = _cut(traceback)
     return rec
 
 
@@ -233,5 +233,5 @@ def received_error(rec: dict) -> dict:
            "code": code if isinstance(code, (int, type(None))) and not isinstance(code, bool) else _cut(code, 200),
            "memory": rec.get("memory") is True}
     if isinstance(rec.get("traceback"), str):
-        out["traceback"] = _cut(rec["traceback"], 2 * TEXT_LIMIT)
+        out["traceback"] = _cut(rec["traceback"])
     return out
