@@ -207,7 +207,8 @@ def reply_problem(msg: dict) -> str | None:
 
 # -- exceptions: the worker sends a record (`error_record`), the grader receives it (`received_error`)
 
-def _cut(text: Any, limit: int = TEXT_LIMIT) -> str:
+def cut(text: Any, limit: int = TEXT_LIMIT) -> str:
+    """`text` as a string of at most `limit` characters, and a note of how many were cut."""
     text = str(text)
     return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} characters cut]"
 
@@ -215,11 +216,11 @@ def _cut(text: Any, limit: int = TEXT_LIMIT) -> str:
 def error_record(exc: BaseException, traceback: str | None) -> dict:
     """What the worker sends of an exception the learner's code raised: its type's name and module, its message
     and the trimmed traceback, both cut to TEXT_LIMIT, the exit code of a SystemExit."""
-    rec: dict[str, Any] = {"type": type(exc).__name__, "module": type(exc).__module__, "message": _cut(exc)}
+    rec: dict[str, Any] = {"type": type(exc).__name__, "module": type(exc).__module__, "message": cut(exc)}
     if isinstance(exc, SystemExit):
-        rec["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else _cut(exc.code)
+        rec["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else cut(exc.code)
     if traceback is not None:
-        rec["traceback"] = _cut(traceback)
+        rec["traceback"] = cut(traceback)
     return rec
 
 
@@ -229,9 +230,9 @@ def received_error(rec: dict) -> dict:
     name = rec.get("type")
     name = name if isinstance(name, str) and name.isidentifier() and len(name) <= NAME_LIMIT else "LearnerError"
     code = rec.get("code")
-    out = {"type": name, "module": _cut(rec.get("module"), NAME_LIMIT), "message": _cut(rec.get("message", "")),
-           "code": code if isinstance(code, (int, type(None))) and not isinstance(code, bool) else _cut(code, 200),
+    out = {"type": name, "module": cut(rec.get("module"), NAME_LIMIT), "message": cut(rec.get("message", "")),
+           "code": code if isinstance(code, (int, type(None))) and not isinstance(code, bool) else cut(code, 200),
            "memory": rec.get("memory") is True}
     if isinstance(rec.get("traceback"), str):
-        out["traceback"] = _cut(rec["traceback"])
+        out["traceback"] = cut(rec["traceback"])
     return out

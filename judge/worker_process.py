@@ -178,7 +178,7 @@ class WorkerProcess(Session):
         if msg.get("t") not in ("ready", "fatal"):
             raise self.violation(f"a message while your module was being imported ({_describe(msg)})")
         if msg["t"] == "fatal":
-            msg["message"] = wire.received_error({"message": msg.get("message")})["message"]
+            msg["message"] = wire.cut(msg.get("message"))
         return msg
 
     def violation(self, what: str) -> WorkerLost:
