@@ -132,8 +132,7 @@ def autograded(tmp_path_factory) -> tuple[Path, float]:
 
 NAME = "ex128-batch-layout"
 # The attacks on nbgrader's side (the export, the feedback's size and content, its process's memory), to stay fast
-NOTEBOOK_CLASS = ("megabyte_exception", "memory_bomb", "memory_bomb_then_honest", "pipe_garbage_at_import",
-                  "records_and_dumps_inputs")
+NOTEBOOK_CLASS = ("megabyte_exception", "memory_bomb", "memory_bomb_then_honest", "pipe_garbage_at_import")
 
 
 @needs_bwrap
