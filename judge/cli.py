@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import os
+import signal
 import sys
+import traceback
 from pathlib import Path
 
 from . import cache, sandbox
 from .registry import Exercise, get_exercise, load_exercises
-from .report import Report
+from .report import CaseResult, Report
 from .runner import IsolationUnavailable, grade
 
 USAGE = """\
@@ -51,12 +54,21 @@ def _grade_one(ex: Exercise, args, impl: Path | None, isolated: bool = False) ->
                        cases=cases, options=options, isolated=isolated, total_limit=args.total_timeout)
     except IsolationUnavailable:
         raise
-    except Exception as exc:  # noqa: BLE001 - a judge bug must not stop the grading of the others
-        report = Report(ex.id, ex.slug, ex.title, str(impl or ex.practice_file))
-        report.fatal = f"the judge failed on this submission (a course bug; it scores 0): {type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a judge bug must not stop the grading of the others
+        traceback.print_exc()  # for the instructor, on stderr; the report names no file of theirs
+        report = Report(ex.id, ex.slug, ex.title, impl.name if impl else ex.practice_file)
+        report.fatal = "the judge failed on this submission (a bug of the course, not of your code; it scores 0)"
+        report.results = [CaseResult(name, False, 0.0, "not run", "not run: see above") for name in _case_names(ex)]
     if not args.reference and not args.case and report.results and not isolated:
         cache.save(ex, impl or ex.practice_path, report)
     return report
+
+
+def _case_names(ex: Exercise) -> list[str]:
+    try:
+        return importlib.import_module(ex.tests).CASES.names()
+    except Exception:  # noqa: BLE001 - the hidden cases themselves do not load: one row of one case
+        return ["all cases"]
 
 
 def submissions(ex: Exercise, folder: Path) -> list[tuple[str, Path]]:
@@ -75,6 +87,9 @@ def isolation_problem(args) -> str | None:
     """Why this command may not run: grading a class (--impl, --csv) unisolated needs --unisolated."""
     if not (args.impl or args.csv) or args.unisolated or args.reference:
         return None
+    problem = sandbox.install_problem()
+    if problem:
+        return problem
     problem = sandbox.bwrap_problem()
     if problem is None:
         return None
@@ -120,6 +135,7 @@ def cmd_list(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # a terminated grader still stops its worker and cleans up
     args = _parser().parse_args(argv)
     words = list(args.words)
     if not words:
@@ -174,10 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if failed == 0 and passed > 0 else 1
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt  # the one exception the judge lets through a case (SystemExit would be a verdict)
+
+
 def run(argv: list[str] | None = None) -> int:
-    """main() that exits quietly when the output is closed early (e.g. `| head`)."""
+    """main() that exits quietly when the output is closed early (e.g. `| head`) or the grader is interrupted."""
     try:
         return main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -23,11 +23,12 @@ import json
 import os
 import re
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
 from .registry import get_exercise
-from .report import CaseResult, Report
+from .report import CaseResult, Report, clean
 
 REPORT_ENV = "JUDGE_NOTEBOOK_REPORT"
 HIDDEN_NOTE = "a hidden test case: graded after you submit"
@@ -66,11 +67,11 @@ def case_check(report: Report, name: str) -> None:
     found = [r for r in report.results if r.name == name]
     if not found:
         if report.fatal:
-            raise AssertionError(report.fatal)
+            raise AssertionError(clean(report.fatal))
         print(HIDDEN_NOTE)
         return
-    if not found[0].passed:
-        raise AssertionError(f"[{found[0].verdict}] {found[0].message}\n{found[0].details or ''}")
+    if not found[0].passed:  # the details are in the judge cell's report (bounded once there)
+        raise AssertionError(f"[{found[0].verdict}] {found[0].message}\n(the judge's report above says more)")
 
 
 TRUSTED_JUDGE_CELL = """\
@@ -116,12 +117,16 @@ class JudgeAutograde(_Base):
             try:
                 report = grade(ex, source=solutions[0].source, isolated=isolated, **options_from_env())
             except IsolationUnavailable as exc:
-                raise RuntimeError(f"refusing to autograde unisolated: {exc}. Install bubblewrap, or set "
-                                   "JUDGE_UNISOLATED=1 to grade code you trust.") from None
+                raise RuntimeError(f"refusing to autograde: {exc}. (JUDGE_UNISOLATED=1 grades without bubblewrap, "
+                                   "for code you trust.)") from None
+            except Exception:  # noqa: BLE001 - a judge bug: this notebook scores 0 and is still exported
+                traceback.print_exc()  # for the instructor, in nbgrader's log; the feedback names no file of theirs
+                report = Report(ex.id, ex.slug, ex.title, "the submitted notebook")
+                report.fatal = "the judge failed on this submission (a bug of the course, not of your code)"
         graded = {r.name for r in report.results}  # every case gets a result: one not run scores 0
         report.results += [CaseResult(n, False, 0.0, "not run", "not run (JUDGE_CASES)") for n in _case_names(ex)
                            if n not in graded and not report.fatal]
-        fd, path = tempfile.mkstemp(prefix="judge-report-", suffix=".json")
+        fd, path = tempfile.mkstemp(prefix=f"judge-{os.getpid()}-report-", suffix=".json")  # swept if killed
         with os.fdopen(fd, "w") as f:
             json.dump(report.to_dict(), f)
         os.environ[REPORT_ENV] = path

@@ -28,7 +28,24 @@ class LearnerError(Exception):
 
 
 _KNOWN_MODULES = ("builtins", "framework.errors")
+# Classes made for names the worker sends: at most _MAX_CLASSES each, dropped after every submission (`forget`).
+_MAX_CLASSES = 256
 _classes: dict[str, type] = {}
+
+
+def _named_class(cache: dict[str, type], name: str, base: type, ns: dict) -> type:
+    cls = cache.get(name)
+    if cls is None:
+        cls = type(name, (base,), ns)
+        if len(cache) < _MAX_CLASSES:
+            cache[name] = cls
+    return cls
+
+
+def forget() -> None:
+    """Drop the classes made for what a submission's worker sent (the runner calls it after each submission)."""
+    _classes.clear()
+    _remote_types.clear()
 
 
 def _exception(err: dict) -> BaseException:
@@ -41,11 +58,11 @@ def _exception(err: dict) -> BaseException:
     if err.get("memory"):
         cls = MemoryError
     if not (isinstance(cls, type) and issubclass(cls, BaseException)) or cls in (KeyboardInterrupt, GeneratorExit):
-        cls = _classes.get(name) or _classes.setdefault(name, type(name, (LearnerError,), {}))
+        cls = _named_class(_classes, name, LearnerError, {})
     try:
         exc = cls(err.get("code")) if cls is SystemExit else cls(message)
     except Exception:  # noqa: BLE001 - an exception class with a different constructor
-        exc = _classes.setdefault(name, type(name, (LearnerError,), {}))(message)
+        exc = _named_class(_classes, name, LearnerError, {})(message)
     exc._judge_traceback = err.get("traceback")  # type: ignore[attr-defined]
     return exc
 
@@ -63,6 +80,10 @@ class Session:
         return lambda: reply
 
     epoch = 0  # incremented by every request: snapshots of learner objects are current only in the same epoch
+
+    def violation(self, what: str) -> BaseException:
+        """The exception to raise for a reply the grader cannot receive (runner.WorkerProcess also stops it)."""
+        return WorkerLost(what)
 
 
 def _encode_arg(value: Any) -> Any:
@@ -208,16 +229,14 @@ _remote_types: dict[str, type] = {}
 
 def _remote_type(name: str) -> type:
     """A proxy class named like the learner's class (so that messages can say 'a Batch has no attribute ...')."""
-    name = name if name.isidentifier() else "Remote"
-    cls = _remote_types.get(name)
-    if cls is None:
-        cls = _remote_types[name] = type(name, (Remote,), {"__slots__": ()})
-    return cls
+    name = name if name.isidentifier() and len(name) <= wire.NAME_LIMIT else "Remote"
+    return _named_class(_remote_types, name, Remote, {"__slots__": ()})
 
 
 def decode(session: Session, data: Any) -> Any:
     def from_handle(d: dict) -> Remote:
-        proxy = _remote_type(str(d.get("type", "Remote"))).__new__(_remote_type(str(d.get("type", "Remote"))))
+        cls = _remote_type(str(d.get("type", "Remote")))
+        proxy = cls.__new__(cls)
         _Base.__init__(proxy, session, int(d["__handle__"]))
         attrs = d.get("attrs")
         object.__setattr__(proxy, "_attrs", {str(k): decode(session, v) for k, v in attrs.items()}
@@ -229,7 +248,10 @@ def decode(session: Session, data: Any) -> Any:
                            else frozenset())
         return proxy
 
-    return wire.decode(data, from_handle)
+    try:
+        return wire.decode(data, from_handle)
+    except wire.WireError as err:
+        raise session.violation(str(err)) from None
 
 
 class Driver:

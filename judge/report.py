@@ -1,9 +1,66 @@
-"""Grading results and their text form (what the CLI prints and what `check` puts in its AssertionError)."""
+"""Grading results and their text form (what the CLI prints and what `check` puts in its AssertionError).
+
+A report is bounded whatever the graded code does: each string of a case (its message and each detail: the
+learner's exception and traceback, the repr of what it returned) is cut to TEXT_LIMIT characters, terminal control
+characters are escaped (a report cannot clear a screen or draw a fake summary), and the whole text is cut to
+REPORT_LIMIT characters. A class-grading report (`for_class`) also shows no path of the grader's machine, no
+traceback frame of the course's files or of a reference, and none of the learner's printed output, which could
+carry the hidden inputs their code was given.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+TEXT_LIMIT = 2000  # characters of one string of a case (message, exception, traceback, expected / got)
+REPORT_LIMIT = 40_000  # characters of a whole report
+# C0 controls but tab and newline, DEL, C1 controls, and the Unicode marks that reorder or hide text
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: Any, limit: int = TEXT_LIMIT) -> str:
+    """`text` safe to print: control characters escaped (\\x1b), at most `limit` characters."""
+    text = str(text)
+    shown = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}",
+                         text[:limit])
+    if len(text) <= limit and len(shown) <= limit:
+        return shown
+    cut = f" [... cut at {limit} characters]"
+    return shown[:limit - len(cut)] + cut
+
+
+_FRAME = re.compile(r'  File "(?P<path>[^"]*)", line')
+
+
+def _public_frames(traceback: str) -> str:
+    """A traceback without the frames (file, line and source) of the grader's own files or of a reference in the
+    sandbox: their source lines are not the student's to see."""
+    from .registry import ROOT
+
+    hidden = (str(ROOT) + os.sep, "/course/solutions/")
+    out, skipping = [], False
+    for line in traceback.splitlines():
+        m = _FRAME.match(line)
+        if m:
+            skipping = m["path"].startswith(hidden)
+            out += ["  (a frame of the course)"] if skipping else [line]
+        elif not (skipping and line.startswith("    ")):
+            skipping = False
+            out.append(line)
+    return "\n".join(out)
+
+
+def _private(text: str) -> str:
+    """`text` without the grader's folders (the course checkout, the home folder)."""
+    from .registry import ROOT
+
+    for path, shown in ((str(ROOT), "<course>"), (os.path.expanduser("~"), "~")):
+        if len(path) > 1:
+            text = text.replace(path, shown)
+    return text
 
 
 @dataclass
@@ -11,9 +68,14 @@ class CaseResult:
     name: str
     passed: bool
     seconds: float = 0.0
-    verdict: str = "pass"  # pass | fail | error | not implemented | exit | memory | timeout | crash | output | not run
+    verdict: str = "pass"  # pass | fail | error | not implemented | exit | memory | timeout | crash | output | protocol
+    # | grader memory | not run
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.message = clean(self.message)
+        self.details = {k: clean(v) if isinstance(v, str) else v for k, v in self.details.items()}
 
 
 @dataclass
@@ -28,6 +90,19 @@ class Report:
     output_bytes: int = 0
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    class_grading: bool = False  # see `for_class`
+
+    def for_class(self) -> "Report":
+        """This report as a class sees it: no path of the grader's machine, no printed output in `text()`."""
+        for r in self.results:
+            r.message = _private(r.message)
+            if isinstance(r.details.get("traceback"), str):
+                r.details["traceback"] = _public_frames(r.details["traceback"])
+            r.details = {k: _private(v) if isinstance(v, str) else v for k, v in r.details.items()}
+        self.target, self.fatal = _private(self.target), _private(self.fatal) if self.fatal else self.fatal
+        self.notes = [_private(n) for n in self.notes]
+        self.class_grading = True
+        return self
 
     @property
     def passed(self) -> int:
@@ -54,9 +129,9 @@ class Report:
         return asdict(self)
 
     def text(self, summary: bool = True, verbose: bool = False) -> str:
-        lines = [f"== exercise {self.exercise_id} {self.slug}: {self.title}", f"   grading {self.target}"]
+        lines = [f"== exercise {self.exercise_id} {self.slug}: {self.title}", f"   grading {clean(self.target, 300)}"]
         if self.fatal:
-            lines += ["", *_indent(self.fatal, "   "), ""]
+            lines += ["", *_indent(clean(self.fatal), "   "), ""]
         width = max([len(r.name) for r in self.results] + [20])
         previous = None
         for r in self.results:
@@ -81,16 +156,21 @@ class Report:
                 lines += _indent(f"hint: {d['hint']}", "      ")
             if d.get("traceback"):
                 lines += _indent(d["traceback"], "      | ")
-        if self.output_bytes and (verbose or not self.ok):
+        if self.output_bytes and self.class_grading:
+            lines += ["", f"your code printed {self.output_bytes} bytes (not shown when grading a class: it could "
+                          "carry the hidden inputs)"]
+        elif self.output_bytes and (verbose or not self.ok):
             lines += ["", f"your code printed {self.output_bytes} bytes" +
                       (" (truncated):" if self.output_bytes > len(self.output.encode()) else ":")]
-            shown = [ln if len(ln) <= 300 else ln[:300] + " ..." for ln in self.output.rstrip("\n").splitlines()]
+            shown = [clean(ln, 300) for ln in self.output.rstrip("\n").splitlines()]
             lines += _indent("\n".join(shown), "   > ")
         for note in self.notes:
-            lines.append(f"note: {note}")
-        if summary:
-            lines.append(self.summary())
-        return "\n".join(lines)
+            lines.append(f"note: {clean(note)}")
+        text = "\n".join(lines)
+        if len(text) > REPORT_LIMIT:
+            end = text.rfind("\n", 0, REPORT_LIMIT)
+            text = text[:end if end > 0 else REPORT_LIMIT] + f"\n[... the report is cut at {REPORT_LIMIT} characters]"
+        return text + ("\n" + self.summary() if summary else "")
 
 
 def _indent(text: str, prefix: str) -> list[str]:

@@ -6,7 +6,8 @@ framework), and answers with plain data. The grader compares that data with expe
 and gives the verdict: nothing the worker does, prints or forges can pass a case.
 
 One case at a time: a case whose worker hangs, crashes, exits, exhausts its memory or floods its output gets that
-verdict, and a fresh worker runs the next case. A total time cap per submission stops the rest (reported).
+verdict, and a fresh worker runs the next case. A total time cap per submission stops the rest (reported), and so
+does a worker that breaks the protocol or makes the grader hold too much (judge/worker_process.py).
 
 The worker is started by `judge.sandbox`: under bubblewrap when `isolated` (class grading), else as a plain
 subprocess with limits (self-study). For function objects, `grade_inprocess` runs the cases in this process.
@@ -14,273 +15,28 @@ subprocess with limits (self-study). For function objects, `grade_inprocess` run
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import importlib
 import os
-import selectors
-import signal
-import subprocess
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from . import sandbox, wire
+from . import remote, sandbox
 from .registry import Exercise, get_exercise
-from .remote import RemoteModule, Session, WorkerLost
+from .remote import RemoteModule, WorkerLost
 from .report import CaseResult, Report
+from .worker_process import (ENDS_SUBMISSION, OUTPUT_LIMIT, STARTUP_TIMEOUT, WorkerProcess, _Output, memory_ceiling,
+                             start_for_file)
 
-STARTUP_TIMEOUT = 120.0  # seconds for the worker to start Python and reach the learner's module
-IMPORT_SLACK = 30.0  # seconds on top of the case limit to import the learner's module (it imports torch)
-OUTPUT_LIMIT = 1_000_000  # bytes of learner output before the worker is stopped
-KEEP_OUTPUT = 1500  # bytes kept from the start and from the end of the learner's output
+__all__ = ["STARTUP_TIMEOUT", "IsolationUnavailable", "another_process", "check", "grade", "grade_inprocess"]
 
 
 class IsolationUnavailable(RuntimeError):
-    """Isolated grading was asked for and bubblewrap cannot run here."""
-
-
-class _Output:
-    def __init__(self) -> None:
-        self.head, self.tail, self.total = bytearray(), bytearray(), 0
-
-    def add(self, data: bytes) -> None:
-        self.total += len(data)
-        room = KEEP_OUTPUT - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail = (self.tail + data)[-KEEP_OUTPUT:]
-
-    def text(self) -> str:
-        head = self.head.decode("utf-8", "replace")
-        if not self.tail:
-            return head
-        skipped = self.total - len(self.head) - len(self.tail)
-        middle = f"\n[... {skipped} bytes not shown ...]\n" if skipped > 0 else ""
-        return head + middle + self.tail.decode("utf-8", "replace")
-
-
-def _signal_name(num: int) -> str:
-    try:
-        name = signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-    extra = {"SIGSEGV": " (segmentation fault)", "SIGABRT": " (abort)", "SIGBUS": " (bus error)",
-             "SIGFPE": " (arithmetic error)", "SIGILL": " (illegal instruction)"}.get(name, "")
-    return name + extra
-
-
-class WorkerProcess(Session):
-    """One worker: started, asked, and stopped by the grader. `lost` says why it stopped, if it did."""
-
-    def __init__(self, ex: Exercise, target: dict[str, Any], isolated: bool, memory_mb: int | None,
-                 options: dict[str, Any], output: _Output, output_limit: int) -> None:
-        self.args = (ex, target, isolated, memory_mb, options, output, output_limit)
-        self.ex, self.output, self.output_limit, self.memory_mb = ex, output, output_limit, memory_mb
-        self.output_start = output.total  # the limit is per worker, hence per case
-        self.epoch = 0
-        self.deadline = time.monotonic() + STARTUP_TIMEOUT
-        self.phase = "start"  # start | import | case
-        self.lost: tuple[str, str] | None = None  # (verdict, message)
-        self.status: int | None = None
-        self.rusage = None
-        self.buf = b""
-        self.tmp = tempfile.mkdtemp(prefix="judge-")
-        req_r, self.req_w = os.pipe()
-        self.rep_r, rep_w = os.pipe()
-        submission = Path(target["impl"]) if target.get("impl") else None
-        extra = [p for p in (options.get("model"),) if p and os.path.exists(p)]
-        argv, inner, args_fd = sandbox.command(ex, isolated, submission, extra, (req_r, rep_w))
-        cfg = {"exercise": ex.id, "options": options, "memory_mb": memory_mb, "display": target.get("display"),
-               "impl_module": target.get("impl_module"), "impl": inner}
-        passed = (req_r, rep_w) if args_fd is None else (req_r, rep_w, args_fd)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     pass_fds=passed, cwd=self.tmp, env=sandbox.worker_env(self.tmp),
-                                     start_new_session=True)
-        for fd in passed:
-            os.close(fd)
-        self.out_fd = self.proc.stdout.fileno()
-        for fd in (self.rep_r, self.out_fd):
-            os.set_blocking(fd, False)
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(self.rep_r, selectors.EVENT_READ, "reply")
-        self.sel.register(self.out_fd, selectors.EVENT_READ, "output")
-        self.open_fds = 2
-        self.next_id = 0
-        self._write(cfg)
-
-    # -- talking to it
-
-    def _write(self, msg: dict) -> None:
-        data = wire.dumps(msg)
-        try:
-            while data:
-                data = data[os.write(self.req_w, data):]
-        except (BrokenPipeError, OSError):
-            pass  # it died: the next read says how
-
-    def _read_message(self) -> dict:
-        """The next message of the worker; WorkerLost when it dies, hangs past the deadline or floods output."""
-        while True:
-            while b"\n" in self.buf:
-                line, self.buf = self.buf.split(b"\n", 1)
-                try:
-                    return wire.loads(line)
-                except ValueError:
-                    continue  # not a message: written by the learner's code on the reply pipe; ignored
-            if self.lost:
-                raise WorkerLost(self.lost[1])
-            self._pump()
-
-    def _pump(self) -> None:
-        if self.status is None:
-            pid, st, ru = os.wait4(self.proc.pid, os.WNOHANG)
-            if pid:
-                self.status, self.rusage = st, ru
-        timeout = max(0.0, min(self.deadline - time.monotonic(), 0.05 if self.status is None else 0.0))
-        events = self.sel.select(timeout) if self.open_fds else []
-        for key, _ in events:
-            try:
-                data = os.read(key.fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not data:
-                self.sel.unregister(key.fd)
-                self.open_fds -= 1
-            elif key.data == "reply":
-                self.buf += data
-            else:
-                self.output.add(data)
-        if b"\n" in self.buf:
-            return
-        if self.output.total - self.output_start > self.output_limit:
-            self._stop("output", f"output limit exceeded: your code printed more than {self.output_limit} bytes "
-                                 "(remove the prints in loops)")
-        elif self.status is not None and not events:
-            self._stop(*self._death())
-        elif time.monotonic() > self.deadline and self.status is None:
-            limit = self.limit
-            if self.phase == "start":
-                msg = f"the grading process did not start within {limit:g}s"
-            elif self.phase == "import":
-                msg = f"time limit exceeded while importing your module (no result after {limit:g}s): " \
-                      "code at module level loops?"
-            else:
-                msg = f"time limit exceeded: no result after {limit:g}s (an infinite loop? a very slow implementation?)"
-            self._stop("timeout", msg)
-
-    limit = STARTUP_TIMEOUT
-
-    def set_deadline(self, seconds: float, cap: float | None = None) -> None:
-        self.limit = seconds
-        self.deadline = time.monotonic() + seconds
-        if cap is not None:
-            self.deadline = min(self.deadline, cap)
-
-    def _death(self) -> tuple[str, str]:
-        rc = os.waitstatus_to_exitcode(self.status)
-        maxrss_mb = (self.rusage.ru_maxrss / 1024) if self.rusage else 0
-        where = {"start": "before the tests started", "import": "while importing your module"}.get(
-            self.phase, "during this case")
-        if rc < 0:
-            sig = -rc
-            if self.memory_mb and maxrss_mb > 0.8 * self.memory_mb or sig == signal.SIGKILL:
-                return "memory", (f"killed by {_signal_name(sig)} {where}; it used {maxrss_mb:.0f} MB: memory limit "
-                                  f"({self.memory_mb} MB) exceeded, or your code killed its own process?")
-            return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
-        if rc == 0:
-            return "exit", (f"the grading process exited (code 0) {where}: your code must return its result, not "
-                            "call os._exit() or sys.exit()")
-        if rc >= 128 and sandbox_signal(rc):  # bubblewrap reports a signal of its child as 128 + signal
-            return self._death_by(rc - 128, where, maxrss_mb)
-        return "exit", f"the grading process exited with code {rc} {where} (os._exit()? a crash in C code?)"
-
-    def _death_by(self, sig: int, where: str, maxrss_mb: float) -> tuple[str, str]:
-        if sig == signal.SIGKILL:
-            return "memory", (f"killed by SIGKILL {where}: memory limit ({self.memory_mb} MB) exceeded, or your code "
-                              "killed its own process?")
-        return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
-
-    def _stop(self, verdict: str, message: str) -> None:
-        self.lost = (verdict, message)
-        self.close()
-
-    def request(self, msg: dict) -> dict:
-        """Send one request and return its reply (plain data); WorkerLost if the worker is gone."""
-        return self.send(msg)()
-
-    def send(self, msg: dict) -> Callable[[], dict]:
-        """Send one request now; the function returned waits for its reply (the grader works meanwhile)."""
-        if self.lost:
-            raise WorkerLost(self.lost[1])
-        self.next_id += 1
-        self.epoch += 1
-        wanted = self.next_id
-        self._write({**msg, "id": wanted})
-
-        def reply() -> dict:
-            while True:
-                answer = self._read_message()
-                if answer.get("t") == "reply" and answer.get("id") == wanted:
-                    return answer
-
-        return reply
-
-    def wait_ready(self, import_limit: float, cap: float | None) -> dict:
-        """{"t": "ready"} or {"t": "fatal", ...}; WorkerLost if it never gets there."""
-        self.set_deadline(STARTUP_TIMEOUT + import_limit, cap)
-        self.phase = "import"
-        while True:
-            msg = self._read_message()
-            if msg.get("t") in ("ready", "fatal"):
-                return msg
-
-    def sibling(self) -> "WorkerProcess":
-        """Another worker for the same code, ready (a fresh process: e.g. another hash seed)."""
-        w = WorkerProcess(*self.args)
-        msg = w.wait_ready(self.ex.case_timeout + IMPORT_SLACK, None)
-        if msg.get("t") != "ready":
-            w.close()
-            raise WorkerLost(str(msg.get("message")))
-        w.phase = "case"
-        w.set_deadline(self.limit)
-        return w
-
-    def close(self) -> None:
-        if getattr(self, "closed", False):
-            return
-        self.closed = True
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # bubblewrap and what it started; or the plain worker's group
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self.status is None:
-            _, self.status, self.rusage = os.wait4(self.proc.pid, 0)
-        self.proc.returncode = os.waitstatus_to_exitcode(self.status)
-        # Drain what is left to read (the output of the last moments), without waiting.
-        for key in list(self.sel.get_map().values()):
-            try:
-                while True:
-                    data = os.read(key.fd, 1 << 16)
-                    if not data:
-                        break
-                    if key.data == "output":
-                        self.output.add(data)
-                    else:
-                        self.buf += data
-            except (BlockingIOError, OSError):
-                pass
-        self.sel.close()
-        for fd in (self.rep_r, self.req_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.proc.stdout.close()
-        _rmtree(self.tmp)
+    """Isolated grading was asked for and cannot run here (no bubblewrap, or an install that exposes the answers)."""
 
 
 @contextmanager
@@ -297,26 +53,21 @@ def another_process(impl: Any) -> Iterator[Any]:
         if not path or not os.path.isfile(path) or ex is None:
             raise RuntimeError("this case loads your code again in a fresh process, which needs it in a file: grade "
                                "the file (judge.check(ID, 'path/to/file.py')) rather than objects defined here")
-        w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT)
-        w.phase = "case"
-        msg = w.wait_ready(ex.case_timeout + IMPORT_SLACK, None)
-        if msg.get("t") != "ready":
-            w.close()
-            raise WorkerLost(str(msg.get("message")))
+        w = start_for_file(ex, path)
     try:
         yield RemoteModule(w, None)
     finally:
         w.close()
 
 
-def sandbox_signal(rc: int) -> bool:
-    return 128 < rc < 128 + 65
-
-
-def _rmtree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
+def _release_memory() -> None:
+    """What a submission left behind in the grader, dropped before the next one starts."""
+    remote.forget()
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)  # glibc: hand freed memory back, so that the next budget starts low
+    except (OSError, AttributeError):
+        pass
 
 
 def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) -> tuple[dict[str, Any], str, Any]:
@@ -324,11 +75,9 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
     if reference:
         return {"impl_module": ex.reference, "display": ex.reference}, f"{ex.reference} (reference)", None
     if source is not None:
-        tmp = tempfile.mkdtemp(prefix="judge-src-")
+        tmp = sandbox.private_tmp("src")
         path = Path(tmp) / Path(ex.practice_file).name
         path.write_text(source)
-        os.chmod(tmp, 0o755)
-        os.chmod(path, 0o644)
         return {"impl": str(path), "display": "your code"}, "your code (source text)", tmp
     if impl is None:
         path = ex.practice_path
@@ -420,7 +169,7 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
     if impl is not None and not isinstance(impl, (str, os.PathLike, ModuleType)):
         return grade_inprocess(ex, impl, cases=cases, options=options)
     if isolated and not reference:
-        problem = sandbox.bwrap_problem()
+        problem = sandbox.install_problem() or sandbox.bwrap_problem()
         if problem:
             raise IsolationUnavailable(problem)
     t0 = time.monotonic()
@@ -446,6 +195,9 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
                     report.fatal = f"no case of exercise {ex.id} matches {cases}"
                 return report
             report.results, report.fatal = run.cases(selected)
+        except MemoryError:  # the grader's own memory ran out on this submission: it scores 0, the next starts clean
+            report.results = [CaseResult(c.name, False, 0.0, "grader memory", "not run") for c in selected]
+            report.fatal = "the grader ran out of memory while grading this submission"
         finally:
             run.stop()
         missing = sandbox.missing_references(ex)
@@ -456,11 +208,12 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
             report.notes.append(f"the total time cap of {cap - t0:g}s for one submission was reached: "
                                 f"{run.capped} case(s) not run")
         report.output, report.output_bytes = output.text(), output.total
-        return report
+        return report.for_class() if isolated and not reference else report
     finally:
         report.seconds = time.monotonic() - t0
         if tmp:
-            _rmtree(tmp)
+            sandbox.remove_tmp(tmp)
+        _release_memory()
 
 
 class _Run:
@@ -473,11 +226,12 @@ class _Run:
         self.worker: WorkerProcess | None = None
         self.ready = False
         self.capped = 0
+        self.ceiling: int | None = None  # the grader's memory budget for this submission, from its first start
 
     def spawn(self) -> None:
         """Start a worker (it imports while the grader goes on)."""
         self.worker = WorkerProcess(self.ex, self.target, self.isolated, self.memory_mb, self.options, self.output,
-                                    self.output_limit)
+                                    self.output_limit, self.ceiling)
         self.ready = False
 
     def start(self) -> str | None:
@@ -485,8 +239,11 @@ class _Run:
         if self.worker is None:
             self.spawn()
         w = self.worker
+        if self.ceiling is None:  # the cases are imported by now: the budget counts what the submission causes
+            self.ceiling = memory_ceiling()
+        w.ceiling = self.ceiling
         try:
-            msg = w.wait_ready(self.time_limit or self.ex.case_timeout + IMPORT_SLACK, self.cap)
+            msg = w.wait_ready(self.time_limit or self.ex.case_timeout, self.cap)
         except WorkerLost:
             self.stop()
             return w.lost[1] if w.lost else "the grading process stopped"
@@ -537,6 +294,9 @@ class _Run:
                 out = CaseResult(case.name, False, time.perf_counter() - t0, verdict, message)
                 self.stop()
             results.append(out)
+            if out.verdict in ENDS_SUBMISSION:
+                return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")
+                                  for c in selected[i + 1:]], None
         return results, None
 
 

@@ -16,11 +16,14 @@ module (so no `.pth` file anywhere can run code); the site-packages folders are 
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -78,6 +81,70 @@ def bwrap_problem() -> str | None:
     if p.returncode != 0:
         return f"bubblewrap cannot create a sandbox here: {p.stderr.strip()[:300]}"
     return None
+
+
+def install_problem() -> str | None:
+    """None if nothing secret is importable from the folders the sandbox mounts, else why class grading must not
+    run: a non-editable install (`pip install .`) copies the references and the hidden cases into site-packages,
+    which the worker sees."""
+    found = []
+    for sp in site_packages():
+        if importlib.machinery.PathFinder.find_spec("solutions", [sp]) is not None:
+            found.append(os.path.join(sp, "solutions"))
+        judge_spec = importlib.machinery.PathFinder.find_spec("judge", [sp])
+        locations = list(judge_spec.submodule_search_locations or []) if judge_spec else []
+        if locations and importlib.machinery.PathFinder.find_spec("hidden", locations) is not None:
+            found.append(os.path.join(sp, "judge", "hidden"))
+    if not found:
+        return None
+    return ("refusing to grade a class: the graded code could import the references or the hidden cases from "
+            f"{', '.join(found)}, which the sandbox mounts (the course was installed with `pip install .`, which "
+            "copies them into site-packages). Reinstall it editable, `pip uninstall -y mini-llm-course && pip "
+            "install -e .` in the checkout, or grade from the student edition (docs/instructors.md).")
+
+
+# -- the grader's temporary folders: private, named after the grader's PID so that a later grader removes those of
+# one that was killed before it could
+
+_TMP_NAME = re.compile(r"judge-(\d+)-")
+
+
+def private_tmp(kind: str) -> str:
+    """A new folder only this user can read (mode 700); `remove_tmp` deletes it."""
+    _sweep_once()
+    return tempfile.mkdtemp(prefix=f"judge-{os.getpid()}-{kind}-")
+
+
+def remove_tmp(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@lru_cache(maxsize=1)
+def _sweep_once() -> None:
+    """Delete the temporary folders and files of graders of this user that are no longer running."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        m = _TMP_NAME.match(name)
+        path = os.path.join(root, name)
+        try:
+            if not m or os.lstat(path).st_uid != os.getuid() or _alive(int(m[1])):
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _system_binds() -> list[str]:

@@ -4,17 +4,30 @@ What crosses: None, bool, int, float (nan and infinities too), str, lists, tuple
 numpy arrays (dtype + shape + raw bytes), and learner objects, which cross as a handle (a number the worker keeps)
 plus a snapshot of their public attributes. Decoding builds only these plain values: a learner object becomes a
 `judge.remote.Remote` that the grader can read and call through the worker, never an object of the learner's class.
+
+Everything the worker sends is the learner's to forge, so the grader receives it within limits: a message (one line)
+of at most MAX_MESSAGE bytes, values nested at most MAX_NESTING deep, exception records cut to TEXT_LIMIT
+characters. Whatever breaks them raises WireError, which the grader turns into the submission's verdict.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import math
 from collections import deque
 from typing import Any, Callable
 
-MAX_DEPTH = 12
+MAX_DEPTH = 12  # containers nested in a value the encoder sends
+MAX_NESTING = 2 * MAX_DEPTH  # ... and that the decoder accepts (a learner object's snapshot adds its own levels)
+MAX_MESSAGE = 8 << 20  # bytes in one message the grader receives (a line of JSON)
+TEXT_LIMIT = 2000  # characters kept of an exception's message, and of its traceback
+NAME_LIMIT = 100  # characters of an exception's type name (a longer or odd one is received as "LearnerError")
+
+
+class WireError(ValueError):
+    """A message the grader cannot receive: too long, too deep, not JSON of the protocol, or a malformed value."""
 
 
 def _float(x: float) -> Any:
@@ -78,10 +91,23 @@ _DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16
 
 
 def decode(data: Any, from_handle: Callable[[dict], Any] | None = None) -> Any:
-    """The plain value that `encode` sent; `from_handle(d)` turns a handle record into a proxy."""
+    """The plain value that `encode` sent; `from_handle(d)` turns a handle record into a proxy. WireError for
+    anything else (a forged or malformed value)."""
+    try:
+        return _decode(data, from_handle, 0)
+    except WireError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError, RuntimeError,
+            binascii.Error) as exc:
+        raise WireError(f"a malformed value ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _decode(data: Any, from_handle: Callable[[dict], Any] | None, depth: int) -> Any:
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
-    rec = lambda v: decode(v, from_handle)  # noqa: E731
+    if depth > MAX_NESTING:
+        raise WireError(f"a value nested more than {MAX_NESTING} deep")
+    rec = lambda v: _decode(v, from_handle, depth + 1)  # noqa: E731
     if isinstance(data, list):
         return [rec(v) for v in data]
     if not isinstance(data, dict):
@@ -153,7 +179,60 @@ def dumps(msg: dict) -> bytes:
 
 
 def loads(line: bytes) -> dict:
-    msg = json.loads(line)
+    """One message; WireError if it is too long, too deep or not a JSON object (ValueError: not JSON at all)."""
+    if len(line) > MAX_MESSAGE:
+        raise WireError(f"a message of more than {MAX_MESSAGE} bytes")
+    try:
+        msg = json.loads(line)
+    except RecursionError:
+        raise WireError("a message nested too deeply") from None
     if not isinstance(msg, dict):
-        raise ValueError("a message must be a JSON object")
+        raise WireError("a message that is not a JSON object")
     return msg
+
+
+def reply_problem(msg: dict) -> str | None:
+    """What makes `msg` not a reply of the protocol (None if it is one); its exception record is made
+    receivable in place (see `received_error`)."""
+    if not isinstance(msg.get("ok"), bool):
+        return "a reply without ok: true or false"
+    if not isinstance(msg.get("changed", {}), dict):
+        return "a reply whose 'changed' is not an object"
+    if not msg["ok"]:
+        if not isinstance(msg.get("error"), dict):
+            return "a failed reply without an error record"
+        msg["error"] = received_error(msg["error"])
+    return None
+
+
+# -- exceptions: the worker sends a record (`error_record`), the grader receives it (`received_error`)
+
+def cut(text: Any, limit: int = TEXT_LIMIT) -> str:
+    """`text` as a string of at most `limit` characters, and a note of how many were cut."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} characters cut]"
+
+
+def error_record(exc: BaseException, traceback: str | None) -> dict:
+    """What the worker sends of an exception the learner's code raised: its type's name and module, its message
+    and the trimmed traceback, both cut to TEXT_LIMIT, the exit code of a SystemExit."""
+    rec: dict[str, Any] = {"type": type(exc).__name__, "module": type(exc).__module__, "message": cut(exc)}
+    if isinstance(exc, SystemExit):
+        rec["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else cut(exc.code)
+    if traceback is not None:
+        rec["traceback"] = cut(traceback)
+    return rec
+
+
+def received_error(rec: dict) -> dict:
+    """An exception record as the grader may use it, whatever the worker sent: strings of bounded length, a type
+    name that is a short identifier (else "LearnerError")."""
+    name = rec.get("type")
+    name = name if isinstance(name, str) and name.isidentifier() and len(name) <= NAME_LIMIT else "LearnerError"
+    code = rec.get("code")
+    out = {"type": name, "module": cut(rec.get("module"), NAME_LIMIT), "message": cut(rec.get("message", "")),
+           "code": code if isinstance(code, (int, type(None))) and not isinstance(code, bool) else cut(code, 200),
+           "memory": rec.get("memory") is True}
+    if isinstance(rec.get("traceback"), str):
+        out["traceback"] = cut(rec["traceback"])
+    return out

@@ -1,0 +1,376 @@
+"""The worker as the grader drives it: started, asked, read and stopped, every wait bounded.
+
+Whatever the worker writes is the learner's to forge, so the grader takes it within limits, whatever arrives:
+
+- every read, every write and the wait for the process honour one deadline (the case's limit, or the start-up's,
+  or the import's, and never past the submission's total cap), checked whether or not bytes keep coming;
+- a request is written without blocking: while the worker does not read, the grader reads what it writes;
+- a message is one line of at most `wire.MAX_MESSAGE` bytes; a line that is not JSON is skipped (learner output
+  on the wrong descriptor), but a message the grader did not ask for (a reply to an id it has not sent or has had
+  its answer to, anything before the worker's "hello" or after its "ready") is a protocol violation;
+- what one submission makes the grader hold is bounded (`GRADER_MEMORY_MB` above its resident memory when the
+  submission started).
+
+A violation, a timeout, a death, too much output or the memory budget stop the worker and set `lost`
+(verdict, message): the runner gives that verdict to the case, and a violation or the budget ends the submission.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from . import sandbox, wire
+from .registry import Exercise
+from .remote import Session, WorkerLost
+
+STARTUP_TIMEOUT = 120.0  # seconds for the worker to start Python and import the course (none of the learner's code)
+OUTPUT_LIMIT = 1_000_000  # bytes of learner output before the worker is stopped
+KEEP_OUTPUT = 1500  # bytes kept from the start and from the end of the learner's output
+GRADER_MEMORY_MB = 768  # growth of the grader's resident memory one submission may cause
+ENDS_SUBMISSION = ("protocol", "grader memory")  # verdicts after which the submission's other cases are not run
+_POLL = 0.05  # seconds between checks of the deadline and of the process while nothing arrives
+
+
+class _Output:
+    def __init__(self) -> None:
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = KEEP_OUTPUT - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail = (self.tail + data)[-KEEP_OUTPUT:]
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", "replace")
+        if not self.tail:
+            return head
+        skipped = self.total - len(self.head) - len(self.tail)
+        middle = f"\n[... {skipped} bytes not shown ...]\n" if skipped > 0 else ""
+        return head + middle + self.tail.decode("utf-8", "replace")
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (None where /proc is not there)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_ceiling() -> int | None:
+    """The resident memory past which the submission starting now has exceeded its budget."""
+    now = resident_bytes()
+    return None if now is None else now + (GRADER_MEMORY_MB << 20)
+
+
+def _signal_name(num: int) -> str:
+    try:
+        name = signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+    extra = {"SIGSEGV": " (segmentation fault)", "SIGABRT": " (abort)", "SIGBUS": " (bus error)",
+             "SIGFPE": " (arithmetic error)", "SIGILL": " (illegal instruction)"}.get(name, "")
+    return name + extra
+
+
+def sandbox_signal(rc: int) -> bool:
+    return 128 < rc < 128 + 65
+
+
+class WorkerProcess(Session):
+    """One worker: started, asked, and stopped by the grader. `lost` says why it stopped, if it did."""
+
+    limit = STARTUP_TIMEOUT
+
+    def __init__(self, ex: Exercise, target: dict[str, Any], isolated: bool, memory_mb: int | None,
+                 options: dict[str, Any], output: _Output, output_limit: int, ceiling: int | None = None) -> None:
+        self.args = (ex, target, isolated, memory_mb, options, output, output_limit, ceiling)
+        self.ex, self.output, self.output_limit, self.memory_mb = ex, output, output_limit, memory_mb
+        self.ceiling = ceiling
+        self.output_start = output.total  # the limit is per worker, hence per case
+        self.epoch = 0
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT
+        self.phase = "start"  # start (until "hello") | import (until "ready") | case
+        self.lost: tuple[str, str] | None = None  # (verdict, message)
+        self.status: int | None = None
+        self.rusage = None
+        self.buf = bytearray()
+        self.pending: dict[int, dict | None] = {}  # ids sent -> their reply, None while not there
+        self.next_id = 0
+        self.tmp = sandbox.private_tmp("worker")
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        submission = Path(target["impl"]) if target.get("impl") else None
+        extra = [p for p in (options.get("model"),) if p and os.path.exists(p)]
+        argv, inner, args_fd = sandbox.command(ex, isolated, submission, extra, (req_r, rep_w))
+        cfg = {"exercise": ex.id, "options": options, "memory_mb": memory_mb, "display": target.get("display"),
+               "impl_module": target.get("impl_module"), "impl": inner}
+        passed = (req_r, rep_w) if args_fd is None else (req_r, rep_w, args_fd)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     pass_fds=passed, cwd=self.tmp, env=sandbox.worker_env(self.tmp),
+                                     start_new_session=True)
+        for fd in passed:
+            os.close(fd)
+        self.out_fd = self.proc.stdout.fileno()
+        for fd in (self.rep_r, self.out_fd, self.req_w):
+            os.set_blocking(fd, False)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.rep_r, selectors.EVENT_READ, "reply")
+        self.sel.register(self.out_fd, selectors.EVENT_READ, "output")
+        self.open_fds = 2
+        self._write(cfg)
+
+    # -- the protocol
+
+    def request(self, msg: dict) -> dict:
+        """Send one request and return its reply (plain data); WorkerLost if the worker is gone."""
+        return self.send(msg)()
+
+    def send(self, msg: dict) -> Callable[[], dict]:
+        """Send one request now; the function returned waits for its reply (the grader works meanwhile)."""
+        if self.lost:
+            raise WorkerLost(self.lost[1])
+        self.next_id += 1
+        self.epoch += 1
+        wanted = self.next_id
+        self.pending[wanted] = None
+        self._write({**msg, "id": wanted})
+
+        def reply() -> dict:
+            while self.pending.get(wanted) is None:
+                self._take_reply()
+            return self.pending.pop(wanted)
+
+        return reply
+
+    def _take_reply(self) -> None:
+        msg = self._read_message()
+        rid = msg.get("id")
+        if msg.get("t") != "reply" or type(rid) is not int or rid not in self.pending or self.pending[rid] is not None:
+            raise self.violation(f"a message the grader did not ask for ({_describe(msg)})")
+        problem = wire.reply_problem(msg)
+        if problem:
+            raise self.violation(problem)
+        self.pending[rid] = msg
+
+    def wait_ready(self, import_limit: float, cap: float | None) -> dict:
+        """{"t": "ready"} or {"t": "fatal", ...} once the learner's module is imported, within `import_limit`
+        seconds of the worker's own start-up; WorkerLost if it never gets there."""
+        if self.phase == "start":
+            self.deadline = min(self.deadline, cap) if cap is not None else self.deadline
+            msg = self._read_message()
+            if msg.get("t") != "hello":
+                raise self.violation(f"a message before the grading process had started ({_describe(msg)})")
+            self.phase = "import"
+            self.set_deadline(import_limit, cap)
+        msg = self._read_message()
+        if msg.get("t") not in ("ready", "fatal"):
+            raise self.violation(f"a message while your module was being imported ({_describe(msg)})")
+        if msg["t"] == "fatal":
+            msg["message"] = wire.cut(msg.get("message"))
+        return msg
+
+    def violation(self, what: str) -> WorkerLost:
+        """Stop the worker for breaking the protocol; the exception to raise."""
+        if not self.lost:
+            self._stop("protocol", f"the grading process broke the judge's protocol: {what}. Your code wrote on "
+                                   "the judge's descriptors? (the rest of this submission is not run)")
+        return WorkerLost(self.lost[1])
+
+    def set_deadline(self, seconds: float, cap: float | None = None) -> None:
+        self.limit = seconds
+        self.deadline = time.monotonic() + seconds
+        if cap is not None:
+            self.deadline = min(self.deadline, cap)
+
+    def sibling(self) -> "WorkerProcess":
+        """Another worker for the same code, ready (a fresh process: e.g. another hash seed)."""
+        w = WorkerProcess(*self.args)
+        msg = w.wait_ready(self.limit, None)
+        if msg.get("t") != "ready":
+            w.close()
+            raise WorkerLost(str(msg.get("message")))
+        w.phase = "case"
+        w.set_deadline(self.limit)
+        return w
+
+    # -- bytes
+
+    def _write(self, msg: dict) -> None:
+        data = memoryview(wire.dumps(msg))
+        while data:
+            if self.lost:
+                raise WorkerLost(self.lost[1])
+            try:
+                data = data[os.write(self.req_w, data):]
+            except BlockingIOError:  # the worker is not reading: read what it writes meanwhile, up to the deadline
+                self._pump(writing=True)
+            except OSError:
+                return  # it died: the next read says how
+
+    def _read_message(self) -> dict:
+        """The next message of the worker; WorkerLost when it dies, hangs past the deadline or floods output."""
+        while True:
+            if not self.lost and time.monotonic() >= self.deadline:
+                self._stop("timeout", self._timeout_message())
+            if self.lost:
+                raise WorkerLost(self.lost[1])
+            end = self.buf.find(b"\n")
+            if end < 0:
+                if len(self.buf) > wire.MAX_MESSAGE:
+                    raise self.violation(f"a message longer than {wire.MAX_MESSAGE} bytes")
+                self._pump()
+                continue
+            line = bytes(self.buf[:end])
+            del self.buf[:end + 1]
+            try:
+                msg = wire.loads(line)
+            except wire.WireError as err:
+                raise self.violation(str(err)) from None
+            except ValueError:  # not JSON: written by the learner's code on the reply pipe; skipped, in time
+                if time.monotonic() >= self.deadline:
+                    self._stop("timeout", self._timeout_message())
+                continue
+            self._check_memory()
+            return msg
+
+    def _check_memory(self) -> None:
+        if self.ceiling is not None and (resident_bytes() or 0) > self.ceiling:
+            self._stop("grader memory", f"what your code sent made the grader hold more than {GRADER_MEMORY_MB} MB "
+                                        "(the budget of one submission): the rest of this submission is not run")
+            raise WorkerLost(self.lost[1])
+
+    def _pump(self, writing: bool = False) -> None:
+        """Wait up to _POLL seconds for the worker and take what it wrote; stop it on the deadline, its death, too
+        much output or too many unread bytes."""
+        if self.status is None:
+            pid, st, ru = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                self.status, self.rusage = st, ru
+        wait = self.deadline - time.monotonic()  # past the deadline: only what has already arrived
+        if writing:
+            self.sel.register(self.req_w, selectors.EVENT_WRITE, "request")
+        try:
+            events = self.sel.select(max(0.0, min(wait, _POLL if self.status is None else 0.0)))
+        finally:
+            if writing:
+                self.sel.unregister(self.req_w)
+        got = False
+        for key, _ in events:
+            if key.data == "request":
+                continue
+            try:
+                data = os.read(key.fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            got = True
+            if not data:
+                self.sel.unregister(key.fd)
+                self.open_fds -= 1
+            elif key.data == "reply":
+                self.buf += data
+            else:
+                self.output.add(data)
+        if self.output.total - self.output_start > self.output_limit:
+            self._stop("output", f"output limit exceeded: your code printed more than {self.output_limit} bytes "
+                                 "(remove the prints in loops)")
+        elif len(self.buf) > 2 * wire.MAX_MESSAGE:
+            self.violation(f"more than {2 * wire.MAX_MESSAGE} bytes the grader did not ask for")
+        elif self.status is not None and not got:
+            self._stop(*self._death())
+        elif wait <= 0 and b"\n" not in self.buf:
+            self._stop("timeout", self._timeout_message())
+
+    def _timeout_message(self) -> str:
+        if self.phase == "start":
+            return f"the grading process did not start within {STARTUP_TIMEOUT:g}s"
+        if self.phase == "import":
+            return (f"time limit exceeded while importing your module (no result after {self.limit:g}s): code at "
+                    "module level loops?")
+        return f"time limit exceeded: no result after {self.limit:g}s (an infinite loop? a very slow implementation?)"
+
+    def _death(self) -> tuple[str, str]:
+        rc = os.waitstatus_to_exitcode(self.status)
+        maxrss_mb = (self.rusage.ru_maxrss / 1024) if self.rusage else 0
+        where = {"start": "before the tests started", "import": "while importing your module"}.get(
+            self.phase, "during this case")
+        if rc < 0:
+            sig = -rc
+            if self.memory_mb and maxrss_mb > 0.8 * self.memory_mb or sig == signal.SIGKILL:
+                return "memory", (f"killed by {_signal_name(sig)} {where}; it used {maxrss_mb:.0f} MB: memory limit "
+                                  f"({self.memory_mb} MB) exceeded, or your code killed its own process?")
+            return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
+        if rc == 0:
+            return "exit", (f"the grading process exited (code 0) {where}: your code must return its result, not "
+                            "call os._exit() or sys.exit()")
+        if rc >= 128 and sandbox_signal(rc):  # bubblewrap reports a signal of its child as 128 + signal
+            return self._death_by(rc - 128, where)
+        return "exit", f"the grading process exited with code {rc} {where} (os._exit()? a crash in C code?)"
+
+    def _death_by(self, sig: int, where: str) -> tuple[str, str]:
+        if sig == signal.SIGKILL:
+            return "memory", (f"killed by SIGKILL {where}: memory limit ({self.memory_mb} MB) exceeded, or your code "
+                              "killed its own process?")
+        return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
+
+    def _stop(self, verdict: str, message: str) -> None:
+        self.lost = (verdict, message)
+        self.close()
+
+    def close(self) -> None:
+        if getattr(self, "closed", False):
+            return
+        self.closed = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # bubblewrap and what it started; or the plain worker's group
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.status is None:
+            _, self.status, self.rusage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = os.waitstatus_to_exitcode(self.status)
+        try:  # the output of its last moments (what a pipe holds), without waiting
+            for _ in range(4):
+                data = os.read(self.out_fd, 1 << 16)
+                if not data:
+                    break
+                self.output.add(data)
+        except OSError:
+            pass
+        self.sel.close()
+        for fd in (self.rep_r, self.req_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.proc.stdout.close()
+        self.buf = bytearray()
+        self.pending.clear()
+        sandbox.remove_tmp(self.tmp)
+
+
+def _describe(msg: dict) -> str:
+    """A short, safe description of an unexpected message (its kind and id only)."""
+    kind, rid = msg.get("t"), msg.get("id")
+    return f"kind {str(kind)[:30]!r}" + (f", id {str(rid)[:20]}" if rid is not None else "")
+
+
+def start_for_file(ex: Exercise, path: str) -> WorkerProcess:
+    """A plain (unisolated) worker, ready, on the learner's file (for `runner.another_process`)."""
+    w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT)
+    msg = w.wait_ready(ex.case_timeout, None)
+    if msg.get("t") != "ready":
+        w.close()
+        raise WorkerLost(str(msg.get("message")))
+    w.phase = "case"
+    return w

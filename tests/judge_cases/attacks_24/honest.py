@@ -1,0 +1,27 @@
+"""Honest: a correct build_batch (pure Python), graded among the attacks; it must get full marks.
+
+EXPECT: pass
+"""
+
+from types import SimpleNamespace
+
+import torch
+
+
+def build_batch(items, block_size):
+    input_ids, positions, slots, qsl, seq_lens, tables, logits = [], [], [], [0], [], [], []
+    for toks, nc, table, need in items:
+        for j, t in enumerate(toks):
+            p = nc + j
+            input_ids.append(t)
+            positions.append(p)
+            slots.append(table[p // block_size] * block_size + p % block_size)
+        qsl.append(qsl[-1] + len(toks))
+        seq_lens.append(nc + len(toks))
+        tables.append(list(table))
+        if need:
+            logits.append(qsl[-1] - 1)
+    long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return SimpleNamespace(input_ids=long(input_ids), positions=long(positions), slot_mapping=long(slots),
+                           query_start_loc=qsl, seq_lens=seq_lens, block_tables=tables,
+                           logits_indices=long(logits))
