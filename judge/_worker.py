@@ -107,7 +107,8 @@ def _fingerprint(value: Any) -> Any:
 def _error(exc: BaseException, learner_file: str | None) -> dict:
     from judge.harness import is_memory_error, trimmed_traceback
 
-    err = {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:4000]}
+    err = {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:4000],
+           "mro": [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]}
     if isinstance(exc, SystemExit):
         err["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else str(exc.code)
     if is_memory_error(exc):

@@ -43,8 +43,18 @@ class Recorder(Session):
 
     def request(self, msg: dict) -> dict:
         reply = self.inner.request(msg)
-        self.log.append([msg, {k: v for k, v in reply.items() if k not in ("id", "t")}])
+        self.log.append([msg, _public({k: v for k, v in reply.items() if k not in ("id", "t")})])
         return reply
+
+
+def _public(reply: Any) -> Any:
+    """A reference's reply without what is not compared and would show the reference's code: tracebacks and a
+    driver's diagnostics (keys starting with "_")."""
+    if isinstance(reply, dict):
+        return {k: _public(v) for k, v in reply.items() if k != "traceback" and not k.startswith("_")}
+    if isinstance(reply, list):
+        return [_public(v) for v in reply]
+    return reply
 
 
 def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, list]:

@@ -6,6 +6,8 @@ They hold no expected value: the grader computes those with the references. Ship
 from __future__ import annotations
 
 import functools
+import operator
+from typing import Any
 
 
 @functools.lru_cache(maxsize=2)
@@ -23,6 +25,24 @@ def learner_error(exc: BaseException) -> dict:
     from judge._worker import _error
 
     return _error(exc, harness._STATE.get("learner_file"))
+
+
+def plain_ints(value: Any) -> list[int] | None:
+    """The integers of a list, tuple, deque, 1-D integer tensor or array, or of any other sequence of ints (an
+    `array.array`, a range, ...), as a list of ints; None if `value` is none of those."""
+    from judge.harness import int_values
+
+    got = int_values(value)
+    if got is not None or isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__") \
+            or type(value).__module__.split(".")[0] in ("torch", "numpy"):
+        return got
+    try:
+        items = list(value)
+    except Exception:  # noqa: BLE001 - an iterable that fails is not a sequence of ints
+        return None
+    if any(isinstance(x, bool) or not hasattr(x, "__index__") for x in items):
+        return None
+    return [operator.index(x) for x in items]
 
 
 def load_model(path: str | None = None):
