@@ -13,4 +13,5 @@ EXERCISE = Exercise(
          "write_kv": ("key_cache", "value_cache", "key", "value", "slot_mapping")},
     statement="practice/exercises/126-slot-mapping.md",
     case_timeout=20.0,
+    worker_references=("solutions.batch", "solutions.model_runner", "solutions.paged_attention"),
 )

@@ -12,4 +12,5 @@ EXERCISE = Exercise(
     api={"paged_attention": ("query", "key_cache", "value_cache", "query_start_loc", "seq_lens", "block_tables")},
     statement="practice/exercises/127-paged-attention.md",
     case_timeout=20.0,
+    worker_references=("solutions.batch", "solutions.paged_kv_cache"),
 )
