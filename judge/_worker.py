@@ -105,7 +105,7 @@ def _fingerprint(value: Any) -> Any:
 
 
 def _error(exc: BaseException, learner_file: str | None) -> dict:
-    from judge.harness import is_memory_error, trimmed_traceback
+    from judge.harness import is_memory_error, other_stub, trimmed_traceback
 
     err = {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:4000],
            "mro": [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]}
@@ -113,6 +113,7 @@ def _error(exc: BaseException, learner_file: str | None) -> dict:
         err["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else str(exc.code)
     if is_memory_error(exc):
         err["memory"] = True
+    err["stub"] = other_stub(exc, learner_file)
     try:
         err["traceback"] = trimmed_traceback(exc, learner_file)
     except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out

@@ -58,6 +58,7 @@ def _exception(err: dict) -> BaseException:
     except Exception:  # noqa: BLE001 - an exception class with a different constructor
         exc = _learner_class(name, Exception)(message)
     exc._judge_traceback = err.get("traceback")  # type: ignore[attr-defined]
+    exc._judge_stub = err.get("stub")  # type: ignore[attr-defined]
     return exc
 
 

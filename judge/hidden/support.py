@@ -107,7 +107,7 @@ def check_blocks(data: dict[str, Any], num_blocks: int, label: str) -> None:
         held = Counter(data["held"])
         raise CaseFailure(f"{label}: the block pool is inconsistent"
                           + (f": block {b} has ref_cnt {data['ref_cnt'][b]} but {held.get(b, 0)} requests hold it"
-                             if b is not None else ": the free queue is not the set of blocks with ref_cnt 0"),
+                             if b is not None else ": num_free_blocks is not the number of blocks with ref_cnt 0"),
                           hint="blocks are taken only through self.kv.allocate_slots and returned only through "
                                "self.kv.free(request)")
 
