@@ -93,3 +93,13 @@ def two_pools(impl: ModuleType, num_blocks: int, n: int) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         return {"raised": raised_name(exc), "_error": learner_error(exc)}
     return state(b)
+
+
+def describe(fn: str, *args: Any) -> str:
+    """The call `fn(*args)` of this driver as Python a learner can paste."""
+    if fn == "two_pools":
+        num_blocks, n = args
+        return f"a, b = BlockPool({num_blocks}), BlockPool({num_blocks}); a.allocate({n}); b.ref_cnt, b.num_free_blocks"
+    num_blocks, ops = args
+    calls = ["pool.allocate(pool.num_free_blocks)" if op[0] == "drain" else f"pool.{op[0]}({op[1]!r})" for op in ops]
+    return "; ".join([f"pool = BlockPool({num_blocks})"] + calls)

@@ -56,3 +56,19 @@ def write(impl: ModuleType, spec: list) -> dict[str, Any]:
     return {"key_caches": t["key_caches"], "value_caches": t["value_caches"],
             "returned": None if ret is None else f"{type(ret).__name__} {str(ret)[:100]}",
             "inputs changed": [k for k, v in inputs.items() if not torch.equal(t[k], v)]}
+
+
+def write_text(spec: list) -> str:
+    _, layers, layer, nb, bs, heads, hd, slot_list, dtype, idx_dtype = spec
+    return (f"key_caches, value_caches = random {dtype} [layers={layers}, num_blocks={nb}, block_size={bs}, "
+            f"n_kv_heads={heads}, head_dim={hd}]; key, value = random [N={len(slot_list)}, {heads}, {hd}]; "
+            f"write_kv(key_caches[{layer}], value_caches[{layer}], key, value, "
+            f"slot_mapping=torch.tensor({slot_list}, dtype=torch.{idx_dtype}))")
+
+
+def describe(fn: str, *args: Any) -> str:
+    """The call `fn(*args)` of this driver as Python a learner can paste."""
+    if fn == "slots":
+        table, start, end, bs = args
+        return f"compute_slot_mapping(block_table={table}, start={start}, end={end}, block_size={bs})"
+    return write_text(args[0])

@@ -71,3 +71,14 @@ def cache_ops(impl: ModuleType, ops: list) -> dict[str, Any]:
             except (TypeError, ValueError):
                 return {"not a list of block ids": f"{str(got)[:200]}", "call": i, "lookups": lookups}
     return {"lookups": lookups}
+
+
+def describe(fn: str, *args: Any) -> str:
+    """The call `fn(*args)` of this driver as Python a learner can paste."""
+    if fn == "hash_calls":
+        parent = lambda p: f"h{p[1]}" if isinstance(p, list) else repr(p)  # noqa: E731
+        return "; ".join(f"h{i} = hash_block({parent(p)}, {list(t)})" for i, (p, t) in enumerate(args[0]))
+    if fn == "chain":
+        tokens, bs, none_hash = args
+        return f"block_hashes({list(tokens)}, {bs}), against hash_block chained from {none_hash} over its full blocks"
+    return "; ".join(["c = PrefixCache()"] + [f"c.{op[0]}({', '.join(map(repr, op[1:]))})" for op in args[0]])

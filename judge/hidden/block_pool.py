@@ -271,6 +271,12 @@ def random_scripts(seed: int, count: int, sizes: tuple[int, int], length: tuple[
 # The cases
 
 
+@CASES("the worked example")
+def _(impl):
+    check_scripts(impl, [(4, [("allocate", 3), ("incref", 1), ("free", [2, 1]), ("allocate", 2), ("allocate", 1),
+                              ("free", [0, 0]), ("drain",)])])
+
+
 @CASES("a new pool: all blocks free, handed out in order 0, 1, 2, ...")
 def _(impl):
     check_scripts(impl, [(1, [("drain",)]), (5, [("allocate", 2), ("allocate", 3)]), (8, [("drain",)])])

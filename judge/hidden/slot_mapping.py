@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from framework.kv_cache_manager import blocks_needed
-from judge.drivers.paged_kv_cache import write_inputs
+from judge.drivers.paged_kv_cache import write_inputs, write_text
 from judge.harness import CaseFailure, Cases, shrink
 from judge.hidden.support import end_to_end, learner_failure
 from judge.remote import driver
@@ -164,14 +164,6 @@ def _(impl):
 
 # A write: [seed, layers, layer, num_blocks, block_size, n_kv_heads, head_dim, slots, dtype, index dtype]; the
 # driver builds caches [layers, num_blocks, block_size, n_kv_heads, head_dim] and writes into layer `layer`.
-
-
-def write_text(spec: list) -> str:
-    _, layers, layer, nb, bs, heads, hd, slots, dtype, idx_dtype = spec
-    return (f"key_caches, value_caches = random {dtype} [layers={layers}, num_blocks={nb}, block_size={bs}, "
-            f"n_kv_heads={heads}, head_dim={hd}]; key, value = random [N={len(slots)}, {heads}, {hd}]; "
-            f"write_kv(key_caches[{layer}], value_caches[{layer}], key, value, "
-            f"slot_mapping=torch.tensor({slots}, dtype=torch.{idx_dtype}))")
 
 
 def expected_caches(spec: list) -> tuple[torch.Tensor, torch.Tensor]:
