@@ -163,6 +163,9 @@ def replay(session: Session, log: list) -> str | None:
             d = difference(want.get("value"), got.get("value"), "")
             if not d:
                 continue
+            problem = (got.get("value") or {}).get("problem") if isinstance(got.get("value"), dict) else None
+            if isinstance(problem, str):
+                return f"{problem}\n      input: {described}"
             err = _unexpected_error(want.get("value"), got.get("value"))
             if err and err.get("type") == "NotImplementedError":
                 return f"not implemented yet: {err.get('message') or described}"

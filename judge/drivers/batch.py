@@ -33,11 +33,17 @@ def _sendable(value: Any) -> Any:
 
 
 def _read(name: str, value: Any) -> Any:
+    """The field's integers (block tables: a list of lists), or what it is instead, as text."""
     if name == "block_tables":
         rows = value.tolist() if hasattr(value, "tolist") and not isinstance(value, list) else value
         tables = [plain_ints(t) for t in rows] if isinstance(rows, (list, tuple)) else None
-        return tables if tables is not None and None not in tables else None
-    return plain_ints(value)
+        got = tables if tables is not None and None not in tables else None
+    else:
+        got = plain_ints(value)
+    if got is None:
+        kind = f"{value.dtype} tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+        return f"not integers: a {kind} {str(value)[:100]}"
+    return got
 
 
 def build(impl: ModuleType, items: list, block_size: int) -> dict[str, Any]:
@@ -49,11 +55,14 @@ def build(impl: ModuleType, items: list, block_size: int) -> dict[str, Any]:
         out = impl.build_batch(given, block_size)
     except Exception as exc:  # noqa: BLE001
         return {"raised": type(exc).__name__, "_error": learner_error(exc)}
-    if out is None or isinstance(out, dict):
-        return {"problem": "None" if out is None else "dict"}
+    if out is None:
+        return {"problem": "build_batch returned None", "kind": "None"}
+    if isinstance(out, dict):
+        return {"problem": "build_batch returned a dict; it must return an object with attributes", "kind": "dict"}
     missing = [name for name in FIELDS if not hasattr(out, name)]
     if missing:
-        return {"problem": "missing", "missing": missing[0], "type": type(out).__name__}
+        return {"problem": f"the object build_batch returned ({type(out).__name__}) has no attribute {missing[0]!r}",
+                "kind": "missing"}
     raw = {name: getattr(out, name) for name in FIELDS}
     return {"batch": {name: _read(name, v) for name, v in raw.items()},
             "integer tensors": [name for name in TENSOR_FIELDS if isinstance(raw[name], torch.Tensor)

@@ -42,15 +42,13 @@ def _tables(value: Any) -> list[list[int]]:
 def read_batch(out: dict[str, Any]) -> dict[str, Any]:
     """The learner's result, as the driver read it, as {field: list of ints (or list of lists)}; CaseFailure if a
     field is unusable (the raw field says why)."""
-    if out.get("problem") == "None":
-        raise CaseFailure("build_batch returned None", hint="did you forget the `return` statement?")
-    if out.get("problem") == "dict":
-        raise CaseFailure("build_batch returned a dict; it must return an object with attributes",
-                          hint="e.g. return types.SimpleNamespace(**fields), or a dataclass")
-    if out.get("problem") == "missing":
-        raise CaseFailure(f"the object build_batch returned ({out['type']}) has no attribute {out['missing']!r}",
-                          hint="it needs input_ids, positions, slot_mapping, query_start_loc, seq_lens, "
-                               "block_tables and logits_indices")
+    if out.get("kind") == "None":
+        raise CaseFailure(out["problem"], hint="did you forget the `return` statement?")
+    if out.get("kind") == "dict":
+        raise CaseFailure(out["problem"], hint="e.g. return types.SimpleNamespace(**fields), or a dataclass")
+    if out.get("kind") == "missing":
+        raise CaseFailure(out["problem"], hint="it needs input_ids, positions, slot_mapping, query_start_loc, "
+                                               "seq_lens, block_tables and logits_indices")
     values: dict[str, Any] = {}
     for name in FIELDS:
         v = out["_raw"][name]
