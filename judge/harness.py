@@ -245,6 +245,8 @@ def _stub_failure(fn_name: str, stub: list[str]) -> CaseFailure:
 
 def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -> CaseFailure:
     exc = err.exc
+    if is_memory_error(exc):  # a driver caught it beside the learner's code: the verdict is 'memory limit'
+        raise exc
     stub = other_stub(exc)
     if stub:
         return _stub_failure(fn_name, stub)

@@ -21,5 +21,6 @@ EXERCISE = Exercise(
         "max_tokens respected exactly (different per request)",
         "chunked prefill: a prompt chunk samples nothing, step returns no output for it",
         "rows of logits: the j-th row is the j-th item that needs logits",
+        "continuous batching: a waiting request starts as soon as a slot frees",
     ),
 )
