@@ -7,7 +7,6 @@ EXPECT: exercise 131's stub
 
 from framework.request import RequestStatus
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
-
 from practice import preemption
 
 
