@@ -86,3 +86,11 @@ def test_statements_and_list_say_how_many_cases_are_public_and_hidden():
         assert ex.case_counts() == (len(public_cases), len(names)), ex.id
         line = f"{len(names)} cases: {len(public_cases)} public"
         assert line in (ROOT / ex.statement).read_text(), f"{ex.statement} must say '{line} ...'"
+
+
+def test_every_random_hidden_case_is_drawn_from_the_secret_seed():
+    """judge.secret.rng mixes the instructor's secret in: a bare random.Random in a hidden module would make its
+    cases the same in every class, and computable from a student's copy."""
+    offenders = [f"{p.name}:{n}" for p in sorted((ROOT / "judge" / "hidden").glob("*.py"))
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if "random.Random(" in line]
+    assert not offenders, offenders

@@ -379,7 +379,7 @@ def _(impl):
 
     bs = 4
     runner = Runner(model, num_blocks=64, block_size=bs)
-    rng = random.Random(128)
+    rng = seeded(128)
     vocab = model.cfg.vocab_size
     pool = list(range(64))
     rng.shuffle(pool)

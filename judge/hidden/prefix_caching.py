@@ -309,7 +309,7 @@ def shrink_ops(ops: list[tuple]):
 
 @CASES("PrefixCache: random inserts, evictions and lookups against the reference")
 def _(impl):
-    rng = random.Random(132)
+    rng = seeded(132)
     for _ in range(60):
         ops = random_ops(rng, rng.randint(4, 30))
         failure = check_ops(impl, ops, "lookup")
@@ -384,7 +384,7 @@ def lcp(a: list[int], b: list[int]) -> int:
 def _(impl):
     model = load_model()
     bs = 4
-    rng = random.Random(7)
+    rng = seeded(7)
     system = random_prompts(model, 20, [13])[0]
     suffixes = random_prompts(model, 21, [5, 3, 8, 1])
     first = system + suffixes[0]
