@@ -105,13 +105,15 @@ def _fingerprint(value: Any) -> Any:
 
 
 def _error(exc: BaseException, learner_file: str | None) -> dict:
-    from judge.harness import is_memory_error, trimmed_traceback
+    from judge.harness import is_memory_error, other_stub, trimmed_traceback
 
     try:
         tb = trimmed_traceback(exc, learner_file)
     except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
         tb = None
     err = wire.error_record(exc, tb)
+    err["mro"] = [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]
+    err["stub"] = other_stub(exc, learner_file)
     if is_memory_error(exc):
         err["memory"] = True
     return err

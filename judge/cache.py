@@ -40,7 +40,9 @@ def save(ex: Exercise, path: Path, report: Report) -> None:
     if digest is None:
         return
     data = _load()
-    data[f"{ex.id}:{path.resolve()}"] = {"sha256": digest, "passed": report.passed, "failed": report.failed}
+    # public_only: graded on a copy without the hidden tests (the public cases alone: a banner says "public cases")
+    data[f"{ex.id}:{path.resolve()}"] = {"sha256": digest, "passed": report.passed, "failed": report.failed,
+                                         "public_only": ex.case_counts()[1] is None}
     try:
         f = cache_file()
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +54,7 @@ def save(ex: Exercise, path: Path, report: Report) -> None:
 
 
 def lookup(ex: Exercise, path: Path) -> dict | None:
-    """{"passed": n, "failed": n} of the last grading of this exact file content, or None."""
+    """{"passed": n, "failed": n, "public_only": bool} of the last grading of this exact file content, or None."""
     entry = _load().get(f"{ex.id}:{path.resolve()}")
     if entry and entry.get("sha256") == _digest(path):
         return entry

@@ -126,8 +126,10 @@ def cmd_list(args) -> int:
                 status = f"passed ({hit['passed']}/{hit['passed']})"
             else:
                 status = f"failed ({hit['passed']}/{hit['passed'] + hit['failed']} cases pass)"
-        rows.append((str(ex.id), ex.slug, ex.title, ex.difficulty, ex.practice_file, status))
-    head = ("id", "slug", "title", "difficulty", "file to edit", "status")
+        public, total = ex.case_counts()
+        counts = f"{public} public" + (f" + {total - public} hidden" if total is not None else "")
+        rows.append((str(ex.id), ex.slug, ex.title, ex.difficulty, ex.practice_file, counts, status))
+    head = ("id", "slug", "title", "difficulty", "file to edit", "cases", "status")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
     for r in [head, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .registry import ROOT, Exercise, load_exercises
+from .public import diagnostic as _diagnostic
 from .remote import Session
 
 COPIED = ("pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course")
@@ -43,8 +44,18 @@ class Recorder(Session):
 
     def request(self, msg: dict) -> dict:
         reply = self.inner.request(msg)
-        self.log.append([msg, {k: v for k, v in reply.items() if k not in ("id", "t")}])
+        self.log.append([msg, _public({k: v for k, v in reply.items() if k not in ("id", "t")})])
         return reply
+
+
+def _public(reply: Any) -> Any:
+    """A reference's reply without what is not compared and would show the reference's code: tracebacks and a
+    driver's diagnostics (keys starting with one "_"; "__" marks wire types)."""
+    if isinstance(reply, dict):
+        return {k: _public(v) for k, v in reply.items() if k != "traceback" and not _diagnostic(k)}
+    if isinstance(reply, list):
+        return [_public(v) for v in reply]
+    return reply
 
 
 def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, list]:

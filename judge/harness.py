@@ -206,8 +206,50 @@ def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return call_live(fn, *copy.deepcopy(args), **copy.deepcopy(kwargs))
 
 
+def other_stub(exc: BaseException, learner_file: str | None = None) -> list[str] | None:
+    """[practice file, function] when the learner's own code called another exercise's untouched practice stub
+    directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
+    if hasattr(exc, "_judge_stub"):  # raised in the worker: decided there, where the file names are
+        return exc._judge_stub
+    learner_file = learner_file or _STATE["learner_file"]
+    frames = traceback.extract_tb(exc.__traceback__)[-2:]
+    if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
+        return None
+    caller, raiser = frames
+    same = lambda a, b: os.path.realpath(a) == os.path.realpath(b)  # noqa: E731
+    if not same(caller.filename, learner_file) or same(raiser.filename, learner_file) or \
+            os.path.basename(os.path.dirname(raiser.filename)) != "practice":
+        return None
+    return [f"practice/{os.path.basename(raiser.filename)}", raiser.name]
+
+
+# What to call instead of another exercise's stub: the framework shell's method, wired to the reference.
+_SHELL_METHODS = {"allocate_or_preempt": "self.allocate_or_preempt(request, num_new_tokens, out)",
+                  "preempt": "self.preempt(request)"}
+
+
+def _stub_failure(fn_name: str, stub: list[str]) -> CaseFailure:
+    from .registry import load_exercises
+
+    rel, fn = stub
+    ex = next((e for e in load_exercises().values() if e.practice_file == rel), None)
+    owner = f"exercise {ex.id}'s stub" if ex else "another exercise's stub"
+    instead = _SHELL_METHODS.get(fn)
+    hint = (f"call {instead} instead: the framework's method, which the judge connects to the reference while it "
+            f"grades this exercise" if instead else
+            f"do not call {rel} from here: use what the framework gives you, so that this exercise is graded on "
+            "its own")
+    return CaseFailure(f"{fn_name} calls {fn} in {rel}, {owner}, which raises NotImplementedError", hint=hint,
+                       kind="error")
+
+
 def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -> CaseFailure:
     exc = err.exc
+    if is_memory_error(exc):  # a driver caught it beside the learner's code: the verdict is 'memory limit'
+        raise exc
+    stub = other_stub(exc)
+    if stub:
+        return _stub_failure(fn_name, stub)
     if isinstance(exc, NotImplementedError):
         where = "your code" if _STATE.get("learner_display") == "your code" else \
             _display_path(_STATE["learner_file"]) if _STATE["learner_file"] else "your practice file"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,11 @@ def public_path(ex: Exercise) -> Path:
 def load(ex: Exercise) -> dict[str, list] | None:
     path = public_path(ex)
     return json.loads(path.read_text())["cases"] if path.is_file() else None
+
+
+def diagnostic(key: str) -> bool:
+    """Whether a key of a driver's answer is a diagnostic (one leading "_"; "__" marks wire types)."""
+    return key.startswith("_") and not key.startswith("__")
 
 
 def _plain(v: Any) -> Any:
@@ -87,6 +93,8 @@ def _diff_plain(w: Any, g: Any, where: str) -> str | None:
         return difference(w, g, where)
     if isinstance(w, dict) and isinstance(g, dict):
         for k in w:
+            if diagnostic(k):  # a driver's diagnostics (the learner's traceback): never compared
+                continue
             if k not in g:
                 return f"{where}: no {k!r}"
             d = _diff_plain(w[k], g[k], f"{where}[{k!r}]")
@@ -97,7 +105,7 @@ def _diff_plain(w: Any, g: Any, where: str) -> str | None:
 
 
 def _short(v: Any) -> str:
-    text = json.dumps(v) if not isinstance(v, str) else repr(v)
+    text = repr(v)  # plain data: Python literals (None, True), as a learner would paste them
     return text if len(text) <= 300 else text[:300] + " ..."
 
 
@@ -144,18 +152,39 @@ def replay(session: Session, log: list) -> str | None:
                        (f"\n{err['traceback']}" if err.get("traceback") else "")
             return f"step {step}, {what}: expected {want['error']['type']} to be raised, but it returned"
         if not want.get("ok"):
-            if want["error"]["type"] != (got.get("error") or {}).get("type"):
+            if not raised_as(got.get("error") or {}, want["error"]):
                 return f"step {step}, {what}: expected {want['error']['type']}, got {got['error'].get('type')}"
             continue
-        problem = _driver_error(want.get("value"), got.get("value"), what)
+        described = _described(req)
+        problem = _driver_error(want.get("value"), got.get("value"), described or what)
         if problem:
             return problem
+        if described:
+            d = difference(want.get("value"), got.get("value"), "")
+            if not d:
+                continue
+            problem = (got.get("value") or {}).get("problem") if isinstance(got.get("value"), dict) else None
+            if isinstance(problem, str):
+                return f"{problem}\n      input: {described}"
+            err = _unexpected_error(want.get("value"), got.get("value"))
+            if err and err.get("type") == "NotImplementedError":
+                return f"not implemented yet: {err.get('message') or described}"
+            raised = f"\n      your code raised {err.get('type')}: {err.get('message')}" + (
+                f"\n{err['traceback']}" if err.get("traceback") else "") if err else ""
+            return f"{_path(d)}\n      input: {described}{raised}"
         d = difference(want.get("value"), got.get("value"), what)
         if d:
             return f"step {step}: {d}"
         for a, b in zip(_handles(want.get("value"), []), _handles(got.get("value"), [])):
             mapping.setdefault(a, b)
     return None
+
+
+def raised_as(got: dict, want: dict) -> bool:
+    """Whether the exception `got` (as the worker reported it) is an instance of the class of `want`: the same
+    class or a subclass (a learner's `class TableTooShort(ValueError)` is a ValueError)."""
+    mro = got.get("mro") or [[got.get("module"), got.get("type")]]
+    return [want.get("module"), want.get("type")] in [list(m) for m in mro]
 
 
 def _driver_error(want: Any, got: Any, what: str) -> str | None:
@@ -169,6 +198,38 @@ def _driver_error(want: Any, got: Any, what: str) -> str | None:
         return f"not implemented yet: {err.get('message') or what + ' raises NotImplementedError'}"
     return f"{what}: your code raised {err.get('type')}: {err.get('message')}" + \
         (f"\n{err['traceback']}" if err.get("traceback") else "")
+
+
+def _described(req: dict) -> str | None:
+    """A driver call as the Python it stands for, from the driver's own `describe` (None: it has none)."""
+    import importlib
+
+    from . import wire
+
+    if "driver" not in req:
+        return None
+    describe = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "describe", None)
+    return describe(req.get("attr"), *[wire.decode(a) for a in req.get("args", [])]) if describe else None
+
+
+def _unexpected_error(want: Any, got: Any) -> dict | None:
+    """The first learner exception a driver's answer reports (its "_error" diagnostics) where the reference's
+    answer raised nothing of that kind."""
+    if isinstance(got, dict):
+        if isinstance(got.get("_error"), dict) and not (isinstance(want, dict) and want.get("raised")
+                                                         and want.get("raised") == got.get("raised")):
+            return got["_error"]
+        pairs = [((want or {}).get(k) if isinstance(want, dict) else None, v) for k, v in got.items()]
+    elif isinstance(got, list):
+        pairs = [(want[i] if isinstance(want, list) and i < len(want) else None, v) for i, v in enumerate(got)]
+    else:
+        return None
+    return next((e for e in (_unexpected_error(w, g) for w, g in pairs) if e), None)
+
+
+def _path(where: str) -> str:
+    """['steps'][0]['returned'] -> steps[0].returned: where in a driver's answer, read as attributes."""
+    return re.sub(r"\['([^']*)'\]", r".\1", where).lstrip(".")
 
 
 def _call_text(req: dict, names: dict[int, str]) -> str:

@@ -46,9 +46,26 @@ class Exercise:
         mod = importlib.util.find_spec(self.reference)
         return Path(mod.origin) if mod and mod.origin else ROOT / (self.reference.replace(".", "/") + ".py")
 
+    def case_counts(self) -> tuple[int, int | None]:
+        """(public cases, all cases; None where the hidden tests are not installed), read from the hidden module's
+        source without importing it (`list` stays light)."""
+        spec = importlib.util.find_spec(self.tests) if _has_package(self.tests) else None
+        total = None
+        if spec and spec.origin and Path(spec.origin).is_file():
+            total = sum(1 for line in Path(spec.origin).read_text().splitlines() if line.startswith("@CASES("))
+        return len(self.public_cases) or 2, total
+
     @property
     def name(self) -> str:
         return f"{self.id} {self.slug}"
+
+
+def _has_package(module: str) -> bool:
+    """Whether the package holding `module` exists (judge.hidden is not in a student edition)."""
+    try:
+        return importlib.util.find_spec(module.rpartition(".")[0]) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def load_exercises() -> dict[int, Exercise]:

@@ -33,6 +33,50 @@ _MAX_CLASSES = 256
 _classes: dict[str, type] = {}
 
 
+def _known_class(module: str, name: str) -> type | None:
+    """The builtin or framework.errors exception class `module.name`, or None."""
+    if module not in _KNOWN_MODULES:
+        return None
+    import importlib
+
+    cls = getattr(builtins if module == "builtins" else importlib.import_module(module), name, None)
+    ok = isinstance(cls, type) and issubclass(cls, BaseException) and cls not in (KeyboardInterrupt, GeneratorExit)
+    return cls if ok else None
+
+
+def _exception(err: dict) -> BaseException:
+    """The learner's exception, rebuilt here: the very class when it is a builtin or framework.errors one, else a
+    LearnerError of the same name that also derives from the nearest known class of its bases, so that a
+    `class TableTooShort(ValueError)` is a ValueError here too (and a look-alike NoFreeBlocksError is not the real
+    one)."""
+    name, module, message = str(err.get("type")), str(err.get("module")), str(err.get("message", ""))
+    cls: Any = MemoryError if err.get("memory") else _known_class(module, name)
+    if cls is None:
+        mro = [m for m in err.get("mro") or [] if isinstance(m, list) and len(m) == 2]
+        base = next((k for k in (_known_class(str(m), str(n)) for m, n in mro[1:]) if k is not None), Exception)
+        cls = _learner_class(name, base)
+    try:
+        exc = cls(err.get("code")) if cls is SystemExit else cls(message)
+    except Exception:  # noqa: BLE001 - an exception class with a different constructor
+        exc = _learner_class(name, Exception)(message)
+    exc._judge_traceback = err.get("traceback")  # type: ignore[attr-defined]
+    exc._judge_stub = err.get("stub")  # type: ignore[attr-defined]
+    return exc
+
+
+def _learner_class(name: str, base: type) -> type:
+    key = f"{name}({base.__name__})"
+    cls = _classes.get(key)
+    if cls is None:
+        try:
+            cls = type(name, (LearnerError,) if base is Exception else (base, LearnerError), {})
+        except TypeError:  # a base whose layout cannot be mixed in
+            cls = type(name, (LearnerError,), {})
+        if len(_classes) < _MAX_CLASSES:  # bounded: a worker that invents names cannot grow the grader
+            _classes[key] = cls
+    return cls
+
+
 def _named_class(cache: dict[str, type], name: str, base: type, ns: dict) -> type:
     cls = cache.get(name)
     if cls is None:
@@ -46,25 +90,6 @@ def forget() -> None:
     """Drop the classes made for what a submission's worker sent (the runner calls it after each submission)."""
     _classes.clear()
     _remote_types.clear()
-
-
-def _exception(err: dict) -> BaseException:
-    name, module, message = str(err.get("type")), str(err.get("module")), str(err.get("message", ""))
-    cls: Any = None
-    if module in _KNOWN_MODULES:
-        import importlib
-
-        cls = getattr(builtins if module == "builtins" else importlib.import_module(module), name, None)
-    if err.get("memory"):
-        cls = MemoryError
-    if not (isinstance(cls, type) and issubclass(cls, BaseException)) or cls in (KeyboardInterrupt, GeneratorExit):
-        cls = _named_class(_classes, name, LearnerError, {})
-    try:
-        exc = cls(err.get("code")) if cls is SystemExit else cls(message)
-    except Exception:  # noqa: BLE001 - an exception class with a different constructor
-        exc = _named_class(_classes, name, LearnerError, {})(message)
-    exc._judge_traceback = err.get("traceback")  # type: ignore[attr-defined]
-    return exc
 
 
 class Session:

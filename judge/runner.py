@@ -326,7 +326,8 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
             return report
         first = getattr(impl, next(iter(ex.api)), None) if ex.api else None
         code = getattr(first, "__code__", None)
-        harness._STATE.update(learner_file=code.co_filename if code else None, options=dict(options or {}),
+        harness._STATE.update(learner_file=getattr(impl, "__file__", None) or (code.co_filename if code else None),
+                              options=dict(options or {}),
                               exercise=ex)
         for c in selected:
             out = harness.run_case(c, impl)

@@ -235,4 +235,11 @@ def received_error(rec: dict) -> dict:
            "memory": rec.get("memory") is True}
     if isinstance(rec.get("traceback"), str):
         out["traceback"] = cut(rec["traceback"])
+    mro = rec.get("mro")
+    if isinstance(mro, list):  # the exception's bases, so that a learner's ValueError subclass is a ValueError
+        out["mro"] = [[cut(m, NAME_LIMIT), cut(n, NAME_LIMIT)] for m, n in
+                      (pair for pair in mro[:16] if isinstance(pair, list) and len(pair) == 2)]
+    stub = rec.get("stub")
+    if isinstance(stub, list) and len(stub) == 2 and all(isinstance(x, str) for x in stub):
+        out["stub"] = [cut(x, 200) for x in stub]
     return out

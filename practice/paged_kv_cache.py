@@ -17,7 +17,7 @@ def compute_slot_mapping(block_table: list[int], start: int, end: int, block_siz
 
     Position p lives in block `block_table[p // block_size]` at row `p % block_size`, which is slot
     `block_table[p // block_size] * block_size + p % block_size`.
-    Raise ValueError if the block table is too short to hold position end-1.
+    Raise ValueError if the range ends past the table (end > len(block_table) * block_size), even when empty.
     Example: block_table [7, 2], block_size 4, start 2, end 6 -> [30, 31, 8, 9].
     """
     raise NotImplementedError("exercise 126: compute_slot_mapping is not implemented yet (practice/paged_kv_cache.py)")

@@ -6,6 +6,8 @@ They hold no expected value: the grader computes those with the references. Ship
 from __future__ import annotations
 
 import functools
+import operator
+from typing import Any
 
 
 @functools.lru_cache(maxsize=2)
@@ -23,6 +25,40 @@ def learner_error(exc: BaseException) -> dict:
     from judge._worker import _error
 
     return _error(exc, harness._STATE.get("learner_file"))
+
+
+def plain_ints(value: Any) -> list[int] | None:
+    """The integers of a list, tuple, deque, 1-D integer tensor or array, or of any other sequence of ints (an
+    `array.array`, a range, ...), as a list of ints; None if `value` is none of those. Imports torch only for a
+    tensor the learner made (pure-Python exercises stay quick to grade)."""
+    if _array_module(value):
+        from judge.harness import int_values
+
+        return int_values(value)
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
+        return None
+    try:
+        items = list(value)
+    except Exception:  # noqa: BLE001 - an iterable that fails is not a sequence of ints
+        return None
+    out = []
+    for x in items:
+        if _array_module(x):  # a 0-d tensor or a numpy integer
+            from judge.harness import int_values
+
+            got = int_values([x])
+            if got is None:
+                return None
+            out += got
+        elif isinstance(x, bool) or not hasattr(x, "__index__"):
+            return None
+        else:
+            out.append(operator.index(x))
+    return out
+
+
+def _array_module(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] in ("torch", "numpy")
 
 
 def load_model(path: str | None = None):

@@ -189,10 +189,10 @@ def facts(world: World, out: SchedulerOutput) -> dict[str, Any]:
 
 
 def blocks(world: World) -> dict[str, Any]:
-    """The block pool's reference counts and free queue, and the blocks each request holds."""
+    """The block pool's reference counts and number of free blocks (what exercise 125's contract makes public: the
+    free queue's storage is the pool's own), and the blocks each request holds."""
     pool = world.kv.block_pool
-    return {"ref_cnt": [int(pool.ref_cnt[b]) for b in range(pool.num_blocks)],
-            "free_queue": [int(b) for b in pool.free_queue],
+    return {"ref_cnt": [int(c) for c in pool.ref_cnt], "num_free_blocks": int(pool.num_free_blocks),
             "held": [b for r in world.requests.values() for b in r.block_table]}
 
 
@@ -292,11 +292,11 @@ def generate_small_cache(impl: ModuleType, prompts: list[list[int]], max_tokens:
 
 
 def used_blocks_ok(data: dict, num_blocks: int) -> tuple[int | None, bool]:
-    """(a block whose ref_cnt differs from the number of requests holding it, whether the free queue is the set of
-    blocks with ref_cnt 0): shared by the grader's checks."""
+    """(a block whose ref_cnt differs from the number of requests holding it, whether the number of free blocks is
+    the number of blocks with ref_cnt 0): shared by the grader's checks."""
     held = Counter(data["held"])
     bad = [b for b in range(num_blocks) if data["ref_cnt"][b] != held.get(b, 0)]
-    queue_ok = set(data["free_queue"]) == {b for b in range(num_blocks) if data["ref_cnt"][b] == 0}
+    queue_ok = data["num_free_blocks"] == sum(1 for c in data["ref_cnt"] if c == 0)
     return (bad[0] if bad else None), queue_ok
 
 

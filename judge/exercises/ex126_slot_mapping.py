@@ -13,4 +13,13 @@ EXERCISE = Exercise(
          "write_kv": ("key_cache", "value_cache", "key", "value", "slot_mapping")},
     statement="practice/exercises/126-slot-mapping.md",
     case_timeout=20.0,
+    public_cases=(
+        "slot mapping: the worked example",
+        "slot mapping: a chunk that starts inside a block",
+        "slot mapping: a table exactly full is fine, one too short is a ValueError",
+        "write_kv: the worked example's prefill, into layer 1 of a 2-layer cache",
+        "write_kv: a prefill into a non-contiguous block table",
+        "write_kv: in place into one layer of a multi-layer cache (the others must not change)",
+    ),
+    worker_references=("solutions.batch", "solutions.model_runner", "solutions.paged_attention"),
 )

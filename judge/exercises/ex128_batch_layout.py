@@ -11,4 +11,12 @@ EXERCISE = Exercise(
     api={"build_batch": ("items", "block_size")},
     statement="practice/exercises/128-batch-layout.md",
     case_timeout=20.0,
+    public_cases=(
+        "the worked example",
+        "single prefill",
+        "single decode",
+        "a prefill, a decode and a chunk in one batch, all needing logits",
+        "need_logits=False in the middle of a batch",
+        "no request needs logits (empty logits_indices)",
+    ),
 )

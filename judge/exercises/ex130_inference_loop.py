@@ -15,4 +15,12 @@ EXERCISE = Exercise(
     worker_references=("solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
                        "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
                        "solutions.paged_attention", "solutions.paged_kv_cache"),
+    public_cases=(
+        "one request: step by step",
+        "several requests share each forward pass",
+        "max_tokens respected exactly (different per request)",
+        "chunked prefill: a prompt chunk samples nothing, step returns no output for it",
+        "rows of logits: the j-th row is the j-th item that needs logits",
+        "continuous batching: a waiting request starts as soon as a slot frees",
+    ),
 )

@@ -16,4 +16,12 @@ EXERCISE = Exercise(
     worker_references=("solutions.scheduler", "solutions.engine", "solutions.kv_cache_manager", "solutions.block_pool",
                        "solutions.prefix_cache", "solutions.model_runner", "solutions.batch",
                        "solutions.paged_attention", "solutions.paged_kv_cache"),
+    public_cases=(
+        "preempt: back to the head of the queue, blocks freed, outputs kept",
+        "allocate_or_preempt: enough free blocks, nobody preempted",
+        "allocate_or_preempt: the most recently admitted request is the victim",
+        "allocate_or_preempt: several victims until the blocks fit",
+        "allocate_or_preempt: a victim already scheduled this step leaves out.scheduled",
+        "allocate_or_preempt: the request is its own victim, returns False",
+    ),
 )

@@ -10,8 +10,9 @@ import torch
 
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, raised_failure, shrink
-from judge.hidden.support import load_model, read_ints
+from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, raised_failure, shrink
+from judge.hidden.support import learner_failure, load_model, read_ints
+from judge.remote import driver
 from solutions import batch as ref
 
 CASES = Cases()
@@ -38,20 +39,19 @@ def _tables(value: Any) -> list[list[int]]:
     return [read_ints(t, f"block_tables[{i}]") for i, t in enumerate(value)]
 
 
-def read_batch(out: Any) -> dict[str, Any]:
-    """The learner's result as {field: list of ints (or list of lists)}; CaseFailure if a field is unusable."""
-    if out is None:
-        raise CaseFailure("build_batch returned None", hint="did you forget the `return` statement?")
-    if isinstance(out, dict):
-        raise CaseFailure("build_batch returned a dict; it must return an object with attributes",
-                          hint="e.g. return types.SimpleNamespace(**fields), or a dataclass")
+def read_batch(out: dict[str, Any]) -> dict[str, Any]:
+    """The learner's result, as the driver read it, as {field: list of ints (or list of lists)}; CaseFailure if a
+    field is unusable (the raw field says why)."""
+    if out.get("kind") == "None":
+        raise CaseFailure(out["problem"], hint="did you forget the `return` statement?")
+    if out.get("kind") == "dict":
+        raise CaseFailure(out["problem"], hint="e.g. return types.SimpleNamespace(**fields), or a dataclass")
+    if out.get("kind") == "missing":
+        raise CaseFailure(out["problem"], hint="it needs input_ids, positions, slot_mapping, query_start_loc, "
+                                               "seq_lens, block_tables and logits_indices")
     values: dict[str, Any] = {}
     for name in FIELDS:
-        if not hasattr(out, name):
-            raise CaseFailure(f"the object build_batch returned ({type(out).__name__}) has no attribute {name!r}",
-                              hint="it needs input_ids, positions, slot_mapping, query_start_loc, seq_lens, "
-                                   "block_tables and logits_indices")
-        v = getattr(out, name)
+        v = out["_raw"][name]
         values[name] = _tables(v) if name == "block_tables" else read_ints(v, name, name in TENSOR_FIELDS)
     return values
 
@@ -109,14 +109,15 @@ def show_input(items: list[Item], block_size: int) -> str:
     return f"build_batch({[tuple(it) for it in items]!r}, block_size={block_size})"
 
 
-def diff(items: list[Item], block_size: int, fn) -> CaseFailure | None:
-    """None if fn agrees with the reference on this input, else the failure (with the input attached)."""
+def diff(items: list[Item], block_size: int, impl) -> CaseFailure | None:
+    """None if the learner's build_batch agrees with the reference on this input, else the failure (with the input
+    attached). It runs in the worker, through the public driver judge/drivers/batch.py."""
     text = show_input(items, block_size)
+    out = driver(impl, "batch").build([list(it) for it in items], block_size)
+    if "raised" in out:
+        return learner_failure(out["_error"], "build_batch", text)
     try:
-        out = call(fn, items, block_size)
         got = read_batch(out)
-    except LearnerRaised as err:
-        return raised_failure(err, "build_batch", input=text)
     except CaseFailure as f:
         f.input = text
         return f
@@ -129,6 +130,10 @@ def diff(items: list[Item], block_size: int, fn) -> CaseFailure | None:
                 msg += f" (expected {len(exp[name])} values, got {len(got[name])}; N={n} tokens, B={len(items)} requests)"
             return CaseFailure(msg, input=text, field=name, expected=exp[name], got=got[name],
                                hint=_hint(name, items, block_size, exp, got[name]))
+    if out["inputs changed"]:
+        return CaseFailure("build_batch modified its input items", input=text, field="items",
+                           expected=[list(it) for it in items], got=out["_items after"],
+                           hint="read the items; never change them")
     return None
 
 
@@ -187,7 +192,7 @@ def candidates(value):
 
 
 def check_batches(impl, batches: list[tuple[list[Item], int]]) -> None:
-    fn = impl.build_batch
+    fn = impl
     for items, bs in batches:
         failure = diff(items, bs, fn)
         if failure is None:
@@ -211,6 +216,24 @@ def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_
 
 # ----------------------------------------------------------------------------------------------------------
 # The cases
+
+
+@CASES("the worked example")
+def _(impl):
+    check_batches(impl, [([([11, 12, 13, 14, 15], 0, [7, 2], True), ([21], 6, [3, 9], True),
+                           ([31, 32, 33], 2, [5, 8], False)], 4)])
+
+
+@CASES("a prefill, a decode and a chunk in one batch, all needing logits")
+def _(impl):
+    check_batches(impl, [([([1, 2, 3], 0, [4], True), ([9], 5, [2, 6], True), ([7, 8], 3, [1, 0], True)], 4),
+                         ([([5], 3, [8], True), ([6, 7, 8, 9, 10], 1, [3, 1], True), ([4], 9, [0, 2, 7], True)], 4)])
+
+
+@CASES("need_logits=False in the middle of a batch")
+def _(impl):
+    check_batches(impl, [([([5, 6], 0, [3], True), ([7, 8, 9], 2, [1, 2], False), ([4], 7, [0, 5], True)], 4),
+                         ([([1, 2, 3, 4, 5], 0, [6, 2], False), ([8], 4, [1, 3], True)], 4)])
 
 
 @CASES("single prefill")
@@ -273,9 +296,8 @@ def _(impl):
 @CASES("no request needs logits (empty logits_indices)")
 def _(impl):
     check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4), ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])
-    out = call(impl.build_batch, [([5, 6, 7], 0, [2], False)], 4)
-    li = out.logits_indices
-    if not isinstance(li, torch.Tensor) or li.numel() != 0:
+    out = driver(impl, "batch").build([[[5, 6, 7], 0, [2], False]], 4)
+    if "logits_indices" not in out["integer tensors"] or out["batch"]["logits_indices"] != []:
         raise CaseFailure("logits_indices must be an empty integer tensor when no request needs logits",
                           input=show_input([([5, 6, 7], 0, [2], False)], 4))
 
@@ -301,18 +323,7 @@ def _(impl):
 
 @CASES("inputs are not modified")
 def _(impl):
-    items = [([3, 4, 5], 2, [7, 1], True), ([6], 8, [2, 5, 4], True)]
-    import copy
-
-    before = copy.deepcopy(items)
-    try:
-        impl.build_batch(items, 4)
-    except BaseException as exc:  # noqa: BLE001
-        raise raised_failure(LearnerRaised(exc), "build_batch", input=show_input(before, 4)) from None
-    if items != before:
-        raise CaseFailure("build_batch modified its input items", input=show_input(before, 4),
-                          field="items", expected=before, got=items, hint="read the items; never change them")
-    check_batches(impl, [(before, 4)])  # and the batch is right: a build_batch doing nothing cannot pass
+    check_batches(impl, [([([3, 4, 5], 2, [7, 1], True), ([6], 8, [2, 5, 4], True)], 4)])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -368,7 +379,7 @@ def _(impl):
 
     bs = 4
     runner = Runner(model, num_blocks=64, block_size=bs)
-    rng = random.Random(128)
+    rng = seeded(128)
     vocab = model.cfg.vocab_size
     pool = list(range(64))
     rng.shuffle(pool)
@@ -387,7 +398,7 @@ def _(impl):
         try:
             logits = call_live(runner.execute_model, items)
         except LearnerRaised as err:
-            failure = diagnose(impl.build_batch, labelled, bs)
+            failure = diagnose(impl, labelled, bs)
             if failure is not None:
                 failure.message = (f"{label}: the runner failed on your batch. The cause, shown on the smallest "
                                    f"part of this step's batch that still has it: {failure.message}")
@@ -406,7 +417,7 @@ def _(impl):
                     bad = f"the logits of request {r} ({what}) differ from running it alone by {err:.3g} (tolerance 1e-4)"
                     break
         if bad is not None:
-            failure = diagnose(impl.build_batch, labelled, bs)
+            failure = diagnose(impl, labelled, bs)
             if failure is not None:
                 failure.message = (f"{label}: {bad}. The cause, shown on the smallest part of this step's batch "
                                    f"that still has it: {failure.message}")

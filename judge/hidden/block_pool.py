@@ -1,8 +1,9 @@
 """Hidden tests of exercise 125 (BlockPool).
 
-Each case runs a script of operations on the learner's pool and on `Spec`, a small model of the contract written
-here (independent of solutions/), and compares after every step what the engine can observe: the returned ids,
-the error raised, `ref_cnt` and `num_free_blocks`. The free queue is private: its order is observed only through
+Each case runs a script of operations on the learner's pool, in the worker, through the public driver
+(judge/drivers/block_pool.py), and on `Spec`, a small model of the contract written here (independent of
+solutions/), and compares after every step what the engine can observe: the returned ids, the error raised (by
+isinstance), `list(ref_cnt)` and `num_free_blocks`. The free queue is private: its order is observed only through
 the ids that `allocate` hands out (every script ends by allocating all free blocks).
 """
 
@@ -12,16 +13,16 @@ import random
 from collections import Counter
 from typing import Any
 
-from judge.hidden.support import read_ints
+from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE
+from judge.harness import CaseFailure, Cases, short, shrink
+from judge.hidden.support import learner_failure
+from judge.remote import driver
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, raised_failure, shrink, short
 
 CASES = Cases()
 
 # An operation: ("allocate", n) | ("free", [ids]) | ("incref", id) | ("drain",) = allocate every free block.
 Op = tuple
-NO_FREE = "NoFreeBlocksError"
-LOOK_ALIKE = "NoFreeBlocksError (a class of your own, not framework.errors.NoFreeBlocksError)"
 
 
 class Spec:
@@ -80,30 +81,13 @@ def script_text(num_blocks: int, ops: list[Op], upto: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def _error_name(exc: BaseException) -> str:
-    from framework.errors import NoFreeBlocksError
-
-    if isinstance(exc, NoFreeBlocksError):  # the very class: the engine catches it, not a look-alike
-        return NO_FREE
-    if any(c.__name__ == NO_FREE for c in type(exc).__mro__):
-        return LOOK_ALIKE
-    return type(exc).__name__
-
-
-def observe(pool: Any) -> dict[str, Any]:
-    try:
-        ref_cnt = read_ints(pool.ref_cnt, "pool.ref_cnt")
-        nfree = pool.num_free_blocks
-    except LearnerRaised as err:
-        raise raised_failure(err, "reading the pool") from None
-    except CaseFailure:
-        raise
-    except Exception as exc:  # noqa: BLE001 - e.g. AttributeError, NotImplementedError in the property
-        raise raised_failure(LearnerRaised(exc), "reading ref_cnt / num_free_blocks") from None
-    if isinstance(nfree, bool) or not isinstance(nfree, int) and not (hasattr(nfree, "__index__")):
-        raise CaseFailure(f"num_free_blocks is {short(nfree)} ({type(nfree).__name__}); expected an int",
-                          hint="num_free_blocks is a property returning an int: `@property` above the method")
-    return {"ref_cnt": ref_cnt, "num_free_blocks": int(nfree)}
+def state_failure(state: dict[str, Any], where: str) -> CaseFailure | None:
+    """The driver could not read the pool's public state: why, as a failure."""
+    if "problem" not in state:
+        return None
+    if "_error" in state:
+        return learner_failure(state["_error"], "reading pool.ref_cnt / pool.num_free_blocks", where)
+    return CaseFailure(f"{where}: {state['problem']}", hint=state.get("hint"))
 
 
 def _hint(op: Op, field: str, exp: Any, got: Any, spec_before: Spec) -> str:
@@ -159,50 +143,41 @@ def diff(num_blocks: int, ops: list[Op], impl: Any) -> CaseFailure | None:
 
 def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFailure | None, int]:
     """(failure or None, number of steps up to and including the failing one)."""
-    try:
-        pool = call(impl.BlockPool, num_blocks)
-    except LearnerRaised as err:
-        return raised_failure(err, "BlockPool"), 0
+    trace = driver(impl, "block_pool").run(num_blocks, ops)
+    created = trace["created"]
+    if "raised" in created:
+        return learner_failure(created["_error"], "BlockPool", f"BlockPool({num_blocks})"), 0
+    failure = state_failure(created, f"BlockPool({num_blocks})")
+    if failure is not None:
+        return failure, 0
     spec = Spec(num_blocks)
-    try:
-        state = observe(pool)
-    except CaseFailure as f:
-        return f, 0
-    for i, op in enumerate(ops):
+    for i, (op, got) in enumerate(zip(ops, trace["steps"])):
         before = Spec(num_blocks)
         before.ref_cnt, before.queue = list(spec.ref_cnt), list(spec.queue)
         exp_err, exp_ret = spec.apply(op)
         where = f"step {i + 1}, {op_text(op)}"
-        args = (state["num_free_blocks"],) if op[0] == "drain" else (op[1],)
         method = "allocate" if op[0] == "drain" else op[0]
-        got_err, got_ret = None, None
-        try:
-            got_ret = call(getattr(pool, method), *args)
-        except LearnerRaised as err:
-            if isinstance(err.exc, NotImplementedError) or exp_err is None:
-                return raised_failure(err, f"BlockPool.{method}"), i + 1
-            got_err = _error_name(err.exc)
-        except AttributeError:
-            return CaseFailure(f"BlockPool has no method {method}"), i + 1
+        if "problem" in got:
+            return CaseFailure(got["problem"]), i + 1
+        got_err = got["raised"]
+        if got_err == "NotImplementedError" or got_err is not None and exp_err is None:
+            return learner_failure(got["_error"], f"BlockPool.{method}", op_text(op)), i + 1
         if got_err != exp_err:
-            msg = (f"{where} should raise {exp_err}" if exp_err else f"{where} raised {got_err}") + \
-                  (f", it raised {got_err}" if exp_err and got_err else ", it did not" if exp_err else "")
+            msg = f"{where} should raise {exp_err}, " + (f"it raised {got_err}" if got_err else "it did not")
             return CaseFailure(msg, field="raises", expected=exp_err, got=got_err,
                                hint=_hint(op, "raises", exp_err, got_err, before)), i + 1
         if method == "allocate" and exp_err is None:
-            try:
-                got_list = None if got_ret is None else read_ints(got_ret, f"the result of {where}")
-            except CaseFailure as f:
-                return f, i + 1
+            got_list = got["returned"]
             if got_list != exp_ret:
+                ok = isinstance(got_list, list)
                 return CaseFailure(f"{where} returned the wrong block ids", field="return value",
-                                   expected=exp_ret, got=got_ret if got_list is None else got_list,
+                                   expected=exp_ret, got=got_list if ok else got_list["not a list of ints"],
                                    hint=_hint(op, "return value", exp_ret, got_list, before)
-                                   if got_list is not None else "allocate must return the list of ids"), i + 1
-        try:
-            state = observe(pool)
-        except CaseFailure as f:
-            return f, i + 1
+                                   if ok else "allocate must return the list of ids"), i + 1
+        state = got["state"]
+        failure = state_failure(state, f"after {where}")
+        if failure is not None:
+            return failure, i + 1
         for name, exp in (("ref_cnt", spec.ref_cnt), ("num_free_blocks", len(spec.queue))):
             if state[name] != exp:
                 field = "state after the error" if exp_err else name
@@ -296,6 +271,12 @@ def random_scripts(seed: int, count: int, sizes: tuple[int, int], length: tuple[
 # The cases
 
 
+@CASES("the worked example")
+def _(impl):
+    check_scripts(impl, [(4, [("allocate", 3), ("incref", 1), ("free", [2, 1]), ("allocate", 2), ("allocate", 1),
+                              ("free", [0, 0]), ("drain",)])])
+
+
 @CASES("a new pool: all blocks free, handed out in order 0, 1, 2, ...")
 def _(impl):
     check_scripts(impl, [(1, [("drain",)]), (5, [("allocate", 2), ("allocate", 3)]), (8, [("drain",)])])
@@ -304,18 +285,14 @@ def _(impl):
 @CASES("num_blocks must be positive")
 def _(impl):
     for nb in (0, -3):
-        try:
-            call(impl.BlockPool, nb)
-        except LearnerRaised as err:
-            if isinstance(err.exc, NotImplementedError):
-                raise raised_failure(err, "BlockPool") from None
-            if isinstance(err.exc, ValueError):
-                continue
-            raise CaseFailure(f"BlockPool({nb}) raised {type(err.exc).__name__}; expected ValueError",
-                              input=f"BlockPool({nb})", field="raises", expected="ValueError",
-                              got=type(err.exc).__name__) from None
-        raise CaseFailure(f"BlockPool({nb}) did not raise", input=f"BlockPool({nb})", field="raises",
-                          expected="ValueError", got=None, hint="a pool needs at least one block: ValueError")
+        created = driver(impl, "block_pool").run(nb, [])["created"]
+        got = created.get("raised")
+        if got == "NotImplementedError":
+            raise learner_failure(created["_error"], "BlockPool", f"BlockPool({nb})")
+        if got != "ValueError":
+            raise CaseFailure(f"BlockPool({nb}) " + (f"raised {got}; expected ValueError" if got else "did not raise"),
+                              input=f"BlockPool({nb})", field="raises", expected="ValueError", got=got,
+                              hint="a pool needs at least one block: ValueError")
 
 
 @CASES("allocate is all or nothing (NoFreeBlocksError changes nothing)")
@@ -393,15 +370,15 @@ def _(impl):
 
 @CASES("two pools are independent")
 def _(impl):
-    try:
-        a, b = call(impl.BlockPool, 3), call(impl.BlockPool, 3)
-        call(a.allocate, 2)
-    except LearnerRaised as err:
-        raise raised_failure(err, "BlockPool", input="a, b = BlockPool(3), BlockPool(3); a.allocate(2)") from None
-    got = observe(b)
+    text = "a, b = BlockPool(3), BlockPool(3); a.allocate(2)"
+    got = driver(impl, "block_pool").two_pools(3, 2)
+    if "raised" in got:
+        raise learner_failure(got["_error"], "BlockPool", text)
+    failure = state_failure(got, "the second pool")
+    if failure is not None:
+        raise failure
     if got != {"ref_cnt": [0, 0, 0], "num_free_blocks": 3}:
-        raise CaseFailure("allocating from one pool changed another pool", field="second pool",
-                          input="a, b = BlockPool(3), BlockPool(3); a.allocate(2)",
+        raise CaseFailure("allocating from one pool changed another pool", field="second pool", input=text,
                           expected={"ref_cnt": [0, 0, 0], "num_free_blocks": 3}, got=got,
                           hint="keep the state in instance attributes (self.x = ... in __init__), not in class "
                                "attributes or default arguments")

@@ -15,12 +15,12 @@ KV cache (greedy, fp32 on the CPU).
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from framework.sampling import SamplingParams
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
+from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.hidden.support import alone, learner_failure, load_model, random_prompts
 from judge.remote import LocalDriver, driver
 from solutions import engine as ref
@@ -624,7 +624,7 @@ def _(impl):
 @CASES("a mixed workload: chunks, decodes, admissions and a full cache", timeout=90)
 def _(impl):
     model = load_model()
-    rng = random.Random(11)
+    rng = seeded(11)
     prompts = random_prompts(model, 11, [rng.randint(1, 24) for _ in range(8)])
     params = [SamplingParams(max_tokens=rng.randint(1, 10), ignore_eos=rng.random() < 0.5) for _ in prompts]
     run_generate(impl, model, prompts, params, num_blocks=16, block_size=4, token_budget=16, max_num_seqs=4,

@@ -286,6 +286,12 @@ def _(impl):
     check(impl, [Spec(2, 4, 2, 1, 8, 6, (Req(1, 7, (3, 0), 12),))])
 
 
+@CASES("a prefill, a chunk starting mid-block and a decode in one batch")
+def _(impl):
+    check(impl, [Spec(13, 4, 2, 1, 8, 8, (Req(5, 5, (6, 2), 21), Req(3, 9, (1, 7, 4), 22), Req(1, 6, (0, 5), 23))),
+                 Spec(14, 2, 4, 2, 8, 10, (Req(1, 3, (9, 3), 24), Req(4, 4, (2, 8), 25)))])
+
+
 @CASES("prefill only (several requests)")
 def _(impl):
     check(impl, random_specs(1, 15, ["prefill"], [2, 4, 16]))

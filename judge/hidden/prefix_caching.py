@@ -15,7 +15,8 @@ from typing import Any, Callable
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import (CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink,
                            short)
-from judge.hidden.support import alone, load_model, random_prompts
+from judge.hidden.support import alone, learner_failure, load_model, random_prompts
+from judge.remote import driver
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
 from solutions.kv_cache_manager import KVCacheManager
@@ -54,64 +55,73 @@ def hashes_of(impl, tokens: list[int], block_size: int) -> list[int]:
 # hash_block and block_hashes
 
 
+def driver_failure(got: dict[str, Any], text: str) -> CaseFailure | None:
+    """What the driver reported instead of facts: the learner's exception, or a value of the wrong type."""
+    if "raised" in got:
+        return learner_failure(got["_error"], got["in"], text)
+    if "not an int" in got:
+        return CaseFailure(f"hash_block returned a {got['not an int']}; it must return an int", input=text,
+                           hint="e.g. hash((parent_hash, tuple(token_ids))); a hashlib digest can be turned into an "
+                                "int with int.from_bytes(digest[:8], 'big')")
+    if "not a list" in got:
+        return CaseFailure(f"block_hashes returned a {got['not a list']}; it must return a list of ints", input=text)
+    if "not a list of block ids" in got:
+        return CaseFailure(f"lookup returned {got['not a list of block ids']}; it must return a list of block ids",
+                           input=text)
+    return None
+
+
 @CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order")
 def _(impl):
     tokens = [5, 17, 2, 9]
-    h = hash_of(impl, NONE_HASH, tokens)
-    if hash_of(impl, NONE_HASH, list(tokens)) != h:
+    variants = [[5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2]]
+    calls = [[NONE_HASH, tokens], [NONE_HASH, list(tokens)], [NONE_HASH, [7, 7, 7, 7]], [["call", 2], [7, 7, 7, 7]],
+             [["call", 2], tokens], [["call", 3], tokens]] + [[NONE_HASH, v] for v in variants]
+    text = (f"h = hash_block({NONE_HASH}, {tokens}); p1 = hash_block({NONE_HASH}, [7, 7, 7, 7]); "
+            f"p2 = hash_block(p1, [7, 7, 7, 7]); hash_block(p1, {tokens}); hash_block(p2, {tokens}); "
+            + "; ".join(f"hash_block({NONE_HASH}, {v})" for v in variants))
+    got = driver(impl, "prefix_cache").hash_calls(calls)
+    failure = driver_failure(got, text)
+    if failure is not None:
+        raise failure
+    same = got["same_as"]
+    if same[1] != 0:
         raise CaseFailure("hash_block gave two different hashes for the same arguments",
                           input=f"hash_block({NONE_HASH}, {tokens})", hint="the hash must be deterministic")
-    p1 = hash_of(impl, NONE_HASH, [7, 7, 7, 7])
-    p2 = hash_of(impl, p1, [7, 7, 7, 7])
-    parents = [(NONE_HASH, "NONE_HASH"), (p1, "p1 = hash_block(NONE_HASH, [7, 7, 7, 7])"),
-               (p2, "hash_block(p1, [7, 7, 7, 7])")]
-    seen: dict[int, str] = {}
-    for p, label in parents:
-        got = hash_of(impl, p, tokens)
-        if got in seen:
-            raise CaseFailure(f"hash_block(parent, {tokens}) is the same for parents {seen[got]} and {label}",
-                              input=f"hash_block(p, {tokens}) for p in {[p for p, _ in parents]}",
-                              hint="chain the parent's hash in: equal hashes must mean equal PREFIXES, e.g. "
-                                   "hash((parent_hash, tuple(token_ids)))")
-        seen[got] = label
-    variants = [tokens, [5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2]]
-    got = [hash_of(impl, NONE_HASH, v) for v in variants]
-    for i in range(len(variants)):
-        for j in range(i):
-            if got[i] == got[j]:
-                raise CaseFailure(f"hash_block gives the same hash to blocks {variants[j]} and {variants[i]}",
-                                  input=f"hash_block({NONE_HASH}, {variants[j]}) == hash_block({NONE_HASH}, "
-                                        f"{variants[i]})", hint="hash every token, in order")
-
-
-def expected_chain(impl, tokens: list[int], block_size: int) -> list[int]:
-    """The learner's own hash_block, chained over the full blocks from NONE_HASH."""
-    out, parent = [], NONE_HASH
-    for i in range(len(tokens) // block_size):
-        parent = hash_of(impl, parent, tokens[i * block_size: (i + 1) * block_size])
-        out.append(parent)
-    return out
+    labels = {0: "NONE_HASH", 4: "p1 = hash_block(NONE_HASH, [7, 7, 7, 7])", 5: "hash_block(p1, [7, 7, 7, 7])"}
+    for i, j in ((4, 0), (5, 0), (5, 4)):
+        if same[i] == same[j]:
+            raise CaseFailure(f"hash_block(parent, {tokens}) is the same for parents {labels[j]} and {labels[i]}",
+                              input=text, hint="chain the parent's hash in: equal hashes must mean equal PREFIXES, "
+                                               "e.g. hash((parent_hash, tuple(token_ids)))")
+    blocks = [tokens] + variants
+    for i, call_i in enumerate([0, 6, 7, 8, 9]):
+        for j, call_j in enumerate([0, 6, 7, 8, 9][:i]):
+            if same[call_i] == same[call_j]:
+                raise CaseFailure(f"hash_block gives the same hash to blocks {blocks[j]} and {blocks[i]}",
+                                  input=f"hash_block({NONE_HASH}, {blocks[j]}) == hash_block({NONE_HASH}, "
+                                        f"{blocks[i]})", hint="hash every token, in order")
 
 
 def check_block_hashes(impl, tokens: list[int], block_size: int) -> CaseFailure | None:
     text = f"block_hashes({tokens!r}, {block_size})"
-    try:
-        got, want = hashes_of(impl, tokens, block_size), expected_chain(impl, tokens, block_size)
-    except CaseFailure as f:
-        return f
-    if len(got) != len(want):
-        return CaseFailure(f"block_hashes returned {len(got)} hashes for {len(tokens)} tokens in blocks of "
-                           f"{block_size}; expected {len(want)} (one per FULL block)", input=text,
-                           field="len(block_hashes(...))", expected=len(want), got=len(got),
+    got = driver(impl, "prefix_cache").chain(tokens, block_size, NONE_HASH)
+    failure = driver_failure(got, text)
+    if failure is not None:
+        return failure
+    want = len(tokens) // block_size
+    if got["count"] != want:
+        return CaseFailure(f"block_hashes returned {got['count']} hashes for {len(tokens)} tokens in blocks of "
+                           f"{block_size}; expected {want} (one per FULL block)", input=text,
+                           field="len(block_hashes(...))", expected=want, got=got["count"],
                            hint="a trailing partial block is still being written: it gets no hash; "
                                 "len(token_ids) // block_size hashes")
-    for i, (g, w) in enumerate(zip(got, want)):
-        if g != w:
-            parent = "NONE_HASH" if i == 0 else f"hashes[{i - 1}]"
-            return CaseFailure(f"hash {i} is not hash_block({parent}, block {i})", input=text,
-                               field=f"block_hashes(...)[{i}]", expected=w, got=g,
-                               hint="hashes[0] = hash_block(NONE_HASH, first block); hashes[i] = "
-                                    "hash_block(hashes[i-1], block i)")
+    i = got["differs at"]
+    if i is not None:
+        parent = "NONE_HASH" if i == 0 else f"hashes[{i - 1}]"
+        return CaseFailure(f"hash {i} is not hash_block({parent}, block {i})", input=text,
+                           hint="hashes[0] = hash_block(NONE_HASH, first block); hashes[i] = "
+                                "hash_block(hashes[i-1], block i)")
     return None
 
 
@@ -203,29 +213,15 @@ def _(impl):
 # PrefixCache, through its behaviour
 
 
-def new_cache(impl):
-    return guarded(impl.PrefixCache, "PrefixCache", input="PrefixCache()")
-
-
 def run_ops(impl, ops: list[tuple]) -> tuple[list[list[int]], str]:
     """Apply ops ('insert', h, b) / ('evict', b) / ('lookup', hashes) to the learner's cache; its lookups."""
-    cache, lines, results = new_cache(impl), ["c = PrefixCache()"], []
-    for op in ops:
-        if op[0] == "insert":
-            lines.append(f"c.insert({op[1]}, {op[2]})")
-            guarded(cache.insert, "PrefixCache.insert", op[1], op[2], input="\n".join(lines))
-        elif op[0] == "evict":
-            lines.append(f"c.evict({op[1]})")
-            guarded(cache.evict, "PrefixCache.evict", op[1], input="\n".join(lines))
-        else:
-            lines.append(f"c.lookup({op[1]})")
-            got = guarded(cache.lookup, "PrefixCache.lookup", op[1], input="\n".join(lines))
-            try:
-                results.append([int(b) for b in got])
-            except TypeError:
-                raise CaseFailure(f"lookup returned {short(got)}; it must return a list of block ids",
-                                  input="\n".join(lines)) from None
-    return results, "\n".join(lines)
+    got = driver(impl, "prefix_cache").cache_ops([list(op) for op in ops])
+    shown = ops[: got["call"] + 1] if "call" in got else ops
+    text = "\n".join(["c = PrefixCache()"] + [f"c.{op[0]}({', '.join(map(repr, op[1:]))})" for op in shown])
+    failure = driver_failure(got, text)
+    if failure is not None:
+        raise failure
+    return got["lookups"], text
 
 
 def reference_lookups(ops: list[tuple]) -> list[list[int]]:
@@ -313,7 +309,7 @@ def shrink_ops(ops: list[tuple]):
 
 @CASES("PrefixCache: random inserts, evictions and lookups against the reference")
 def _(impl):
-    rng = random.Random(132)
+    rng = seeded(132)
     for _ in range(60):
         ops = random_ops(rng, rng.randint(4, 30))
         failure = check_ops(impl, ops, "lookup")
@@ -388,7 +384,7 @@ def lcp(a: list[int], b: list[int]) -> int:
 def _(impl):
     model = load_model()
     bs = 4
-    rng = random.Random(7)
+    rng = seeded(7)
     system = random_prompts(model, 20, [13])[0]
     suffixes = random_prompts(model, 21, [5, 3, 8, 1])
     first = system + suffixes[0]

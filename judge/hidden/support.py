@@ -107,7 +107,7 @@ def check_blocks(data: dict[str, Any], num_blocks: int, label: str) -> None:
         held = Counter(data["held"])
         raise CaseFailure(f"{label}: the block pool is inconsistent"
                           + (f": block {b} has ref_cnt {data['ref_cnt'][b]} but {held.get(b, 0)} requests hold it"
-                             if b is not None else ": the free queue is not the set of blocks with ref_cnt 0"),
+                             if b is not None else ": num_free_blocks is not the number of blocks with ref_cnt 0"),
                           hint="blocks are taken only through self.kv.allocate_slots and returned only through "
                                "self.kv.free(request)")
 
@@ -330,71 +330,47 @@ def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
 # End to end for 126 and 127: the learner's write_kv or paged_attention inside the reference ModelRunner
 
 
-def small_model():
-    """The checkpoint given with --model, else a small random Qwen3 (GQA, seeded): the check is about layout."""
-    from mini_llm.config import Qwen3Config
-    from mini_llm.model import Transformer
-
-    if option("model"):
-        return load_model()
-    torch.manual_seed(127)
-    cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-    return Transformer(cfg).eval()
-
-
 def end_to_end(impl, name: str) -> None:
-    """Three engine steps (prefills, a chunked prefill, decodes) through ModelRunner with the learner's `name`
-    (write_kv or paged_attention); each request's last logits must equal running the model on it alone."""
-    import course
-    from solutions.batch import build_batch
-    from solutions.paged_kv_cache import write_kv
+    """Three engine steps (prefills, a chunked prefill, decodes) through the model runner with the learner's `name`
+    (write_kv or paged_attention), run in the worker by judge/drivers/model_runner.py on a real multi-layer paged
+    cache; each request's last logits must equal running the model on it alone."""
+    from judge.drivers.model_runner import small_model
 
-    model = small_model()
-    learner_fn = getattr(impl, name)
-
-    def guarded(*args):
-        try:
-            return learner_fn(*args)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            raise raised_failure(LearnerRaised(exc), name) from None
-
-    # The chapters' runner (course.runner_class): with your paged_attention the shell calls it per step exactly as
-    # the exercise defines it; with the reference one (grading write_kv) the reference runner's batched kernel.
-    pieces = {"build_batch": build_batch, "write_kv": write_kv, "paged_attention": None, name: guarded}
-    runner_cls = course.runner_class(**pieces)
-    bs = 4
-    runner = runner_cls(model, num_blocks=40, block_size=bs)
-    rng = random.Random(126)  # fixed: the layout check needs no secret
+    bs, num_blocks = 4, 40
+    model = small_model(option("model"))
+    rng = seeded(126)
     vocab = model.cfg.vocab_size
-    pool = list(range(40))
+    pool = list(range(num_blocks))
     rng.shuffle(pool)
     seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 11), ("B", 22), ("C", 5))}
     tables = {r: [pool.pop() for _ in range(blocks_needed(len(s) + 3, bs))] for r, s in seqs.items()}
     done = dict.fromkeys(seqs, 0)
     plans = [[("A", 11, True), ("B", 9, False)], [("B", 13, True), ("C", 5, True), ("A", 1, True)],
              [("C", 1, True), ("A", 1, True), ("B", 1, True)]]
+    steps, texts, wanted = [], [], []
     for step, plan in enumerate(plans, 1):
-        items = [(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan]
-        text = f"step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
-            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan)
-        logits = runner.execute_model(items)
-        for row, (r, n, _) in zip(logits, [p for p in plan if p[2]]):
+        steps.append([(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan])
+        texts.append(f"engine step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
+            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan))
+        wanted.append([(r, list(seqs[r][: done[r] + n])) for r, n, need in plan if need])
+        for r, n, _ in plan:
+            done[r] += n
+        for r in seqs:
+            if step < len(plans) and done[r] == len(seqs[r]):
+                seqs[r].append(rng.randrange(vocab))
+    got = driver(impl, "model_runner").run_steps(name, steps, num_blocks, bs, option("model"))
+    if "error" in got:
+        raise learner_failure(got["error"], name, texts[got["engine step"] - 1])
+    for logits, text, want in zip(got["logits"], texts, wanted):
+        for row, (r, tokens) in zip(logits, want):
             with torch.inference_mode():
-                alone = model(torch.tensor([seqs[r][: done[r] + n]]))[0, -1].float()
+                alone = model(torch.tensor([tokens]))[0, -1].float()
             err = (row - alone).abs().max().item()
             if not err <= 1e-4:
                 raise CaseFailure(f"the model's logits for request {r} differ from running it alone by {err:.3g} "
                                   "(tolerance 1e-4)", input=text,
                                   hint=f"your {name} passes the cases above? then check what differs in the engine: "
                                        "several layers, requests of different lengths, non-contiguous views")
-        for r, n, _ in plan:
-            done[r] += n
-        for r in seqs:
-            if step < len(plans) and done[r] == len(seqs[r]):
-                seqs[r].append(rng.randrange(vocab))
 
 
 # ----------------------------------------------------------------------------------------------------------

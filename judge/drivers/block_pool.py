@@ -1,0 +1,105 @@
+"""Driver of exercise 125 (BlockPool): a script of calls run on the learner's pool, beside it.
+
+It reads only what the statement makes public: what each call returned or raised, `list(pool.ref_cnt)` and
+`pool.num_free_blocks`, so the learner may keep the free queue and the counts however they like (a deque, an
+`array.array`, ...). Keys starting with "_" are diagnostics (the learner's traceback), never compared.
+"""
+
+from __future__ import annotations
+
+import operator
+from types import ModuleType
+from typing import Any
+
+from judge.drivers import learner_error, plain_ints
+
+NO_FREE = "NoFreeBlocksError"
+LOOK_ALIKE = "NoFreeBlocksError (a class of your own, not framework.errors.NoFreeBlocksError)"
+
+
+def raised_name(exc: BaseException) -> str:
+    """The contract's name for an exception, by isinstance: a ValueError subclass is a ValueError; a class that is
+    only named NoFreeBlocksError is not the one the engine catches."""
+    from framework.errors import NoFreeBlocksError
+
+    if isinstance(exc, NoFreeBlocksError):
+        return NO_FREE
+    if isinstance(exc, ValueError):
+        return "ValueError"
+    if any(c.__name__ == NO_FREE for c in type(exc).__mro__):
+        return LOOK_ALIKE
+    return type(exc).__name__
+
+
+def state(pool: Any) -> dict[str, Any]:
+    """{"ref_cnt": [...], "num_free_blocks": n}, or {"problem": why it cannot be read}."""
+    try:
+        ref_cnt, nfree = pool.ref_cnt, pool.num_free_blocks
+    except Exception as exc:  # noqa: BLE001 - e.g. AttributeError, NotImplementedError in the property
+        return {"problem": "reading pool.ref_cnt / pool.num_free_blocks", "_error": learner_error(exc)}
+    counts = plain_ints(ref_cnt)
+    if counts is None:
+        return {"problem": f"pool.ref_cnt is {str(ref_cnt)[:200]} ({type(ref_cnt).__name__}); expected a sequence "
+                           "of ints, one per block"}
+    if isinstance(nfree, bool) or not hasattr(nfree, "__index__"):
+        return {"problem": f"pool.num_free_blocks is {str(nfree)[:200]} ({type(nfree).__name__}); expected an int",
+                "hint": "num_free_blocks is a property returning an int: `@property` above the method"}
+    return {"ref_cnt": counts, "num_free_blocks": operator.index(nfree)}
+
+
+def run(impl: ModuleType, num_blocks: int, ops: list) -> dict[str, Any]:
+    """`pool = BlockPool(num_blocks)`, then each op: ["allocate", n], ["free", ids], ["incref", id] or ["drain"]
+    (allocate every free block). Returns {"created": ..., "steps": [...]}; it stops at the first call that is not
+    implemented or whose state cannot be read."""
+    try:
+        pool = impl.BlockPool(num_blocks)
+    except Exception as exc:  # noqa: BLE001
+        return {"created": {"raised": raised_name(exc), "_error": learner_error(exc)}, "steps": []}
+    first = state(pool)
+    trace: dict[str, Any] = {"created": first, "steps": []}
+    if "problem" in first:
+        return trace
+    current = first
+    for op in ops:
+        method = "allocate" if op[0] == "drain" else op[0]
+        arg = current["num_free_blocks"] if op[0] == "drain" else op[1]
+        step: dict[str, Any] = {"raised": None}
+        fn = getattr(pool, method, None)
+        if not callable(fn):
+            step["problem"] = f"BlockPool has no method {method}"
+            trace["steps"].append(step)
+            return trace
+        try:
+            ret = fn(list(arg) if isinstance(arg, list) else arg)
+        except Exception as exc:  # noqa: BLE001
+            step.update(raised=raised_name(exc), _error=learner_error(exc))
+            ret = None
+        if method == "allocate" and step["raised"] is None:
+            got = plain_ints(ret)
+            step["returned"] = got if got is not None else {"not a list of ints": f"{str(ret)[:200]} "
+                                                                                  f"({type(ret).__name__})"}
+        step["state"] = current = state(pool)
+        trace["steps"].append(step)
+        if step["raised"] == "NotImplementedError" or "problem" in current:
+            break
+    return trace
+
+
+def two_pools(impl: ModuleType, num_blocks: int, n: int) -> dict[str, Any]:
+    """`a, b = BlockPool(num_blocks), BlockPool(num_blocks); a.allocate(n)`: the state of b."""
+    try:
+        a, b = impl.BlockPool(num_blocks), impl.BlockPool(num_blocks)
+        a.allocate(n)
+    except Exception as exc:  # noqa: BLE001
+        return {"raised": raised_name(exc), "_error": learner_error(exc)}
+    return state(b)
+
+
+def describe(fn: str, *args: Any) -> str:
+    """The call `fn(*args)` of this driver as Python a learner can paste."""
+    if fn == "two_pools":
+        num_blocks, n = args
+        return f"a, b = BlockPool({num_blocks}), BlockPool({num_blocks}); a.allocate({n}); b.ref_cnt, b.num_free_blocks"
+    num_blocks, ops = args
+    calls = ["pool.allocate(pool.num_free_blocks)" if op[0] == "drain" else f"pool.{op[0]}({op[1]!r})" for op in ops]
+    return "; ".join([f"pool = BlockPool({num_blocks})"] + calls)

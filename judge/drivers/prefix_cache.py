@@ -1,0 +1,84 @@
+"""Driver of exercise 132 (hash_block, block_hashes, PrefixCache), run beside the learner's code.
+
+Any deterministic hash is right, so no hash value leaves this driver: it reports which calls gave equal hashes,
+whether each is an int, and whether block_hashes agrees with the learner's own hash_block chained. Keys starting
+with "_" are diagnostics (the learner's traceback), never compared.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from judge.drivers import learner_error
+
+
+def _failed(exc: BaseException, name: str, index: int) -> dict[str, Any]:
+    return {"raised": type(exc).__name__, "in": name, "call": index, "_error": learner_error(exc)}
+
+
+def hash_calls(impl: ModuleType, calls: list) -> dict[str, Any]:
+    """Call hash_block(parent, tokens) for each [parent, tokens]; a parent ["call", j] is the hash call j gave.
+    Returns {"same_as": [the first call whose hash equals this one's]} or the first problem."""
+    values: list[Any] = []
+    for i, (parent, tokens) in enumerate(calls):
+        p = values[parent[1]] if isinstance(parent, list) else parent
+        try:
+            h = impl.hash_block(p, list(tokens))
+        except Exception as exc:  # noqa: BLE001
+            return _failed(exc, "hash_block", i)
+        if not isinstance(h, int) or isinstance(h, bool):
+            return {"not an int": f"{type(h).__name__} ({str(h)[:100]})", "call": i}
+        values.append(h)
+    return {"same_as": [values.index(v) for v in values]}
+
+
+def chain(impl: ModuleType, tokens: list[int], block_size: int, none_hash: int) -> dict[str, Any]:
+    """block_hashes(tokens, block_size) against hash_block chained from `none_hash` over the full blocks: how many
+    hashes it returned and the first that differs from the chain (None: none)."""
+    try:
+        got = impl.block_hashes(list(tokens), block_size)
+    except Exception as exc:  # noqa: BLE001
+        return _failed(exc, "block_hashes", 0)
+    if not isinstance(got, (list, tuple)):
+        return {"not a list": type(got).__name__}
+    want, parent = [], none_hash
+    try:
+        for i in range(len(tokens) // block_size):
+            parent = impl.hash_block(parent, list(tokens[i * block_size: (i + 1) * block_size]))
+            want.append(parent)
+    except Exception as exc:  # noqa: BLE001
+        return _failed(exc, "hash_block", 0)
+    differs = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), None)
+    return {"count": len(got), "differs at": differs}
+
+
+def cache_ops(impl: ModuleType, ops: list) -> dict[str, Any]:
+    """c = PrefixCache(), then each op ["insert", h, b] / ["evict", b] / ["lookup", hashes]: the lookups' block ids."""
+    try:
+        cache = impl.PrefixCache()
+    except Exception as exc:  # noqa: BLE001
+        return _failed(exc, "PrefixCache", -1)
+    lookups: list[list[int]] = []
+    for i, op in enumerate(ops):
+        try:
+            got = getattr(cache, op[0])(*op[1:])
+        except Exception as exc:  # noqa: BLE001
+            return {**_failed(exc, f"PrefixCache.{op[0]}", i), "lookups": lookups}
+        if op[0] == "lookup":
+            try:
+                lookups.append([int(b) for b in got])
+            except (TypeError, ValueError):
+                return {"not a list of block ids": f"{str(got)[:200]}", "call": i, "lookups": lookups}
+    return {"lookups": lookups}
+
+
+def describe(fn: str, *args: Any) -> str:
+    """The call `fn(*args)` of this driver as Python a learner can paste."""
+    if fn == "hash_calls":
+        parent = lambda p: f"h{p[1]}" if isinstance(p, list) else repr(p)  # noqa: E731
+        return "; ".join(f"h{i} = hash_block({parent(p)}, {list(t)})" for i, (p, t) in enumerate(args[0]))
+    if fn == "chain":
+        tokens, bs, none_hash = args
+        return f"block_hashes({list(tokens)}, {bs}), against hash_block chained from {none_hash} over its full blocks"
+    return "; ".join(["c = PrefixCache()"] + [f"c.{op[0]}({', '.join(map(repr, op[1:]))})" for op in args[0]])
