@@ -114,17 +114,23 @@ Check your work with `.venv/bin/python practice/judge.py ID` (e.g. `{released[0]
 the public cases of the exercise (a worked example and a few basic cases) and ends with `N passed, N failed`.
 Your instructor grades the hidden cases. An exercise that runs on other parts of the engine uses your own
 `practice/` modules for the parts whose reference is not in this copy, and says so.
+
+## The chapters at every stage
+
+Every chapter runs top to bottom ("Run All") whatever you have done. A module is yours once its exercise passed
+on the file as it is now (each chapter's exercise section has a cell that grades it); a cell that needs a module
+you have not passed yet shows the output stored with the chapter, under one line that names the exercise. With
+your modules in use, the chapter's last cell says whether your outputs equal the stored ones. The first line of
+every chapter says which module is which.
 """
 
 
-def reference_bodies(shipped: set[str]) -> list[str]:
-    """The source of every function and class of solutions/ outside `shipped` (module names) that has at least
-    three lines, each line stripped of its indentation: what no stored output of the edition may contain."""
+def reference_bodies(unreleased: list[Exercise]) -> list[str]:
+    """The source of every function and class of these exercises' references that has at least three lines,
+    each line stripped of its indentation: what no file and no stored output of the edition may contain."""
     bodies = []
-    for path in sorted((ROOT / "solutions").glob("*.py")):
-        if path.stem in shipped or path.stem == "__init__":
-            continue
-        text = path.read_text()
+    for ex in unreleased:
+        text = (ROOT / (ex.reference.replace(".", "/") + ".py")).read_text()
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 body = stripped_lines(ast.get_source_segment(text, node) or "")
@@ -184,7 +190,7 @@ def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
     every = len(with_solutions) == len(load_exercises())
     shutil.copytree(ROOT / "chapters", out / "chapters", ignore=shutil.ignore_patterns(
         "__pycache__", "*.pyc", ".ipynb_checkpoints", *([] if every else NEEDS_EVERY_REFERENCE)))
-    bodies = reference_bodies({ex.reference.rsplit(".", 1)[1] for ex in with_solutions})
+    bodies = reference_bodies([ex for ex in load_exercises().values() if ex not in with_solutions])
     for path in sorted((out / "chapters").glob("*.ipynb")):
         nb = strip_notebook(json.loads(path.read_text()), {ex.id for ex in with_solutions}, bodies)
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
