@@ -5,7 +5,7 @@
 OUT gets the chapters, the practice stubs and statements, framework/, mini_llm/, course/, the public part of the
 judge (its code, drivers, the metadata of the released exercises, and for each of them its public cases recorded
 from the reference: the worked example and a few basic cases, runnable with `python practice/judge.py ID`), a
-README written for students, the glossary and the package files. References (solutions/) only of the exercises
+README written for students, the glossary, the scripts that made the embedded model and the package files. References (solutions/) only of the exercises
 given with --with-solutions, and the same in the chapters: each "Solution to exercise N" section of another
 exercise is cut (its text, code and stored outputs), so is any other stored output that shows a reference's source,
 and chapter 09, which measures the reference engine with benchmarks/, ships only with every reference. Never
@@ -28,7 +28,7 @@ from .registry import ROOT, Exercise, load_exercises
 from .remote import Session
 
 COPIED = ("pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course",
-          "docs/glossary.md")
+          "docs/glossary.md", "scripts/train_tiny_model.py", "scripts/story_generator.py")  # the model's provenance
 NEEDS_EVERY_REFERENCE = ("09_performance.ipynb",)  # chapters that run solutions/ and benchmarks/ directly
 SOLUTION_HEADING = re.compile(r"^(#+) Solutions? to exercises? (\d+)")
 AUTHORS_HEADING = "## For chapter authors"
@@ -215,7 +215,6 @@ def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exer
     judge_out.mkdir()
     for p in sorted((ROOT / "judge").glob("*.py")):
         shutil.copy2(p, judge_out / p.name)
-    shutil.copy2(ROOT / "judge" / "README.md", judge_out / "README.md")
     for d in JUDGE_DIRS:
         if (ROOT / "judge" / d).is_dir():
             shutil.copytree(ROOT / "judge" / d, judge_out / d, ignore=IGNORE)
