@@ -148,6 +148,15 @@ def use(module: str) -> ModuleType:
         return _StandIn(module, e.choice)
 
 
+def needs(*modules: str) -> None:
+    """Raise NotPassedYet for the first of `modules` (e.g. "scheduler") that is not passed yet: for a cell that
+    needs them without calling them itself (the judge runs them in another process)."""
+    for module in modules:
+        found = use(module)
+        if isinstance(found, _StandIn):
+            raise NotPassedYet(found._choice, module, module)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Assembling the engine from the per-module choices
 

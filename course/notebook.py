@@ -72,6 +72,7 @@ class ChapterSession:
         self.compared: list[int] = []  # code-cell indices whose output matched
         self.differ: list[int] = []
         self.cell: str = ""
+        self.names_before: dict = {}
         self.tee: _Tee | None = None
 
     @property
@@ -98,6 +99,7 @@ class ChapterSession:
     # -- hooks
     def pre_run_cell(self, info) -> None:
         self.cell = info.raw_cell
+        self.names_before = dict(self.shell.user_ns)
         self.tee = _Tee(sys.stdout)
         sys.stdout = self.tee
 
@@ -130,7 +132,17 @@ class ChapterSession:
                 f"(code cells {self.differ}, counted from 0)")
 
     def skip(self, line: str) -> None:
-        """Show the stored output of the current cell under one line; the cell then counts as run without error."""
+        """Show the stored output of the current cell under one line; the cell then counts as run without error,
+        and binds none of its names (half-built values would fail further down)."""
+        namespace = self.shell.user_ns
+        for name in [n for n in namespace if not n.startswith("_")]:
+            if name not in self.names_before:
+                del namespace[name]
+            elif namespace[name] is not self.names_before[name]:
+                namespace[name] = self.names_before[name]
+        from IPython.display import clear_output
+
+        clear_output()  # what the cell printed before it stopped: the stored output replaces it
         print(f"{MARK}{line})")
         found = self.stored(self.cell)
         if found is None:
