@@ -8,9 +8,10 @@ kernel:
   a name such a cell would have defined, stops there without an error: it shows the chapter's stored output of
   that cell under one line, `(stored output: this cell runs build_batch, exercise 128, which you have not passed
   yet)`, and "Run All" goes on with the next cell;
-* with some of your modules in use, each code cell's printed text is compared with the stored one (cells tagged
-  "timing" excepted: wall-clock figures vary), and the last code cell of the chapter ends with the verdict, e.g.
-  `your batch reproduces all 6 checked outputs of this chapter`.
+* with some of your modules in use, each code cell's printed text is compared with the stored one, and the last
+  code cell of the chapter ends with the verdict, e.g. `your batch reproduces all 6 checked outputs of this
+  chapter`. Not compared: cells tagged "timing" (wall-clock figures vary) and "unchecked" (they print what the
+  contract leaves to you, such as your error messages or the type of a returned list).
 
 The stored outputs are read from the chapter's .ipynb when the chapter starts: the notebook as you last saved it.
 Outside IPython (a plain `python` process) `install` does nothing and NotPassedYet propagates.
@@ -28,7 +29,7 @@ import course
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 MARK = "(stored output: "
-TIMING_TAG = "timing"
+UNCOMPARED_TAGS = ("timing", "unchecked")
 
 
 def normalised(text: str) -> str:
@@ -112,7 +113,8 @@ class ChapterSession:
         if found is None or self.cell == self.start_source:
             return
         index, cell = found
-        checked = TIMING_TAG not in cell.get("metadata", {}).get("tags", []) and MARK not in printed
+        tags = cell.get("metadata", {}).get("tags", [])
+        checked = not any(tag in tags for tag in UNCOMPARED_TAGS) and MARK not in printed
         want = stdout_text(cell.get("outputs", []))
         if checked and result.error_in_exec is None and want.strip() and self.yours:
             (self.compared if normalised(printed) == normalised(want) else self.differ).append(index)
