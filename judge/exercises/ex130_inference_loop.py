@@ -12,10 +12,14 @@ EXERCISE = Exercise(
     api={"LLMEngine": ("model",)},
     statement="practice/exercises/130-inference-loop.md",
     case_timeout=60.0,
-    # the third catches chapter 6's stall-free loop, which computes one scheduled request per step
-    public_cases=("one request: step by step", "one request: generate (default SamplingParams)",
-                  "several requests share each forward pass"),
     worker_references=("solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
                        "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
                        "solutions.paged_attention", "solutions.paged_kv_cache"),
+    public_cases=(
+        "one request: step by step",
+        "several requests share each forward pass",
+        "max_tokens respected exactly (different per request)",
+        "chunked prefill: a prompt chunk samples nothing, step returns no output for it",
+        "rows of logits: the j-th row is the j-th item that needs logits",
+    ),
 )
