@@ -70,8 +70,7 @@ class ChapterSession:
         self.code = [(_source(c), c) for c in cells if c["cell_type"] == "code"]
         self.start_source = self.code[0][0] if self.code else None
         self.reason: str | None = None  # the last NotPassedYet line: later NameErrors come from its cell
-        self.compared: list[int] = []  # code-cell indices whose output matched
-        self.differ: list[int] = []
+        self.matched: dict[int, bool] = {}  # per code-cell index: its last output equalled the stored one
         self.cell: str = ""
         self.names_before: dict = {}
         self.tee: _Tee | None = None
@@ -117,7 +116,7 @@ class ChapterSession:
         checked = not any(tag in tags for tag in UNCOMPARED_TAGS) and MARK not in printed
         want = stdout_text(cell.get("outputs", []))
         if checked and result.error_in_exec is None and want.strip() and self.yours:
-            (self.compared if normalised(printed) == normalised(want) else self.differ).append(index)
+            self.matched[index] = normalised(printed) == normalised(want)
         if index == len(self.code) - 1:
             line = self.verdict()
             if line:
@@ -126,12 +125,14 @@ class ChapterSession:
     def verdict(self) -> str | None:
         if not self.yours:
             return None
-        names = ", ".join(sorted(self.yours))
-        n = len(self.compared) + len(self.differ)
-        if not self.differ:
+        names, n = ", ".join(sorted(self.yours)), len(self.matched)
+        differ = sorted(i for i, same in self.matched.items() if not same)
+        if n == 0:
+            return f"your {names}: no checked output of this chapter ran on it"
+        if not differ:
             return f"your {names} reproduce{'s' if len(self.yours) == 1 else ''} all {n} checked outputs of this chapter"
-        return (f"your {names}: {len(self.differ)} of {n} checked outputs of this chapter differ from the stored ones "
-                f"(code cells {self.differ}, counted from 0)")
+        return (f"your {names}: {len(differ)} of {n} checked outputs of this chapter differ from the stored ones "
+                f"(code cells {differ}, counted from 0)")
 
     def skip(self, line: str) -> None:
         """Show the stored output of the current cell under one line; the cell then counts as run without error,

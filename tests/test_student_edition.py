@@ -95,17 +95,19 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(tmp_p
 # editable install (pip install -e .), which would otherwise find solutions/ and judge/hidden/ here.
 SITECUSTOMIZE = "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]\n"
 
-# In exercise order: (id, module, a correct variant, the chapters run once it passed). Each chapter runs once
-# untouched and once after the last exercise it needs for most of its cells; chapter 00 needs the whole engine.
+# Stages in exercise order: the exercises done in the stage (id, module, a correct variant), then the chapters run
+# once they passed. Each chapter runs once untouched and once after the last exercise most of its cells need
+# (chapter 00 needs the whole engine). 129 and 131 are one stage: without their references, the judge runs each on
+# the student's other one (the scheduler calls preemption's helpers, and 131 is graded inside the scheduler).
 STAGES = [
-    (125, "block_pool", "block_pool/right_deque.py", ["02_block_pool"]),
-    (126, "paged_kv_cache", "slot_mapping/right_loops.py", []),
-    (127, "paged_attention", "paged_attention/right_loop_explicit_softmax.py", ["03_paged_attention"]),
-    (128, "batch", "batch_layout/right_pure_python_lists.py", ["04_mixed_batch"]),
-    (129, "scheduler", "scheduler/right_two_lists_and_helpers.py", ["05_scheduler"]),
-    (130, "engine", "inference_loop/right_rows_by_index_streamed.py", ["06_inference_loop"]),
-    (131, "preemption", "preemption/right_pop_then_requeue.py", ["07_preemption"]),
-    (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py", ["08_prefix_caching", "00_life_of_a_request"]),
+    ([(125, "block_pool", "block_pool/right_deque.py")], ["02_block_pool"]),
+    ([(126, "paged_kv_cache", "slot_mapping/right_loops.py"),
+      (127, "paged_attention", "paged_attention/right_loop_explicit_softmax.py")], ["03_paged_attention"]),
+    ([(128, "batch", "batch_layout/right_pure_python_lists.py")], ["04_mixed_batch"]),
+    ([(129, "scheduler", "scheduler/right_two_lists_and_helpers.py"),
+      (131, "preemption", "preemption/right_pop_then_requeue.py")], ["05_scheduler"]),
+    ([(130, "engine", "inference_loop/right_rows_by_index_streamed.py")], ["06_inference_loop", "07_preemption"]),
+    ([(132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py")], ["08_prefix_caching", "00_life_of_a_request"]),
 ]
 WRONG = (125, "block_pool", "block_pool/wrong_lifo.py")  # a wrong variant that the public cases catch
 
@@ -221,9 +223,11 @@ def test_a_student_works_through_the_edition(tmp_path):
             missing = {f for t in texts for f in _mentioned_files(t) if not (out / f).exists()}
             assert not missing, f"{p.relative_to(out)} mentions files the edition lacks: {sorted(missing)}"
 
+    modules = sorted((ex, module) for done_in_stage, _ in STAGES for ex, module, _ in done_in_stage)
+
     def banner(done: set[int]) -> str:
         return " · ".join(f"{module}: yours ({ex} public cases ✓)" if ex in done else
-                          f"{module}: stored outputs ({ex} not passed yet)" for ex, module, _, _ in STAGES)
+                          f"{module}: stored outputs ({ex} not passed yet)" for ex, module in modules)
 
     def chapter(name: str, done: set[int]) -> list[str]:
         start = time.perf_counter()
@@ -234,8 +238,11 @@ def test_a_student_works_through_the_edition(tmp_path):
         return texts
 
     def judge_cli(ex: int) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "practice/judge.py", str(ex)], cwd=out, env=env, capture_output=True,
-                              text=True, timeout=600)
+        start = time.perf_counter()
+        graded = subprocess.run([sys.executable, "practice/judge.py", str(ex)], cwd=out, env=env, capture_output=True,
+                                text=True, timeout=600)
+        timings.append(f"judge {ex} {time.perf_counter() - start:.0f}s")
+        return graded
 
     start = time.perf_counter()
     for name in sorted(p.stem for p in (out / "chapters").glob("*.ipynb")):
@@ -252,13 +259,16 @@ def test_a_student_works_through_the_edition(tmp_path):
     assert shown.stdout.splitlines()[0] == banner(set()), shown.stdout + shown.stderr
 
     done: set[int] = set()
-    for ex, module, variant, chapters in STAGES:
-        shutil.copy(CASES / variant, out / "practice" / f"{module}.py")
-        graded = judge_cli(ex)
-        if ex == 125 and "BlockPool(1): the object has no attribute 'free_queue'" in graded.stdout:
-            pytest.xfail("125's public cases compare the reference's storage (issue 19 replaces them with a driver)")
-        assert graded.returncode == 0 and graded.stdout.splitlines()[-1].endswith(" passed, 0 failed"), graded.stdout
-        done.add(ex)
+    for done_in_stage, chapters in STAGES:
+        for ex, module, variant in done_in_stage:
+            shutil.copy(CASES / variant, out / "practice" / f"{module}.py")
+        for ex, module, variant in done_in_stage:
+            graded = judge_cli(ex)
+            if ex == 125 and "BlockPool(1): the object has no attribute 'free_queue'" in graded.stdout:
+                pytest.xfail("125's public cases compare the reference's storage (issue 19 grades it by a driver)")
+            assert graded.returncode == 0 and graded.stdout.splitlines()[-1].endswith(" passed, 0 failed"), \
+                f"{variant}:\n{graded.stdout}"
+            done.add(ex)
         for name in chapters:
             texts = chapter(name, done)
             verdict = texts[-1].splitlines()[-1]
@@ -266,7 +276,7 @@ def test_a_student_works_through_the_edition(tmp_path):
                 cells = [int(i) for i in re.findall(r"\d+", verdict.split("code cells")[-1])]
                 stored = [c for c in json.loads((out / "chapters" / f"{name}.ipynb").read_text())["cells"]
                           if c["cell_type"] == "code"]
-                pytest.fail(f"{name} after exercise {ex}: {verdict}\n" + "\n".join(
+                pytest.fail(f"{name} after exercises {sorted(done)}: {verdict}\n" + "\n".join(
                     f"--- code cell {i}, stored:\n{stdout_text(stored[i]['outputs'])}--- yours:\n{texts[i]}"
                     for i in cells))
-    print("\n" + "; ".join(timings))
+    print(f"\n{time.perf_counter() - t0:.0f}s in all: " + "; ".join(timings))
