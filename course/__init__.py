@@ -115,7 +115,7 @@ def choices() -> dict[str, Choice]:
         hit = cache.lookup(ex, ex.practice_path) if IMPL == "practice" and ex.practice_path.is_file() else None
         passed = bool(hit) and hit["failed"] == 0 and hit["passed"] > 0
         out[name] = Choice(name, ex.id, passed, importlib.util.find_spec(ex.reference) is not None,
-                           passed and hit.get("cases") == "public")
+                           passed and bool(hit.get("public_only")))
     return out
 
 

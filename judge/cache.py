@@ -1,14 +1,12 @@
 """The last grading result of each exercise's practice file, for `python practice/judge.py list`.
 
 Stored outside the repository: $JUDGE_CACHE_DIR, else $XDG_CACHE_HOME/mini-llm-judge, else ~/.cache/mini-llm-judge.
-A result counts only while the graded file's content (sha256) is unchanged. Each result says which cases ran:
-"all" (the hidden cases, in the course's repository) or "public" (a student edition's, the only ones it has).
+A result counts only while the graded file's content (sha256) is unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -42,8 +40,7 @@ def save(ex: Exercise, path: Path, report: Report) -> None:
     if digest is None:
         return
     data = _load()
-    data[f"{ex.id}:{path.resolve()}"] = {"sha256": digest, "passed": report.passed, "failed": report.failed,
-                                         "cases": "all" if _hidden_installed(ex) else "public"}
+    data[f"{ex.id}:{path.resolve()}"] = {"sha256": digest, "passed": report.passed, "failed": report.failed}
     try:
         f = cache_file()
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -54,15 +51,8 @@ def save(ex: Exercise, path: Path, report: Report) -> None:
         pass
 
 
-def _hidden_installed(ex: Exercise) -> bool:
-    try:
-        return importlib.util.find_spec(ex.tests) is not None
-    except ModuleNotFoundError:  # no judge/hidden/ at all
-        return False
-
-
 def lookup(ex: Exercise, path: Path) -> dict | None:
-    """{"passed": n, "failed": n, "cases": "all" or "public"} of the last grading of this exact file content, or None."""
+    """{"passed": n, "failed": n} of the last grading of this exact file content, or None."""
     entry = _load().get(f"{ex.id}:{path.resolve()}")
     if entry and entry.get("sha256") == _digest(path):
         return entry

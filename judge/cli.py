@@ -130,7 +130,7 @@ def cmd_list(args) -> int:
             if hit is None:
                 status = "not graded (run: python practice/judge.py %d)" % ex.id
             elif hit["failed"] == 0:
-                public = ", public cases" if hit.get("cases") == "public" else ""
+                public = ", public cases" if hit.get("public_only") else ""
                 status = f"passed ({hit['passed']}/{hit['passed']}{public})"
             else:
                 status = f"failed ({hit['passed']}/{hit['passed'] + hit['failed']} cases pass)"
