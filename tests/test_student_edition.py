@@ -97,17 +97,19 @@ SITECUSTOMIZE = "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__
 
 # Stages in exercise order: the exercises done in the stage (id, module, a correct variant), then the chapters run
 # once they passed. Each chapter runs once untouched and once after the last exercise most of its cells need
-# (chapter 00 needs the whole engine). 129 and 131 are one stage: without their references, the judge runs each on
-# the student's other one (the scheduler calls preemption's helpers, and 131 is graded inside the scheduler).
+# (chapter 00 needs the whole engine). Without references, the judge runs an exercise on the student's own other
+# modules, so 129 waits for 131 (its scheduler calls preemption's helpers, and 131 is graded inside the scheduler)
+# and for 132 (a public case of 129 has prefix-cache hits): the three are one stage.
 STAGES = [
     ([(125, "block_pool", "block_pool/right_deque.py")], ["02_block_pool"]),
     ([(126, "paged_kv_cache", "slot_mapping/right_loops.py"),
       (127, "paged_attention", "paged_attention/right_loop_explicit_softmax.py")], ["03_paged_attention"]),
     ([(128, "batch", "batch_layout/right_pure_python_lists.py")], ["04_mixed_batch"]),
     ([(129, "scheduler", "scheduler/right_two_lists_and_helpers.py"),
-      (131, "preemption", "preemption/right_pop_then_requeue.py")], ["05_scheduler"]),
-    ([(130, "engine", "inference_loop/right_rows_by_index_streamed.py")], ["06_inference_loop", "07_preemption"]),
-    ([(132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py")], ["08_prefix_caching", "00_life_of_a_request"]),
+      (131, "preemption", "preemption/right_pop_then_requeue.py"),
+      (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py")], ["05_scheduler"]),
+    ([(130, "engine", "inference_loop/right_rows_by_index_streamed.py")],
+     ["06_inference_loop", "07_preemption", "08_prefix_caching", "00_life_of_a_request"]),
 ]
 WRONG = (125, "block_pool", "block_pool/wrong_lifo.py")  # a wrong variant that the public cases catch
 
