@@ -111,6 +111,9 @@ STAGES = [
     ([(130, "engine", "inference_loop/right_rows_by_index_streamed.py")],
      ["06_inference_loop", "07_preemption", "08_prefix_caching", "00_life_of_a_request"]),
 ]
+# What a student keeps of a stub when filling it in, and a fixture (written for the judge's driver, which plugs the
+# rest in itself) lacks: the scheduler's link to preemption, used when the scheduler runs under the engine of 130.
+KEPT_FROM_STUB = {"scheduler": "\n\nfrom . import preemption  # noqa: E402\nScheduler.preemption = preemption\n"}
 WRONG = (125, "block_pool", "block_pool/wrong_lifo.py")  # a wrong variant that the public cases catch
 
 
@@ -263,7 +266,8 @@ def test_a_student_works_through_the_edition(tmp_path):
     done: set[int] = set()
     for done_in_stage, chapters in STAGES:
         for ex, module, variant in done_in_stage:
-            shutil.copy(CASES / variant, out / "practice" / f"{module}.py")
+            text = (CASES / variant).read_text() + KEPT_FROM_STUB.get(module, "")
+            (out / "practice" / f"{module}.py").write_text(text)
         for ex, module, variant in done_in_stage:
             graded = judge_cli(ex)
             if ex == 125 and "BlockPool(1): the object has no attribute 'free_queue'" in graded.stdout:
