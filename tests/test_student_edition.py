@@ -278,7 +278,7 @@ def test_a_student_works_through_the_edition(tmp_path):
             texts = chapter(name, done)
             verdict = texts[-1].splitlines()[-1]
             if not re.fullmatch(r"your [\w, ]+ reproduces? all \d+ checked outputs of this chapter", verdict):
-                cells = [int(i) for i in re.findall(r"\d+", verdict.split("code cells")[-1])]
+                cells = [int(i) for i in re.findall(r"\d+", verdict.split("code cells [")[-1].split("]")[0])]
                 stored = [c for c in json.loads((out / "chapters" / f"{name}.ipynb").read_text())["cells"]
                           if c["cell_type"] == "code"]
                 pytest.fail(f"{name} after exercises {sorted(done)}: {verdict}\n" + "\n".join(
