@@ -58,7 +58,8 @@ class ExerciseNeeded(RuntimeError):
     def __init__(self, choice: Choice, what: str) -> None:
         super().__init__(f"{what} needs {choice.module} (exercise {choice.exercise}), which you have not passed yet: "
                          f"do exercise {choice.exercise} first (`python practice/judge.py {choice.exercise}` must "
-                         "pass), then run this cell again.")
+                         "pass), then run this cell again." if choice.exercise else
+                         f"{what} needs {choice.module}, whose exercise this copy does not release.")
         self.choice = choice
 
     def _render_traceback_(self) -> list[str]:  # IPython shows this sentence instead of a traceback
@@ -74,16 +75,18 @@ class NotPassedYet(ExerciseNeeded):
 
     def line(self) -> str:
         """The one line a chapter prints instead of failing."""
-        if self.module == self.choice.module:
-            return (f"this cell runs {self.name}, exercise {self.choice.exercise}, which you have not passed yet")
-        return (f"this cell runs {self.name}, which needs {self.choice.module} (exercise {self.choice.exercise}), "
-                "which you have not passed yet")
+        c = self.choice
+        if not c.exercise:
+            return f"this cell runs {self.name}, which needs {c.module}, whose exercise this copy does not release"
+        if self.module == c.module:
+            return f"this cell runs {self.name}, exercise {c.exercise}, which you have not passed yet"
+        return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), which you have not passed yet"
 
 
 @dataclass(frozen=True)
 class Choice:
     module: str  # e.g. "block_pool"
-    exercise: int  # e.g. 125
+    exercise: int | None  # e.g. 125; None where this copy does not release the exercise
     yours: bool  # the exercise passed on the current practice file
     has_reference: bool  # solutions/<module>.py is shipped
     public_only: bool = False  # the pass was on the public cases only (a student edition has no others)
@@ -91,9 +94,8 @@ class Choice:
     def describe(self) -> str:
         if self.yours:
             return f"{self.module}: yours ({self.exercise} {'public cases ' if self.public_only else ''}✓)"
-        if self.has_reference:
-            return f"{self.module}: reference ({self.exercise} not passed yet)"
-        return f"{self.module}: stored outputs ({self.exercise} not passed yet)"
+        state = f"{self.exercise} not passed yet" if self.exercise else "not released"
+        return f"{self.module}: {'reference' if self.has_reference else 'stored outputs'} ({state})"
 
     def needed(self, what: str) -> ExerciseNeeded:
         return ExerciseNeeded(self, what)
@@ -116,6 +118,8 @@ def choices() -> dict[str, Choice]:
         passed = bool(hit) and hit["failed"] == 0 and hit["passed"] > 0
         out[name] = Choice(name, ex.id, passed, importlib.util.find_spec(ex.reference) is not None,
                            passed and bool(hit.get("public_only")))
+    for name in PARTS["engine"]:  # an exercise this copy does not release: its stub, maybe its reference
+        out.setdefault(name, Choice(name, None, False, importlib.util.find_spec(f"solutions.{name}") is not None))
     return out
 
 
