@@ -1,21 +1,23 @@
-"""The engine loop of an interactive lesson on stall-free scheduling, rewritten in this course's names.
+"""An engine loop written around a stall-free scheduler, in this course's names.
 
 Chapter 6 asks you to find its bug: it schedules well (decodes first, then prompt chunks, within the token
 budget), yet only one sequence advances per step. Grade it like a solution of exercise 130 to see the judge's
-diagnosis: `python practice/judge.py 130 --impl chapters/stall_free_loop.py`.
+diagnosis: `python practice/judge.py 130 --impl chapters/stall_free_loop.py --unisolated`. Its scheduler, KV-cache
+manager and model runner are the course's (`course.use`: yours where your exercises passed); the judge plugs in
+its own.
 """
 
 from __future__ import annotations
 
+import course
 from framework.engine import LLMEngineBase, RequestOutput, stop_reason
 from framework.sampling import sample_token
-from solutions.kv_cache_manager import KVCacheManager
-from solutions.model_runner import ModelRunner
-from solutions.scheduler import Scheduler
 
 
 class LLMEngine(LLMEngineBase):
-    scheduler_cls, runner_cls, kv_cache_manager_cls = Scheduler, ModelRunner, KVCacheManager
+    scheduler_cls = course.use("scheduler").Scheduler
+    runner_cls = course.use("model_runner").ModelRunner
+    kv_cache_manager_cls = course.use("kv_cache_manager").KVCacheManager
 
     def step(self) -> list[RequestOutput]:
         sched = self.scheduler.schedule()  # stall-free: decodes, then prompt chunks, then new requests

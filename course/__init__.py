@@ -1,19 +1,24 @@
 """One switch for the whole course: which implementation of the engine the notebooks run.
 
-    COURSE_IMPL=solutions   the reference engine (default)
-    COURSE_IMPL=practice    your own code, module by module, where you have written it
+    COURSE_IMPL=solutions   the reference engine (the default where every reference is shipped)
+    COURSE_IMPL=practice    your own code, module by module, where you have written it (the default in a student
+                            edition, which ships only the references your instructor released)
 
 Notebooks load every engine module through `use("batch")`, `use("scheduler")`, ... so flipping the switch
 (the environment variable, or `course.IMPL = "practice"` in the first cell) runs a chapter on your code.
 
 With COURSE_IMPL=practice, one rule picks each exercise's module: it is YOURS (practice/<module>.py) when your
 last judge run of that exercise passed every case on the file as it is now (`python practice/judge.py 125`;
-`python practice/judge.py list` shows the same results), and the reference (solutions/<module>.py) otherwise.
-The pieces built from several modules are assembled from those choices: the KV-cache manager from the block pool
-(125) and the prefix cache (132), the model runner from the batch layout (128), the cache writes (126) and the
-attention (127), the scheduler from `schedule` (129) and preemption (131), the engine from the loop (130) and all
-of these. `banner()` prints the map in one line. Where a module is neither yours nor shipped as a reference, the
-chapter stops with one sentence naming the exercise to do first.
+`python practice/judge.py list` shows the same results), else the reference (solutions/<module>.py) where it is
+shipped, else NOT PASSED YET. The pieces built from several modules are assembled from those choices: the
+KV-cache manager from the block pool (125) and the prefix cache (132), the model runner from the batch layout
+(128), the cache writes (126) and the attention (127), the scheduler from `schedule` (129) and preemption (131),
+the engine from the loop (130) and all of these. `banner()` prints the map in one line.
+
+A module that is not passed yet is a stand-in whose functions and classes raise `NotPassedYet`. In a chapter
+started with `start("04_mixed_batch")` (course/notebook.py) a cell that meets one does not fail: it shows its
+stored output, under one line naming the exercise, and the chapter goes on; with your modules in use, the chapter
+says at its end whether your outputs equal the stored ones.
 """
 
 from __future__ import annotations
@@ -28,37 +33,72 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-IMPL = os.environ.get("COURSE_IMPL", "solutions")
 IMPLEMENTATIONS = ("solutions", "practice")
 COMPOSITES = ("kv_cache_manager", "model_runner", "scheduler", "engine")  # assembled from exercise modules
 OPTIONAL = ("prefix_cache", "preemption")  # needed only when prefix caching is on, or memory runs out
+# The exercise modules each assembled module is built from (a chapter using it runs them all).
+PARTS = {"kv_cache_manager": ("block_pool", "prefix_cache"),
+         "model_runner": ("batch", "paged_kv_cache", "paged_attention"),
+         "scheduler": ("scheduler", "preemption")}
+PARTS["engine"] = ("engine", *PARTS["kv_cache_manager"], *PARTS["model_runner"], *PARTS["scheduler"])
+
+
+def _every_reference_shipped() -> bool:
+    from judge import load_exercises
+
+    return all(importlib.util.find_spec(ex.reference) is not None for ex in load_exercises().values())
+
+
+IMPL = os.environ.get("COURSE_IMPL") or ("solutions" if _every_reference_shipped() else "practice")
 
 
 class ExerciseNeeded(RuntimeError):
-    """A chapter needs a module that is neither yours (its exercise passed) nor shipped as a reference."""
+    """A module is neither yours (its exercise passed) nor shipped as a reference."""
+
+    def __init__(self, choice: Choice, what: str) -> None:
+        super().__init__(f"{what} needs {choice.module} (exercise {choice.exercise}), which you have not passed yet: "
+                         f"do exercise {choice.exercise} first (`python practice/judge.py {choice.exercise}` must "
+                         "pass), then run this cell again." if choice.exercise else
+                         f"{what} needs {choice.module}, whose exercise this copy does not release.")
+        self.choice = choice
 
     def _render_traceback_(self) -> list[str]:  # IPython shows this sentence instead of a traceback
         return [str(self)]
 
 
+class NotPassedYet(ExerciseNeeded):
+    """Raised by a stand-in's function or class: `name` (of module `choice.module`'s stand-in) cannot run yet."""
+
+    def __init__(self, choice: Choice, name: str, module: str) -> None:
+        super().__init__(choice, name)
+        self.name, self.module = name, module
+
+    def line(self) -> str:
+        """The one line a chapter prints instead of failing."""
+        c = self.choice
+        if not c.exercise:
+            return f"this cell runs {self.name}, which needs {c.module}, whose exercise this copy does not release"
+        if self.module == c.module:
+            return f"this cell runs {self.name}, exercise {c.exercise}, which you have not passed yet"
+        return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), which you have not passed yet"
+
+
 @dataclass(frozen=True)
 class Choice:
     module: str  # e.g. "block_pool"
-    exercise: int  # e.g. 125
+    exercise: int | None  # e.g. 125; None where this copy does not release the exercise
     yours: bool  # the exercise passed on the current practice file
     has_reference: bool  # solutions/<module>.py is shipped
+    public_only: bool = False  # the pass was on the public cases only (a student edition has no others)
 
     def describe(self) -> str:
         if self.yours:
-            return f"{self.module}: yours ({self.exercise} ✓)"
-        if self.has_reference:
-            return f"{self.module}: reference ({self.exercise} not passed yet)"
-        return f"{self.module}: missing ({self.exercise} not passed yet, no reference shipped)"
+            return f"{self.module}: yours ({self.exercise} {'public cases ' if self.public_only else ''}✓)"
+        state = f"{self.exercise} not passed yet" if self.exercise else "not released"
+        return f"{self.module}: {'reference' if self.has_reference else 'stored outputs'} ({state})"
 
     def needed(self, what: str) -> ExerciseNeeded:
-        return ExerciseNeeded(f"{what} needs {self.module} (exercise {self.exercise}), which has no reference "
-                              f"here: do exercise {self.exercise} first (`python practice/judge.py "
-                              f"{self.exercise}` must pass), then run this cell again.")
+        return ExerciseNeeded(self, what)
 
 
 def _check_impl() -> None:
@@ -67,46 +107,58 @@ def _check_impl() -> None:
 
 
 def choices() -> dict[str, Choice]:
-    """Per exercise module, in exercise order: whether yours or the reference runs (COURSE_IMPL=practice)."""
+    """Per exercise module, in exercise order: yours (COURSE_IMPL=practice and its exercise passed), the reference
+    where shipped, or not passed yet."""
     from judge import cache, load_exercises
 
     out = {}
     for ex in load_exercises().values():
         name = Path(ex.practice_file).stem
-        hit = cache.lookup(ex, ex.practice_path) if ex.practice_path.is_file() else None
+        hit = cache.lookup(ex, ex.practice_path) if IMPL == "practice" and ex.practice_path.is_file() else None
         passed = bool(hit) and hit["failed"] == 0 and hit["passed"] > 0
-        out[name] = Choice(name, ex.id, passed, importlib.util.find_spec(f"solutions.{name}") is not None)
+        out[name] = Choice(name, ex.id, passed, importlib.util.find_spec(ex.reference) is not None,
+                           passed and bool(hit.get("public_only")))
+    for name in PARTS["engine"]:  # an exercise this copy does not release: its stub, maybe its reference
+        out.setdefault(name, Choice(name, None, False, importlib.util.find_spec(f"solutions.{name}") is not None))
     return out
 
 
 def banner() -> None:
     """Print, in one line, where the chapter's engine modules come from."""
     _check_impl()
-    if IMPL == "solutions":
+    picked = choices()
+    if IMPL == "solutions" and all(c.has_reference for c in picked.values()):
         print("engine: the reference (solutions/) · COURSE_IMPL=practice runs your modules whose exercise passed")
     else:
-        print(" · ".join(c.describe() for c in choices().values()))
+        print(" · ".join(c.describe() for c in picked.values()))
+
+
+USED_YOURS: set[str] = set()  # your exercise modules that the chapter's `use` calls returned (course/notebook.py)
 
 
 def use(module: str) -> ModuleType:
     """The engine module `module` (e.g. "batch") from the implementation chosen by `IMPL`; with "practice",
-    yours or the reference module by module (see the module docstring)."""
+    yours, the reference or a stand-in, module by module (see the module docstring)."""
     _check_impl()
     picked = choices()
-    if IMPL == "practice" and (module in picked or module in COMPOSITES):
+    if module not in picked and module not in COMPOSITES:  # the modules without an exercise (sampling, request)
+        return importlib.import_module(f"framework.{module}")
+    if IMPL == "solutions" and all(c.has_reference for c in picked.values()):
+        return importlib.import_module(f"solutions.{module}")
+    USED_YOURS.update(name for name in PARTS.get(module, (module,)) if name in picked and picked[name].yours)
+    try:
         return _assembled(module, tuple(sorted(picked.items())))
-    for package in (IMPL, "framework"):  # the modules without an exercise (sampling, request) are shared
-        try:
-            return importlib.import_module(f"{package}.{module}")
-        except ModuleNotFoundError as e:
-            missing = picked.get((e.name or "").removeprefix("solutions."))
-            if missing is not None and e.name.startswith("solutions."):  # an edition without that reference
-                raise ExerciseNeeded(f"this chapter needs {missing.module} (exercise {missing.exercise}), which has "
-                                     "no reference here: run it with COURSE_IMPL=practice and do exercise "
-                                     f"{missing.exercise} first.") from None
-            if e.name != f"{package}.{module}":
-                raise
-    raise ModuleNotFoundError(f"no engine module {module!r} in {IMPL}/ or framework/")
+    except ExerciseNeeded as e:
+        return _StandIn(module, e.choice)
+
+
+def needs(*modules: str) -> None:
+    """Raise NotPassedYet for the first of `modules` (e.g. "scheduler") that is not passed yet: for a cell that
+    needs them without calling them itself (the judge runs them in another process)."""
+    for module in modules:
+        found = use(module)
+        if isinstance(found, _StandIn):
+            raise NotPassedYet(found._choice, module, module)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -127,20 +179,25 @@ def runner_class(build_batch: Callable, write_kv: Callable, paged_attention: Cal
                                          "paged_attention": staticmethod(paged_attention), "__module__": __name__})
 
 
-class _Missing(ModuleType):
-    """An optional module that is neither yours nor shipped: using any of its names stops the chapter."""
+class _StandIn(ModuleType):
+    """Module `module`, one of whose parts (`choice`) is neither yours nor shipped: the framework's names of the
+    same module work; every other function or class raises NotPassedYet when called."""
 
-    def __init__(self, choice: Choice) -> None:
-        super().__init__(f"missing.{choice.module}")
-        self._choice = choice
+    def __init__(self, module: str, choice: Choice) -> None:
+        super().__init__(f"not_passed_yet.{module}")
+        self._module, self._choice = module, choice
+        shell = importlib.util.find_spec(f"framework.{module}")
+        self._shell = importlib.import_module(f"framework.{module}") if shell else None
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        choice = self._choice
+        if self._shell is not None and hasattr(self._shell, name):
+            return getattr(self._shell, name)
+        choice, module = self._choice, self._module
 
         def stop(*args, **kwargs):
-            raise choice.needed("this step")
+            raise NotPassedYet(choice, name, module)
 
         return type(name, (), {"__init__": stop}) if name[:1].isupper() else stop
 
@@ -163,7 +220,7 @@ def _assembled(module: str, picked_items: tuple) -> ModuleType:
                     raise
                 raise sibling.needed("this chapter") from None
         if name in OPTIONAL:
-            return _Missing(c)
+            return _StandIn(name, c)
         raise c.needed("this chapter")
 
     builders = {"batch": _batch, "kv_cache_manager": _kv_cache_manager, "model_runner": _model_runner,
@@ -235,3 +292,13 @@ def _engine(pick, picked) -> ModuleType:
 def show_source(obj) -> None:
     """Print the source of a reference function or class, so that what a chapter shows is what is tested."""
     print(inspect.getsource(obj))
+
+
+def start(chapter: str) -> None:
+    """A chapter's first call: print the banner and, in Jupyter, let cells that meet a module not passed yet show
+    their stored outputs instead of failing (course/notebook.py)."""
+    banner()
+    from . import notebook
+
+    USED_YOURS.clear()
+    notebook.install(chapter)

@@ -110,6 +110,7 @@ _MAP = {  # name: (column, row, chapter, exercise)
     "preemption": (2, 2, 7, "131"),
 }
 _MAP_EDGES = [  # (from, to, route): "h" straight across, "v" straight down, "hv" down, across, down
+    ("mini_llm model +\ncontiguous KV cache", "model runner", "gap"),
     ("block pool", "paged KV cache\n(slot_mapping)", "v"),
     ("paged KV cache\n(slot_mapping)", "paged attention\n(block_tables)", "v"),
     ("paged attention\n(block_tables)", "model runner", "h"),
@@ -118,12 +119,13 @@ _MAP_EDGES = [  # (from, to, route): "h" straight across, "v" straight down, "hv
     ("scheduler\n(token budget)", "batch layout\n(query_start_loc)", "hv"),
     ("batch layout\n(query_start_loc)", "model runner", "v"),
     ("model runner", "engine loop +\nsampling", "h"),
-    ("prefix cache", "block pool", "side"),
+    ("block pool", "prefix cache", "side"),
 ]
 
 
-def course_map() -> None:
-    """The parts the course builds, by chapter and graded exercise, and which part feeds which."""
+def course_map() -> list[tuple[str, str]]:
+    """The parts the course builds, by chapter and graded exercise, and which part feeds which; returns the
+    arrows drawn, (from, to) with one-line names."""
     w, h, dx, dy = 2.6, 0.8, 3.6, 1.25
     fig, ax = _figure(10, 6.2)
     centre = {}
@@ -141,6 +143,10 @@ def course_map() -> None:
             ax.annotate("", xy=(xb, yb + h / 2 + 0.02), xytext=(xa, ya - h / 2 - 0.02), arrowprops=arrow)
         elif route == "h":
             ax.annotate("", xy=(xb - w / 2 - 0.02, yb), xytext=(xa + w / 2 + 0.02, ya), arrowprops=arrow)
+        elif route == "gap":  # right, down the gap between the first two columns, into the target's left side
+            x_gap, y_in = xa + w / 2 + (dx - w) / 2, yb + h / 4
+            ax.plot([xa + w / 2 + 0.02, x_gap, x_gap], [ya, ya, y_in], color="gray", lw=1.2)
+            ax.annotate("", xy=(xb - w / 2 - 0.02, y_in), xytext=(x_gap, y_in), arrowprops=arrow)
         elif route == "hv":  # leave from below, run along the gap between the rows, enter the target from above
             x0, gap_y = xa - w / 4, ya - h / 2 - (dy - h) / 2
             ax.plot([x0, x0, xb], [ya - h / 2 - 0.02, gap_y, gap_y], color="gray", lw=1.2)
@@ -154,8 +160,9 @@ def course_map() -> None:
     ax.set_xlim(-0.6, 2 * dx + w + 0.2)
     ax.set_ylim(-4 * dy - 0.7, h + 0.25)
     ax.axis("off")
-    ax.set_title("What the course builds (chapter · graded exercise); arrows: what feeds what")
+    ax.set_title("What the course builds (chapter · graded exercise); an arrow from A to B: B is built on A")
     _show(fig)
+    return [(a.replace("\n", " "), b.replace("\n", " ")) for a, b, _ in _MAP_EDGES]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -497,10 +504,10 @@ def padded_vs_flat(new_tokens: np.ndarray, contexts: np.ndarray, xlabel: str) ->
 
 
 def static_vs_iteration(static_spans: Sequence[tuple[int, int, int]], orca_spans: Sequence[tuple[int, int]],
-                        batch_size: int) -> None:
+                        batch_size: int) -> list[tuple[float, float]]:
     """Per request, the steps it holds a seat: static batches (grey: seat held after it finished) against
-    iteration-level scheduling."""
-    fig, axes = _figure(13, 4.2, ncols=2, sharey=True)
+    iteration-level scheduling, on one step axis; returns the two panels' x-ranges."""
+    fig, axes = _figure(13, 4.2, ncols=2, sharey=True, sharex=True)
     for ax, title, spans in [(axes[0], f"static batching ({batch_size} per batch)", static_spans),
                              (axes[1], f"iteration-level scheduling (max {batch_size} running)", orca_spans)]:
         for i, span in enumerate(spans):
@@ -513,7 +520,9 @@ def static_vs_iteration(static_spans: Sequence[tuple[int, int, int]], orca_spans
     axes[0].barh([0], [0], color="lightgray", label="seat held, request already finished")
     axes[0].barh([0], [0], color="tab:blue", label="generating")
     axes[0].legend(loc="lower right", fontsize=8)
+    ranges = [ax.get_xlim() for ax in axes]
     _show(fig)
+    return ranges
 
 
 def forward_passes(counts: Sequence[tuple[int, int, int]]) -> None:

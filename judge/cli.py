@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib
+import importlib.util
 import os
 import signal
 import sys
@@ -22,13 +23,34 @@ python practice/judge.py list [--grade]       every exercise, its file and wheth
 python practice/judge.py all                  grade every exercise
 python practice/judge.py 128 --impl FILE      grade another file
 python practice/judge.py 128 --impl DIR --csv grades.csv   grade every submission in DIR into a CSV (isolated)
-python practice/judge.py 128 --reference      grade the reference solution in solutions/
+python practice/judge.py 128 --reference      grade the reference solution in solutions/, where this copy has it
 --impl and --csv grade a class: the learner's code runs under bubblewrap, or not at all unless --unisolated."""
 
 
+def has_hidden_cases() -> bool:
+    try:
+        return importlib.util.find_spec("judge.hidden") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def has_reference(ex: Exercise) -> bool:
+    return importlib.util.find_spec(ex.reference) is not None
+
+
+def holdings() -> str:
+    """What this copy of the course grades with, for --help."""
+    exercises = load_exercises().values()
+    refs = [str(ex.id) for ex in exercises if has_reference(ex)]
+    cases = ("the hidden test cases" if has_hidden_cases() else
+             "the public cases of this copy (a worked example and a few basic cases per exercise; your instructor "
+             "grades the hidden ones)")
+    return (f"Grade the practice exercises ({', '.join(str(ex.id) for ex in exercises)}) with {cases}. References "
+            f"in this copy: {', '.join(refs) if refs else 'none'}.")
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python practice/judge.py", usage=USAGE,
-                                 description="Grade practice exercises against hidden tests.")
+    ap = argparse.ArgumentParser(prog="python practice/judge.py", usage=USAGE, description=holdings())
     ap.add_argument("words", nargs="*", help="an exercise id or slug, `test ID`, `list` or `all`")
     ap.add_argument("--impl", metavar="FILE_OR_DIR", help="grade this file (or every *.py in this folder)")
     ap.add_argument("--reference", action="store_true", help="grade the reference solution")
@@ -123,7 +145,8 @@ def cmd_list(args) -> int:
             if hit is None:
                 status = "not graded (run: python practice/judge.py %d)" % ex.id
             elif hit["failed"] == 0:
-                status = f"passed ({hit['passed']}/{hit['passed']})"
+                public = ", public cases" if hit.get("public_only") else ""
+                status = f"passed ({hit['passed']}/{hit['passed']}{public})"
             else:
                 status = f"failed ({hit['passed']}/{hit['passed'] + hit['failed']} cases pass)"
         public, total = ex.case_counts()
@@ -152,10 +175,15 @@ def main(argv: list[str] | None = None) -> int:
                      else [get_exercise(w) for w in words])
     except KeyError as e:
         print(e.args[0], file=sys.stderr)
-        print("0 passed, 1 failed")
         return 2
     if args.impl and args.reference:
         print("--impl and --reference exclude each other", file=sys.stderr)
+        return 2
+    missing = [ex for ex in exercises if args.reference and not has_reference(ex)]
+    if missing:
+        print(f"this copy of the course has no reference of exercise {', '.join(str(ex.id) for ex in missing)} "
+              f"({', '.join(ex.reference.replace('.', '/') + '.py' for ex in missing)}): --reference grades only the "
+              "references it holds", file=sys.stderr)
         return 2
     problem = isolation_problem(args)
     if problem:

@@ -5,7 +5,10 @@
 OUT gets the chapters, the practice stubs and statements, framework/, mini_llm/, course/, the public part of the
 judge (its code, drivers, the metadata of the released exercises, and for each of them its public cases recorded
 from the reference: the worked example and a few basic cases, runnable with `python practice/judge.py ID`), a
-README written for students and the package files. References (solutions/) only of the exercises given with --with-solutions. Never
+README written for students, the glossary, the scripts that made the embedded model and the package files. References (solutions/) only of the exercises
+given with --with-solutions, and the same in the chapters: each "Solution to exercise N" section of another
+exercise is cut (its text, code and stored outputs), so is any other stored output that shows a reference's source,
+and chapter 09, which measures the reference engine with benchmarks/, ships only with every reference. Never
 judge/hidden/, nbgrader/, tests/, docs/instructors.md, nor the instructor's secret seed, which this command
 creates (once) on the instructor's machine so that the random hidden cases differ from anything a student can run.
 """
@@ -13,7 +16,9 @@ creates (once) on the instructor's machine so that the random hidden cases diffe
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -23,7 +28,11 @@ from .registry import ROOT, Exercise, load_exercises
 from .public import diagnostic as _diagnostic
 from .remote import Session
 
-COPIED = ("pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course")
+COPIED = ("pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course",
+          "docs/glossary.md", "scripts/train_tiny_model.py", "scripts/story_generator.py")  # the model's provenance
+NEEDS_EVERY_REFERENCE = ("09_performance.ipynb",)  # chapters that run solutions/ and benchmarks/ directly
+SOLUTION_HEADING = re.compile(r"^(#+) Solutions? to exercises? (\d+)")
+AUTHORS_HEADING = "## For chapter authors"
 JUDGE_DIRS = ("drivers",)
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
@@ -116,7 +125,88 @@ Check your work with `.venv/bin/python practice/judge.py ID` (e.g. `{released[0]
 the public cases of the exercise (a worked example and a few basic cases) and ends with `N passed, N failed`.
 Your instructor grades the hidden cases. An exercise that runs on other parts of the engine uses your own
 `practice/` modules for the parts whose reference is not in this copy, and says so.
+
+## The chapters at every stage
+
+Every chapter runs top to bottom ("Run All") whatever you have done. A module is yours once its exercise passed
+on the file as it is now (each chapter's exercise section has a cell that grades it); a cell that needs a module
+you have not passed yet shows the output stored with the chapter, under one line that names the exercise. With
+your modules in use, the chapter's last cell says whether your outputs equal the stored ones. The first line of
+every chapter says which module is which.
 """
+
+
+def reference_bodies(unreleased: list[Exercise]) -> list[str]:
+    """The source of every function and class of these exercises' references that has at least three lines,
+    each line stripped of its indentation: what no file and no stored output of the edition may contain."""
+    bodies = []
+    for ex in unreleased:
+        text = (ROOT / (ex.reference.replace(".", "/") + ".py")).read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                body = stripped_lines(ast.get_source_segment(text, node) or "")
+                if body.count("\n") >= 2:
+                    bodies.append(body)
+    return bodies
+
+
+def stripped_lines(text: str) -> str:
+    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _text(output: dict) -> str:
+    parts = [output.get("text", "")] + list(output.get("data", {}).values()) + [output.get("traceback", "")]
+    return "".join("".join(p) if isinstance(p, list) else p for p in parts if isinstance(p, (str, list)))
+
+
+def strip_notebook(nb: dict, solved: set[int], bodies: list[str]) -> dict:
+    """The chapter without the solution sections of exercises outside `solved` (a note stands in their place)
+    and without any stored output that shows one of `bodies`."""
+    cells, level = [], None  # level: the heading depth of the section being cut
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            heading = re.match(r"(#+) ", source)
+            if level is not None and heading and len(heading.group(1)) <= level:
+                level = None
+            match = SOLUTION_HEADING.match(source)
+            if match and int(match.group(2)) not in solved:
+                level = len(match.group(1))
+                cells.append({"cell_type": "markdown", "id": cell.get("id", "solution"), "metadata": {}, "source":
+                              f"{match.group(0)}\n\nNot in your copy: your instructor releases the solution "
+                              "of this exercise separately."})
+                continue
+        if level is not None:
+            continue
+        if cell["cell_type"] == "code":
+            cell = dict(cell, outputs=[o for o in cell.get("outputs", [])
+                                       if not any(b in stripped_lines(_text(o)) for b in bodies)])
+        cells.append(cell)
+    return dict(nb, cells=cells)
+
+
+def shipped_markdown(text: str, folder: Path) -> str:
+    """A README of `folder` as shipped: no section for chapter authors, no table row linking to a file the copy
+    lacks."""
+    def dead(line: str) -> bool:
+        links = re.findall(r"\]\(([^)#:]+)\)", line)
+        return line.startswith("|") and any(not (folder / link).exists() for link in links)
+
+    text = text.split(AUTHORS_HEADING)[0].rstrip() + "\n"
+    return "".join(line for line in text.splitlines(keepends=True) if not dead(line))
+
+
+def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
+    """chapters/ as the edition has them (see the module docstring)."""
+    every = len(with_solutions) == len(load_exercises())
+    shutil.copytree(ROOT / "chapters", out / "chapters", ignore=shutil.ignore_patterns(
+        "__pycache__", "*.pyc", ".ipynb_checkpoints", *([] if every else NEEDS_EVERY_REFERENCE)))
+    bodies = reference_bodies([ex for ex in load_exercises().values() if ex not in with_solutions])
+    for path in sorted((out / "chapters").glob("*.ipynb")):
+        nb = strip_notebook(json.loads(path.read_text()), {ex.id for ex in with_solutions}, bodies)
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    readme = out / "chapters" / "README.md"
+    readme.write_text(shipped_markdown(readme.read_text(), out / "chapters"))
 
 
 def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exercise]) -> list[str]:
@@ -125,15 +215,17 @@ def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exer
     (out / "README.md").write_text(student_readme(released, with_solutions))
     for name in COPIED:
         src = ROOT / name
-        if src.is_dir():
+        if name == "chapters":
+            write_chapters(out, with_solutions)
+        elif src.is_dir():
             shutil.copytree(src, out / name, ignore=IGNORE)
         elif src.is_file():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, out / name)
     judge_out = out / "judge"
     judge_out.mkdir()
     for p in sorted((ROOT / "judge").glob("*.py")):
         shutil.copy2(p, judge_out / p.name)
-    shutil.copy2(ROOT / "judge" / "README.md", judge_out / "README.md")
     for d in JUDGE_DIRS:
         if (ROOT / "judge" / d).is_dir():
             shutil.copytree(ROOT / "judge" / d, judge_out / d, ignore=IGNORE)

@@ -9,7 +9,7 @@
    every stage of the course, are tests/test_learner_journey.py.
 
 Normalised before comparing: object addresses, the implementation's name (practice / solutions), the line that
-`course.banner()` prints (it names the implementation in use) and numbers in scientific notation (rounding
+`course.start()` prints first (the banner names the implementation in use) and numbers in scientific notation (rounding
 errors such as 4.8e-07 differ between CPUs; the cells assert their bounds). Convention for chapter authors: tag
 (cell metadata "tags") with "timing" every cell whose output holds timings or other run-to-run variation; its
 output is then not compared (it must still run without error).
@@ -28,6 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
+
+from course.notebook import normalised
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -69,11 +71,9 @@ def _text(cell) -> str:
 
 def _normalised(cell) -> str:
     text = _text(cell)
-    if "course.banner()" in cell.source:  # its first line names the implementation in use
+    if "course.start(" in cell.source:  # its first line, the banner, names the implementation in use
         text = text.split("\n", 1)[1] if "\n" in text else ""
-    text = re.sub(r"0x[0-9a-f]+", "0x…", text)  # object addresses differ per process
-    text = re.sub(r"\bpractice\b", "solutions", text)  # so do the implementation's names, by design
-    return re.sub(r"-?\d+(?:\.\d+)?e[+-]\d+", "<sci>", text)
+    return normalised(text)  # the same rule as the chapters' own comparison with your code
 
 
 def _comparable(cells) -> list[tuple[int, str, str]]:

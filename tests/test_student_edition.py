@@ -3,14 +3,21 @@ its solution, no secret seed; its public cases run on a student's copy (the stub
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 import judge
 
 ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "judge_cases"
 
 # Run the edition's CLI as a student's Python would: the edition first on sys.path, and without the finder of
 # this checkout's editable install (which would bring judge.hidden back from here).
@@ -98,6 +105,8 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(tmp_p
     assert wrong.splitlines()[-1].startswith("0 passed"), wrong
     rows = judge_cli("--impl", str(cases / "wrong_row_by_scheduled_index.py"), "--unisolated")
     assert not rows.splitlines()[-1].endswith(" 0 failed"), rows  # the sampling row mix-up is public too
+    loop = judge_cli("--impl", str(ROOT / "chapters" / "stall_free_loop.py"), "--unisolated")  # chapter 6's bug
+    assert re.search(r"^FAIL  several requests share each forward pass", loop, re.MULTILINE), loop
 
 
 def test_133_public_cases_replay_on_the_students_copy(tmp_path):
@@ -124,3 +133,198 @@ def test_133_public_cases_replay_on_the_students_copy(tmp_path):
     assert right.splitlines()[-1] == "2 passed, 0 failed", right
     wrong = judge_cli("--impl", str(cases / "wrong_step_on_loop_thread.py"), "--unisolated")
     assert wrong.splitlines()[-1] == "0 passed, 2 failed", wrong
+
+
+# A student's Python: the edition alone on sys.path. This sitecustomize drops the import finder of this checkout's
+# editable install (pip install -e .), which would otherwise find solutions/ and judge/hidden/ here.
+SITECUSTOMIZE = "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]\n"
+
+# Stages in exercise order: the exercises done in the stage (id, module, a correct variant), then the chapters run
+# once they passed. Each chapter runs once untouched and once after the last exercise most of its cells need
+# (chapter 00 needs the whole engine). Without references, the judge runs an exercise on the student's own other
+# modules, so 129 waits for 131 (its scheduler calls preemption's helpers, and 131 is graded inside the scheduler)
+# and for 132 (a public case of 129 has prefix-cache hits): the three are one stage.
+STAGES = [
+    ([(125, "block_pool", "block_pool/right_deque.py")], ["02_block_pool"]),
+    ([(126, "paged_kv_cache", "slot_mapping/right_loops.py"),
+      (127, "paged_attention", "paged_attention/right_loop_explicit_softmax.py")], ["03_paged_attention"]),
+    ([(128, "batch", "batch_layout/right_pure_python_lists.py")], ["04_mixed_batch"]),
+    ([(129, "scheduler", "scheduler/right_two_lists_and_helpers.py"),
+      (131, "preemption", "preemption/right_pop_then_requeue.py"),
+      (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py")], ["05_scheduler"]),
+    ([(130, "engine", "inference_loop/right_rows_by_index_streamed.py")],
+     ["06_inference_loop", "07_preemption", "08_prefix_caching", "00_life_of_a_request"]),
+]
+# What a student keeps of a stub when filling it in, and a fixture (written for the judge's driver, which plugs the
+# rest in itself) lacks: the scheduler's link to preemption, used when the scheduler runs under the engine of 130.
+KEPT_FROM_STUB = {"scheduler": "\n\nfrom . import preemption  # noqa: E402\nScheduler.preemption = preemption\n"}
+WRONG = (125, "block_pool", "block_pool/wrong_lifo.py")  # a wrong variant that the public cases catch
+
+
+def _bodies_in(text: str, bodies: list[str]) -> list[str]:
+    from judge.edition import stripped_lines
+
+    lines = stripped_lines(text)
+    return [b.splitlines()[0] for b in bodies if b in lines]
+
+
+def _notebook_texts(nb) -> list[str]:
+    """The sources and the text of every output of a notebook."""
+    texts = ["".join(c["source"]) for c in nb["cells"]]
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            parts = [out.get("text", "")] + list(out.get("data", {}).values()) + [out.get("traceback", "")]
+            texts.append("".join("".join(p) if isinstance(p, list) else str(p) for p in parts))
+    return texts
+
+
+def _mentioned_files(text: str) -> set[str]:
+    """Paths of this repository that a text mentions (`judge/README.md`, `solutions/engine.py`, ...)."""
+    tops = "|".join(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return set(re.findall(rf"(?<![\w/.-])((?:{tops})/[\w/.-]*\w\.(?:py|md|ipynb|json|sh|csv))", text))
+
+
+def _edition(tmp_path: Path, released: str, solutions: str = "") -> tuple[Path, dict]:
+    out = tmp_path / "edition"
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    args = ["--released", released] + (["--with-solutions", solutions] if solutions else [])
+    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), *args], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    student = {k: v for k, v in env.items() if k != "COURSE_IMPL"}
+    student.update(PYTHONPATH=os.pathsep.join([str(out), str(site)]), MPLBACKEND="Agg", OMP_NUM_THREADS="1",
+                   MINI_LLM_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    return out, student
+
+
+def test_a_second_edition_shows_exactly_the_released_solutions(tmp_path):
+    from judge import load_exercises
+    from judge.edition import reference_bodies
+
+    out, _ = _edition(tmp_path, "125,128,129", "125,128")
+    exercises = load_exercises()
+    shown, hidden = reference_bodies([exercises[125], exercises[128]]), reference_bodies(
+        [ex for i, ex in exercises.items() if i not in (125, 128)])
+    texts = {p.name: _notebook_texts(json.loads(p.read_text())) for p in (out / "chapters").glob("*.ipynb")}
+    found = {name for name, t in texts.items() if any(_bodies_in(x, shown) for x in t)}
+    assert found == {"02_block_pool.ipynb", "04_mixed_batch.ipynb"}, found
+    leaked = {name: b for name, t in texts.items() for x in t for b in _bodies_in(x, hidden)}
+    assert not leaked, leaked
+    assert "09_performance.ipynb" not in texts  # it runs the reference engine and benchmarks/
+    headings = [x.splitlines()[0] for t in texts.values() for x in t if x.startswith("## Solution")]
+    assert sorted(headings) == sorted(["## Solution to exercise 125: the reference `BlockPool`",
+                                       "## Solution to exercise 128: the reference `build_batch`"]
+                                      + [f"## Solution to exercise {i}" for i in (126, 127, 129, 130, 131, 132)])
+
+
+def _run_chapter(edition: Path, name: str, env: dict) -> list[str]:
+    """Run All, in a Jupyter kernel of this Python, as a student's JupyterLab does: the text of each code cell."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    path = edition / "chapters" / f"{name}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    share = edition.parent / "jupyter"
+    spec = share / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f",
+                                                           "{connection_file}"], "language": "python"}))
+    saved = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(share)
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False,
+                       resources={"metadata": {"path": str(path.parent)}}).execute(env=dict(env, JUPYTER_PATH=str(share)))
+    except CellExecutionError as e:
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the kernel colours its tracebacks
+        pytest.fail(f"{name} failed in the edition:\n{plain[-3000:]}", pytrace=False)
+    finally:
+        if saved is None:
+            os.environ.pop("JUPYTER_PATH", None)
+        else:
+            os.environ["JUPYTER_PATH"] = saved
+    return ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+            for c in nb.cells if c.cell_type == "code"]
+
+
+def test_a_student_works_through_the_edition(tmp_path):
+    """The edition without solutions, in a student's environment: untouched, every chapter runs to the end with no
+    reference source in any output; a wrong file stays 'not passed yet'; after each exercise (a correct variant)
+    the judge passes it, and the chapters it completes run on it and reproduce their stored outputs."""
+    from course.notebook import stdout_text
+    from judge import load_exercises
+    from judge.edition import reference_bodies
+
+    t0 = time.perf_counter()
+    out, env = _edition(tmp_path, "125,126,127,128,129,130,131,132")
+    timings = [f"edition written {time.perf_counter() - t0:.0f}s"]
+    bodies = reference_bodies(list(load_exercises().values()))
+    files = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".ipynb", ".json", ".toml")]
+    for p in files:
+        text = p.read_text()
+        texts = _notebook_texts(json.loads(text)) if p.suffix == ".ipynb" else [text]
+        assert not [b for t in texts for b in _bodies_in(t, bodies)], f"{p} holds reference source"
+        if p.suffix in (".md", ".ipynb"):  # READMEs, statements, chapters
+            missing = {f for t in texts for f in _mentioned_files(t) if not (out / f).exists()}
+            assert not missing, f"{p.relative_to(out)} mentions files the edition lacks: {sorted(missing)}"
+
+    modules = sorted((ex, module) for done_in_stage, _ in STAGES for ex, module, _ in done_in_stage)
+
+    def banner(done: set[int]) -> str:
+        return " · ".join(f"{module}: yours ({ex} public cases ✓)" if ex in done else
+                          f"{module}: stored outputs ({ex} not passed yet)" for ex, module in modules)
+
+    def chapter(name: str, done: set[int]) -> list[str]:
+        start = time.perf_counter()
+        texts = _run_chapter(out, name, env)
+        timings.append(f"{name} {time.perf_counter() - start:.0f}s")
+        assert texts[0].splitlines()[0] == banner(done), f"{name}: {texts[0].splitlines()[0]}"
+        assert not [b for t in texts for b in _bodies_in(t, bodies)], f"{name} printed reference source"
+        return texts
+
+    def judge_cli(ex: int) -> subprocess.CompletedProcess:
+        start = time.perf_counter()
+        graded = subprocess.run([sys.executable, "practice/judge.py", str(ex)], cwd=out, env=env, capture_output=True,
+                                text=True, timeout=600)
+        timings.append(f"judge {ex} {time.perf_counter() - start:.0f}s")
+        return graded
+
+    start = time.perf_counter()
+    for name in sorted(p.stem for p in (out / "chapters").glob("*.ipynb")):
+        texts = chapter(name, set())
+        if name not in ("01_kv_cache",):  # chapter 01 runs no exercise module
+            assert any(t.startswith("(stored output: this cell runs ") for t in texts), name
+    timings.append(f"untouched {time.perf_counter() - start:.0f}s")
+
+    ex, module, variant = WRONG
+    shutil.copy(CASES / variant, out / "practice" / f"{module}.py")
+    assert judge_cli(ex).returncode == 1
+    shown = subprocess.run([sys.executable, "-c", "import course; course.banner()"], cwd=out, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.stdout.splitlines()[0] == banner(set()), shown.stdout + shown.stderr
+
+    done: set[int] = set()
+    for done_in_stage, chapters in STAGES:
+        for ex, module, variant in done_in_stage:
+            text = (CASES / variant).read_text() + KEPT_FROM_STUB.get(module, "")
+            (out / "practice" / f"{module}.py").write_text(text)
+        for ex, module, variant in done_in_stage:
+            graded = judge_cli(ex)
+            assert graded.returncode == 0 and graded.stdout.splitlines()[-1].endswith(" passed, 0 failed"), \
+                f"{variant}:\n{graded.stdout}"
+            done.add(ex)
+        for name in chapters:
+            texts = chapter(name, done)
+            verdict = texts[-1].splitlines()[-1]
+            if not re.fullmatch(r"your [\w, ]+ reproduces? all \d+ checked outputs of this chapter", verdict):
+                cells = [int(i) for i in re.findall(r"\d+", verdict.split("code cells [")[-1].split("]")[0])]
+                stored = [c for c in json.loads((out / "chapters" / f"{name}.ipynb").read_text())["cells"]
+                          if c["cell_type"] == "code"]
+                pytest.fail(f"{name} after exercises {sorted(done)}: {verdict}\n" + "\n".join(
+                    f"--- code cell {i}, stored:\n{stdout_text(stored[i]['outputs'])}--- yours:\n{texts[i]}"
+                    for i in cells))
+    print(f"\n{time.perf_counter() - t0:.0f}s in all: " + "; ".join(timings))
