@@ -179,7 +179,11 @@ class TensorParallelExecutor:
     0's logits. Also `kv_cache` and `num_forward_passes` of rank 0's runner, and `comm.stats`."""
 
     def __init__(self, spec: ParallelSpec) -> None:
-        self.spec, self.processes, self.closed = spec, [], False
+        self.spec, self.processes, self.closed, self.comm = spec, [], False, None
+        if dist.is_initialized():
+            self.closed = True
+            raise RuntimeError("this process already runs a tensor-parallel engine (torch.distributed's default "
+                               "group is taken): call shutdown() on that LLM first")
         store = None
         if not launched_by_torchrun():
             store = dist.TCPStore("127.0.0.1", 0, spec.world_size, is_master=True, timeout=COLLECTIVE_TIMEOUT,
@@ -249,7 +253,7 @@ class TensorParallelExecutor:
         if self.closed:
             return
         self.closed = True
-        if dist.is_initialized():
+        if self.comm is not None:
             if not self.dead_workers():
                 try:
                     self.comm.broadcast_items(None)
