@@ -1,13 +1,16 @@
 """Tensor parallelism (framework/executor.py, solutions/tensor_parallel.py): `LLM(tensor_parallel_size=2)` gives
 the tokens of TP=1 on a slice of the benchmark's workload, and a worker that dies mid-generate makes generate raise
-a clear error within seconds, leaving no process behind."""
+a clear error within seconds, leaving no process behind; `torchrun --nproc-per-node 2` runs the same script."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,3 +75,28 @@ def test_killed_worker_raises_a_clear_error_and_leaves_no_process():
     with pytest.raises(StepError, match="WorkerDied: the tensor-parallel workers were stopped"):
         llm.generate(["Once upon a time"], SamplingParams(max_tokens=2))
     assert worker.pid not in children() and not multiprocessing.active_children()
+
+
+TORCHRUN_SCRIPT = """
+import torch
+from framework.sampling import SamplingParams
+from solutions.engine import LLM
+
+llm = LLM(dtype=torch.float32, tensor_parallel_size=2)  # on rank 1 this runs the worker, then exits
+out = llm.generate(["Once upon a time, a little fox"], SamplingParams(max_tokens=8))
+print("TOKENS", out[0].outputs[0].token_ids)
+llm.shutdown()
+"""
+
+
+def test_torchrun_starts_the_ranks_itself(tmp_path):
+    script = tmp_path / "tp_script.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
+                          capture_output=True, text=True, timeout=120, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("TOKENS")]
+    want = LLM(dtype=torch.float32).generate(["Once upon a time, a little fox"], SamplingParams(max_tokens=8))
+    assert lines == [f"TOKENS {want[0].outputs[0].token_ids}"]  # printed by rank 0 only
