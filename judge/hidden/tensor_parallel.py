@@ -105,6 +105,11 @@ def close(got: torch.Tensor, want: torch.Tensor) -> bool:
         ((got.double() - want).abs() <= ATOL + RTOL * want.abs()).all())
 
 
+def as_hidden(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A reduced tensor in the dense result's shape, when it holds as many numbers ([1, T, hidden] is fine)."""
+    return t.reshape(like.shape) if t.numel() == like.numel() else t
+
+
 # ----------------------------------------------------------------------------------------------------------
 # shard_layer
 
@@ -184,10 +189,15 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
         raise CaseFailure(f"the ranks called all_reduce {counts} times; each must call it exactly twice",
                           input=text, hint="one all-reduce after o_proj and one after down_proj: the only two "
                                            "places where a rank holds a partial sum of the whole result")
-    sums = [sum(sent[i].double() for sent in res["sent"]) for i in range(2)]
+    try:
+        sums = [sum(sent[i].double() for sent in res["sent"]) for i in range(2)]
+    except RuntimeError:
+        raise CaseFailure("the ranks passed all_reduce tensors of different shapes", input=text) from None
     for i, (what, dense) in enumerate((("o_proj", want.attention), ("down_proj", want.mlp))):
-        if not close(sums[i], dense):
-            wrong_residual = close(sums[i] - ws * (x.double() if i == 0 else x.double() + want.attention), dense)
+        got = as_hidden(sums[i], dense)
+        if not close(got, dense):
+            residual = ws * (x.double() if i == 0 else x.double() + want.attention)
+            wrong_residual = got.shape == dense.shape and close(got - residual, dense)
             raise CaseFailure(f"all-reduce {i + 1}: the ranks' tensors do not sum to {what}'s output of the dense "
                               "layer", input=text,
                               hint="reduce before adding the residual: every rank holds the residual whole, so "
