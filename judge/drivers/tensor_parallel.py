@@ -34,12 +34,13 @@ class SummingGroup:
 
     def all_reduce_of(self, rank: int):
         def all_reduce(tensor: torch.Tensor) -> torch.Tensor:
-            if not isinstance(tensor, torch.Tensor):
-                raise TypeError(f"all_reduce takes a tensor, got {type(tensor).__name__}")
-            self.sent[rank].append(tensor.detach().clone())
-            self.pending[rank] = self.sent[rank][-1]
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0:
+                raise TypeError(f"all_reduce takes a tensor of at least one dimension, got {type(tensor).__name__}")
+            # recorded as [rows, last dim], so that a [1, T, hidden] tensor reads as the [T, hidden] it holds
+            self.sent[rank].append(tensor.detach().reshape(-1, tensor.shape[-1]).clone())
+            self.pending[rank] = tensor.detach().clone()
             self._wait()
-            parts = list(self.pending)
+            parts = list(self.pending)  # the tensors as given
             self._wait()  # everyone has read the parts before anyone sends the next ones
             shapes = {tuple(p.shape) for p in parts}
             if len(shapes) > 1:
