@@ -1,4 +1,5 @@
-"""Wrong: each rank takes every world_size-th KV head, so its query heads' KV heads sit on another rank (K/V heads split unevenly across the query-head groups).
+"""Wrong: each rank takes every world_size-th KV head, so its query heads' KV heads sit on another rank (K/V heads
+split unevenly across the query-head groups).
 
 EXPECT: contiguous blocks, not every ws-th head
 """
@@ -11,7 +12,6 @@ def shard_layer(weights, rank, world_size, num_heads, num_kv_heads):
         raise ValueError("world_size must divide the heads, the KV heads and the intermediate size")
     hd = weights["self_attn.q_proj.weight"].shape[0] // num_heads
     q = slice(rank * num_heads // world_size * hd, (rank + 1) * num_heads // world_size * hd)
-    kv = slice(rank * num_kv_heads // world_size * hd, (rank + 1) * num_kv_heads // world_size * hd)
     m = slice(rank * inter // world_size, (rank + 1) * inter // world_size)
     out = dict(weights)
     strided = torch.tensor([h * hd + d for h in range(rank, num_kv_heads, world_size) for d in range(hd)])
