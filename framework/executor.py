@@ -200,8 +200,8 @@ class TensorParallelExecutor:
             self.comm = _init(spec, 0, store)
             self.model, self.runner = _build_runner(spec, self.comm)
         except BaseException as error:
-            self.shutdown()
             self._raise_if_dead(error)
+            self.shutdown(graceful=False)
             raise
 
     def _wait_for_workers(self, store: dist.TCPStore) -> None:
@@ -234,7 +234,7 @@ class TensorParallelExecutor:
     def _raise_if_dead(self, error: BaseException | None = None) -> None:
         dead = self.dead_workers(wait=0.0 if error is None else 2.0)
         if dead:
-            self.shutdown()
+            self.shutdown(graceful=False)
             raise WorkerDied(f"tensor-parallel worker {', '.join(dead)} died; the other workers were stopped and "
                              "this engine serves no more steps: create a new LLM") from error
 
@@ -248,26 +248,27 @@ class TensorParallelExecutor:
         except BaseException as error:
             # A failed step leaves the ranks at different collectives: the group cannot go on.
             self._raise_if_dead(error)
-            self.shutdown()
+            self.shutdown(graceful=False)
             raise
 
-    def shutdown(self) -> None:
-        """Stop the workers (asked first, then terminated) and leave the process group. Idempotent."""
+    def shutdown(self, graceful: bool = True) -> None:
+        """Stop the workers, then leave the process group. Graceful: ask them (they finish the step they are in);
+        after a failure: kill them at once, since the survivors may be waiting in a collective. Idempotent."""
         if self.closed:
             return
         self.closed = True
-        if self.comm is not None:
-            if not self.dead_workers():
-                try:
-                    self.comm.broadcast_items(None)
-                except RuntimeError:
-                    pass  # a worker went away meanwhile: it is terminated below
-            dist.destroy_process_group()
+        if self.comm is not None and graceful and not self.dead_workers():
+            try:
+                self.comm.broadcast_items(None)
+            except RuntimeError:  # a worker went away meanwhile
+                graceful = False
         for p in self.processes:
-            p.join(JOIN_SECONDS)
+            p.join(JOIN_SECONDS if graceful else 0)
             if p.is_alive():
                 p.kill()
                 p.join()
+        if self.comm is not None:
+            dist.destroy_process_group()
 
     def __del__(self) -> None:
         self.shutdown()
