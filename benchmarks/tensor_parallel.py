@@ -73,7 +73,7 @@ def run_tensor_parallel(world_size: int, num_requests: int, seed: int, max_batch
     base = names[0]
     round_ratios = {f"{n}/{base}": [b.seconds / o.seconds for b, o in zip(runs[base], runs[n])] for n in names[1:]}
     return {"config": {"world_size": world_size, "num_requests": num_requests, "seed": seed, "max_batch": max_batch,
-                       "token_budget": token_budget, "model": f"random {shape}" if shape else str(model),
+                       "token_budget": token_budget, "model": f"random {shape}" if shape else str(folder),
                        "dtype": str(dtype).replace("torch.", ""), "layers": dense.cfg.num_hidden_layers,
                        "prompt_lens": list(prompt_lens), "output_lens": list(output_lens), "rounds": rounds},
             "systems": {n: summarize(r) | {"round_seconds": [x.seconds for x in runs[n]]} for n, r in results.items()},
