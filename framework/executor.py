@@ -69,7 +69,7 @@ class Collectives:
     cpu_group: Any  # gloo, for the step's items (plain data)
     stats: CommStats = field(default_factory=CommStats)
 
-    def _timed(self, fn: Callable[[], None], tensor: torch.Tensor) -> float:
+    def _timed(self, fn: Callable[[], None]) -> float:
         start = time.perf_counter()
         fn()
         if self.device.type != "cpu":
@@ -78,7 +78,7 @@ class Collectives:
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """The sum over ranks, in place (the tensor is returned)."""
-        self.stats.all_reduce_seconds += self._timed(lambda: dist.all_reduce(tensor), tensor)
+        self.stats.all_reduce_seconds += self._timed(lambda: dist.all_reduce(tensor))
         self.stats.all_reduce_calls += 1
         self.stats.all_reduce_bytes += tensor.numel() * tensor.element_size()
         return tensor
@@ -87,7 +87,7 @@ class Collectives:
         """On rank 0, every rank's `tensor` concatenated on the last axis; elsewhere `tensor` itself."""
         tensor = tensor.contiguous()
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)] if self.rank == 0 else None
-        self.stats.gather_seconds += self._timed(lambda: dist.gather(tensor, parts, dst=0), tensor)
+        self.stats.gather_seconds += self._timed(lambda: dist.gather(tensor, parts, dst=0))
         self.stats.gather_calls += 1
         self.stats.gather_bytes += tensor.numel() * tensor.element_size()
         return torch.cat(parts, dim=-1) if parts is not None else tensor
@@ -142,7 +142,10 @@ def _init(spec: ParallelSpec, rank: int, store: dist.TCPStore | None = None) -> 
 def _build_runner(spec: ParallelSpec, comm: Collectives):
     model = spec.load_shard(spec.model_path, comm.rank, spec.world_size, comm.all_reduce, comm.gather, spec.dtype,
                             comm.device)
-    return model, spec.runner_cls(model, spec.num_blocks, spec.block_size)
+    runner = spec.runner_cls(model, spec.num_blocks, spec.block_size)
+    # Every rank loaded: the first step's collectives (with their timeout) do not wait for a slow load.
+    dist.barrier(group=comm.cpu_group)
+    return model, runner
 
 
 def _exit_with_parent(parent_pid: int) -> None:
