@@ -492,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"Default: {','.join(SYSTEMS)}; {','.join(SHAPE_SYSTEMS)} with --shape")
     ap.add_argument("--rounds", type=int, default=3,
                     help="run every system this many times, alternating the order; report medians")
+    ap.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                    help="instead of the systems: the engine with TP=N (1 thread per rank) against TP=1 with 1 and "
+                         "N threads (benchmarks/tensor_parallel.py)")
     ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
     ap.add_argument("--tokens-may-differ", action="store_true",
                     help="report token differences without failing (bf16/fp16: implementations that round "
@@ -511,6 +514,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--shape-layers needs --shape and at least 1")
     prompt_lens = args.prompt_lens or (SHAPE_PROMPT_LENS if args.shape else (16, 256))
     output_lens = args.output_lens or (SHAPE_OUTPUT_LENS if args.shape else (16, 128))
+    if args.tensor_parallel > 1:
+        from benchmarks.tensor_parallel import format_tensor_parallel, run_tensor_parallel
+
+        report = run_tensor_parallel(args.tensor_parallel, args.num_requests, args.seed, args.max_batch,
+                                     args.token_budget, args.model, DTYPES[args.dtype], prompt_lens, output_lens,
+                                     args.rounds, args.shape,
+                                     args.shape_layers and {"num_hidden_layers": args.shape_layers})
+        print(format_tensor_parallel(report))
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1))
+        return 0 if args.tokens_may_differ or not any(report["mismatches"].values()) else 1
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
                            args.dtype, prompt_lens, output_lens, systems=systems, rounds=args.rounds,
                            shape=args.shape,

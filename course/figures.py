@@ -692,3 +692,35 @@ def serving_curves(rows: Sequence[Mapping], title: str) -> None:
         ax.legend(fontsize=7)
     fig.suptitle(title + " (dotted: the knee, p99 TTFT above 10x its value at the lowest rate)", fontsize=10)
     _show(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chapter 12: tensor parallelism
+
+
+def tensor_parallel_layout(bars: Sequence[tuple[str, str, Sequence[tuple[int, int, int | None]]]],
+                           world_size: int, title: str) -> None:
+    """One bar per tensor, `(label, what is split, [(start, stop, rank)])` with `rank` None for a part every rank
+    holds whole: which rank holds which heads, columns and KV heads."""
+    fig, ax = _figure(10, 0.42 * len(bars) + 1.1)
+    for y, (label, unit, parts) in enumerate(bars):
+        total = max(stop for _, stop, _ in parts)
+        for start, stop, rank in parts:
+            left, width = start / total, (stop - start) / total
+            if rank is None:
+                ax.barh(y, width, left=left, color="lightgray", hatch="//", edgecolor="gray")
+                ax.text(left + width / 2, y, "every rank (replicated)", ha="center", va="center", fontsize=8)
+            else:
+                ax.barh(y, width, left=left, color=color(rank), edgecolor="white")
+                held = f"{unit.removesuffix('s')} {start}" if stop - start == 1 else f"{unit} {start}-{stop - 1}"
+                ax.text(left + width / 2, y, f"rank {rank}: {held}", ha="center", va="center", fontsize=8,
+                        color="white")
+    ax.set_yticks(range(len(bars)), [label for label, _, _ in bars], fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xticks([])
+    ax.set_xlim(0, 1)
+    ax.set_title(title, fontsize=10)
+    for rank in range(world_size):
+        ax.barh(0, 0, color=color(rank), label=f"rank {rank}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=world_size + 1, fontsize=8, frameon=False)
+    _show(fig)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import numbers
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -86,14 +86,15 @@ class LLMEngineBase:
     kv_cache_manager_cls: type  # KVCacheManager(num_blocks, block_size, enable_prefix_caching)
 
     def __init__(self, model: Transformer, config: EngineConfig | None = None, tokenizer=None,
-                 eos_token_id: int | None = None) -> None:
+                 eos_token_id: int | None = None, runner=None) -> None:
         self.model, self.config, self.tokenizer = model, config or EngineConfig(), tokenizer
         c = self.config
         self.eos_token_id = eos_token_id if eos_token_id is not None else model.cfg.eos_token_id
         self.kv_cache_manager = self.kv_cache_manager_cls(c.num_blocks, c.block_size, c.enable_prefix_caching)
         self.scheduler = self.scheduler_cls(self.kv_cache_manager, c.token_budget, c.max_num_seqs,
                                             c.enable_chunked_prefill)
-        self.runner = self.runner_cls(model, c.num_blocks, c.block_size)
+        # `runner`: one built elsewhere, e.g. tensor parallelism's executor (framework/executor.py)
+        self.runner = runner if runner is not None else self.runner_cls(model, c.num_blocks, c.block_size)
         self.requests: dict[str, Request] = {}
 
     def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None) -> Request:
@@ -219,16 +220,39 @@ class LLMEngineBase:
 
 class LLMBase:
     """Text in, text out, like `vllm.LLM`: `LLM().generate(["Once upon a time"], SamplingParams(max_tokens=40))`.
-    A subclass names its engine class in `engine_cls`."""
+    A subclass names its engine class in `engine_cls`. `tensor_parallel_size=N` shards the model over N processes
+    (framework/executor.py) with the subclass's `load_shard` (solutions/tensor_parallel.py)."""
 
     engine_cls: type  # an LLMEngineBase subclass
+    load_shard: Callable | None = None  # load_shard(path, rank, world_size, all_reduce, gather, dtype, device)
 
     def __init__(self, model_path: str | None = None, dtype: torch.dtype | None = None, device=None,
-                 **engine_config) -> None:
-        self.model = load_transformer(model_path, dtype=dtype, device=device)
+                 tensor_parallel_size: int = 1, **engine_config) -> None:
+        config, runner = EngineConfig(**engine_config), None
+        if tensor_parallel_size == 1:
+            self.model = load_transformer(model_path, dtype=dtype, device=device)
+        else:
+            self.model, runner = self._start_tensor_parallel(model_path, dtype, device, tensor_parallel_size, config)
         self.tokenizer = load_tokenizer(model_path)
         eos = self.model.cfg.eos_token_id if self.model.cfg.eos_token_id is not None else self.tokenizer.eos_token_id
-        self.engine = self.engine_cls(self.model, EngineConfig(**engine_config), self.tokenizer, eos)
+        self.engine = self.engine_cls(self.model, config, self.tokenizer, eos, runner=runner)
+
+    def _start_tensor_parallel(self, model_path, dtype, device, tensor_parallel_size: int, config: EngineConfig):
+        from .executor import start_tensor_parallel
+
+        if isinstance(tensor_parallel_size, bool) or not isinstance(tensor_parallel_size, int) \
+                or tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be an int >= 1, got {tensor_parallel_size!r}")
+        if self.load_shard is None:
+            raise ValueError(f"{type(self).__name__} has no load_shard: tensor parallelism needs the sharding of "
+                             "exercise 135 (solutions.engine.LLM has it)")
+        return start_tensor_parallel(type(self).load_shard, self.engine_cls.runner_cls, model_path, dtype, device,
+                                     tensor_parallel_size, config.num_blocks, config.block_size)
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers, if any (they also stop when this object is garbage-collected)."""
+        if hasattr(self.engine.runner, "shutdown"):
+            self.engine.runner.shutdown()
 
     def generate(self, prompts: str | Sequence[str], params: SamplingParams | Sequence[SamplingParams] | None = None
                  ) -> list[RequestOutput]:

@@ -86,3 +86,10 @@ class LLMEngine(LLMEngineBase):
 
 class LLM(LLMBase):
     engine_cls = LLMEngine
+
+    @staticmethod
+    def load_shard(*args):
+        """Rank r's share of the model, for tensor_parallel_size > 1 (exercise 135)."""
+        from .tensor_parallel import load_shard
+
+        return load_shard(*args)

@@ -328,3 +328,28 @@ def test_a_student_works_through_the_edition(tmp_path):
                     f"--- code cell {i}, stored:\n{stdout_text(stored[i]['outputs'])}--- yours:\n{texts[i]}"
                     for i in cells))
     print(f"\n{time.perf_counter() - t0:.0f}s in all: " + "; ".join(timings))
+
+
+def test_exercise_135_released_alone_runs_its_public_cases(tmp_path):
+    """135's driver ships with the edition and its public cases replay on the student's copy: the stub says not
+    implemented, a right file passes, a wrong one fails."""
+    out = tmp_path / "edition"
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "135"], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (out / "judge/drivers/tensor_parallel.py").is_file() and not (out / "solutions/tensor_parallel.py").exists()
+
+    def judge_cli(*args: str) -> str:
+        return subprocess.run([sys.executable, "-c", RUN, str(out), "135", *args], capture_output=True, text=True,
+                              cwd=out, env=env, timeout=300).stdout
+
+    stub = judge_cli()
+    assert stub.splitlines()[-1] == "0 passed, 2 failed" and "not implemented yet" in stub, stub
+    cases = ROOT / "tests" / "judge_cases" / "tensor_parallel"
+    for right in ("right_functional.py", "right_mini_llm_modules.py"):
+        got = judge_cli("--impl", str(cases / right), "--unisolated")
+        assert got.splitlines()[-1] == "2 passed, 0 failed", got
+    wrong = judge_cli("--impl", str(cases / "wrong_residual_reduced.py"), "--unisolated")
+    assert wrong.splitlines()[-1] == "1 passed, 1 failed", wrong

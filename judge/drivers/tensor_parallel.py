@@ -1,0 +1,92 @@
+"""Driver of exercise 135 (shard the layer): the learner's `layer_forward` run once per rank, one thread per rank,
+in one process, with an `all_reduce` that waits for every rank and returns the sum of their tensors: the
+arithmetic of a real all-reduce without a network.
+
+It returns what each rank did, as plain data: its output (or its exception) and every tensor it passed to
+`all_reduce`. The grader compares those with the dense layer it computes itself (judge/hidden/tensor_parallel.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from judge.drivers import learner_error
+from mini_llm import Qwen3Config
+
+WAIT_SECONDS = 10.0  # how long a rank waits in all_reduce for the others
+
+
+class RanksOutOfStep(RuntimeError):
+    """A rank waited in all_reduce for ranks that never came (they called it fewer times, or failed)."""
+
+
+class SummingGroup:
+    """`world_size` threads that meet in `all_reduce`: each gets the sum of all their tensors, in rank order."""
+
+    def __init__(self, world_size: int) -> None:
+        self.barrier = threading.Barrier(world_size, timeout=WAIT_SECONDS)
+        self.pending: list[torch.Tensor | None] = [None] * world_size
+        self.sent: list[list[torch.Tensor]] = [[] for _ in range(world_size)]
+
+    def all_reduce_of(self, rank: int):
+        def all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0:
+                raise TypeError(f"all_reduce takes a tensor of at least one dimension, got {type(tensor).__name__}")
+            # recorded as [rows, last dim], so that a [1, T, hidden] tensor reads as the [T, hidden] it holds
+            self.sent[rank].append(tensor.detach().reshape(-1, tensor.shape[-1]).clone())
+            self.pending[rank] = tensor.detach().clone()
+            self._wait()
+            parts = list(self.pending)  # the tensors as given
+            self._wait()  # everyone has read the parts before anyone sends the next ones
+            shapes = {tuple(p.shape) for p in parts}
+            if len(shapes) > 1:
+                raise ValueError(f"the ranks passed all_reduce tensors of different shapes {sorted(shapes)}")
+            total = parts[0].clone()
+            for p in parts[1:]:
+                total += p
+            return total
+
+        return all_reduce
+
+    def _wait(self) -> None:
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            raise RanksOutOfStep("this rank waited in all_reduce for ranks that did not call it (they called "
+                                 "all_reduce fewer times, or failed)") from None
+
+
+def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Tensor, positions: torch.Tensor,
+            config: dict, world_size: int) -> dict[str, Any]:
+    """Every rank's `layer_forward(shards[rank], x, positions, cfg, world_size, all_reduce)`:
+    {"outputs": [tensor or None per rank], "errors": [None or the exception per rank],
+    "out_of_step": [bool per rank], "sent": [[tensors passed to all_reduce] per rank]}."""
+    cfg = Qwen3Config(**config)
+    group = SummingGroup(world_size)
+    outputs: list[Any] = [None] * world_size
+    errors: list[dict | None] = [None] * world_size
+    out_of_step = [False] * world_size
+
+    def run(rank: int) -> None:
+        try:
+            with torch.no_grad():
+                outputs[rank] = impl.layer_forward(shards[rank], x.clone(), positions.clone(), cfg, world_size,
+                                                   group.all_reduce_of(rank))
+        except RanksOutOfStep:
+            out_of_step[rank] = True
+        except Exception as exc:  # noqa: BLE001 - the learner's, reported to the grader
+            errors[rank] = learner_error(exc)
+            group.barrier.abort()  # the other ranks stop waiting for this one
+
+    threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"outputs": [o if isinstance(o, torch.Tensor) else None for o in outputs],
+            "returned": [type(o).__name__ for o in outputs], "errors": errors, "out_of_step": out_of_step,
+            "sent": group.sent}
