@@ -50,7 +50,7 @@ class LLMEngine(LLMEngineBase):
 
     def batch_items(self, sched: SchedulerOutput) -> list[tuple]:
         """One `build_batch` item per scheduled request: its next tokens, what is cached, its blocks, need_logits."""
-        return [(s.request.all_token_ids[s.request.num_computed_tokens: s.request.num_computed_tokens + s.num_new_tokens],
+        return [(s.request.all_token_ids[s.request.num_computed_tokens:][: s.num_new_tokens],
                  s.request.num_computed_tokens, s.request.block_table, s.completes_prompt) for s in sched.scheduled]
 
     def update_from_output(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
