@@ -163,3 +163,20 @@ class SpecDecodeEngineMixin:
                 self.scheduler.finish(request, reason)
             outputs.append(self.make_output(request, tokens))
         return outputs
+
+
+def speculating_engine(engine_cls: type, verify_and_update: Callable) -> type:
+    """`engine_cls` (an LLMEngineBase subclass) with n-gram speculation: its scheduler drafting, its runner giving
+    drafted requests d + 1 rows, and `verify_and_update` (exercise 134) after each forward pass."""
+
+    class Scheduler(DraftingScheduler, engine_cls.scheduler_cls):
+        pass
+
+    class Runner(engine_cls.runner_cls):
+        build_batch = staticmethod(with_draft_rows(engine_cls.runner_cls.build_batch))
+
+    class Engine(SpecDecodeEngineMixin, engine_cls):
+        scheduler_cls, runner_cls = Scheduler, Runner
+
+    Engine.verify_and_update = staticmethod(verify_and_update)
+    return Engine

@@ -17,12 +17,9 @@ import torch
 from framework.engine import LLMBase, stop_reason
 from framework.request import Request
 from framework.sampling import SamplingParams, sample_token, sampling_probs
-from framework.spec_decode import DraftingScheduler, SpecDecodeEngineMixin, with_draft_rows
+from framework.spec_decode import speculating_engine
 
-from .batch import build_batch
 from .engine import LLMEngine
-from .model_runner import ModelRunner
-from .scheduler import Scheduler
 
 
 def rejection_sample(logits: torch.Tensor, draft_token_ids: list[int], params: SamplingParams,
@@ -60,20 +57,8 @@ def verify_and_update(request: Request, draft_token_ids: list[int], logits: torc
     return appended, None
 
 
-class SpecScheduler(DraftingScheduler, Scheduler):
-    pass
-
-
-class SpecModelRunner(ModelRunner):
-    build_batch = staticmethod(with_draft_rows(build_batch))
-
-
-class SpecDecodeEngine(SpecDecodeEngineMixin, LLMEngine):
+class SpecDecodeEngine(speculating_engine(LLMEngine, verify_and_update)):
     """The reference engine with n-gram speculation: `SpecDecodeEngine(model, EngineConfig(speculative=...))`."""
-
-    scheduler_cls = SpecScheduler
-    runner_cls = SpecModelRunner
-    verify_and_update = staticmethod(verify_and_update)
 
 
 class LLM(LLMBase):
