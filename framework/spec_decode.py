@@ -15,12 +15,14 @@ position is only read once it is below `num_computed_tokens`). They are freed wi
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
+from .model_runner import RunnerBatch, as_runner_batch
 from .ngram_proposer import NgramProposer
 from .scheduler import ScheduledRequest, SchedulerOutput
 
@@ -104,15 +106,15 @@ def with_draft_rows(build_batch: Callable) -> Callable:
     the one of 128 with one addition: a drafted item's `logits_indices` rows are every position from its last
     accepted token on (its last d + 1 positions) instead of its last position alone."""
 
-    def build(items: list[tuple], block_size: int):
-        batch = build_batch([item[:4] for item in items], block_size)
+    def build(items: list[tuple], block_size: int) -> RunnerBatch:
+        batch = as_runner_batch(build_batch([item[:4] for item in items], block_size))
         num_rows = torch.tensor([1 + item[4] for item in items if item[3]], dtype=torch.long)
-        if bool((num_rows > 1).any()):
-            last = torch.as_tensor(batch.logits_indices, dtype=torch.long)
-            first_row = torch.cumsum(num_rows, 0) - num_rows  # each item's first row among the new ones
-            offsets = torch.arange(int(num_rows.sum())) - torch.repeat_interleave(first_row, num_rows)
-            batch.logits_indices = torch.repeat_interleave(last - num_rows + 1, num_rows) + offsets
-        return batch
+        if not bool((num_rows > 1).any()):
+            return batch
+        first_row = torch.cumsum(num_rows, 0) - num_rows  # each item's first row among the new ones
+        offsets = torch.arange(int(num_rows.sum())) - torch.repeat_interleave(first_row, num_rows)
+        rows = torch.repeat_interleave(batch.logits_indices - num_rows + 1, num_rows) + offsets
+        return dataclasses.replace(batch, logits_indices=rows)
 
     return build
 

@@ -44,6 +44,7 @@ JOURNEY = [
     (130, "engine", "inference_loop/right_rows_by_index_streamed.py", ["00_life_of_a_request", "06_inference_loop"]),
     (131, "preemption", "preemption/right_pop_then_requeue.py", ["07_preemption"]),
     (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py", ["08_prefix_caching"]),
+    (134, "spec_decode", "spec_decode/right_loop_appending.py", []),
 ]
 
 # Prints course.banner() on the first line of stdout, then runs each notebook given (one fresh namespace each, code
