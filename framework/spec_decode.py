@@ -131,7 +131,8 @@ class SpecDecodeEngineMixin:
     (exercise 134) turns each request's logits rows into the tokens it emits and rolls back what was rejected.
     The config's `speculative` field (a `SpeculativeConfig`) defaults to `SpeculativeConfig()`.
 
-    Counters for the benchmark: `num_draft_tokens` proposed, `num_accepted_tokens` among them."""
+    Counters, here for every request and on each request: `num_draft_tokens` proposed, `num_accepted_tokens`
+    among them."""
 
     verify_and_update: Callable  # (request, draft_token_ids, logits, eos_token_id, tokenizer) -> (tokens, reason)
 
@@ -159,8 +160,11 @@ class SpecDecodeEngineMixin:
             rows = logits[row: row + 1 + len(drafts)]
             row += 1 + len(drafts)
             tokens, reason = self.verify_and_update(request, drafts, rows, self.eos_token_id, self.tokenizer)
+            accepted = accepted_length(drafts, tokens)
+            request.num_draft_tokens += len(drafts)
+            request.num_accepted_tokens += accepted
             self.num_draft_tokens += len(drafts)
-            self.num_accepted_tokens += accepted_length(drafts, tokens)
+            self.num_accepted_tokens += accepted
             if reason:
                 self.scheduler.finish(request, reason)
             outputs.append(self.make_output(request, tokens))
