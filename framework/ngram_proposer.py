@@ -16,7 +16,7 @@ class NgramProposer:
     """Propose up to `num_speculative_tokens` drafts for a request from the most recent earlier occurrence of its
     last n tokens, trying n from `prompt_lookup_max` down to `prompt_lookup_min` (a longer match is a surer one)."""
 
-    def __init__(self, num_speculative_tokens: int = 4, prompt_lookup_min: int = 1, prompt_lookup_max: int = 3
+    def __init__(self, num_speculative_tokens: int = 4, prompt_lookup_min: int = 2, prompt_lookup_max: int = 4
                  ) -> None:
         if not 1 <= prompt_lookup_min <= prompt_lookup_max or num_speculative_tokens < 1:
             raise ValueError(f"need num_speculative_tokens >= 1 and 1 <= prompt_lookup_min <= prompt_lookup_max, got "
@@ -26,11 +26,18 @@ class NgramProposer:
     def propose(self, token_ids: Sequence[int]) -> list[int]:
         """The drafts that follow the request's tokens `token_ids`: [] when no n-gram of it occurred before."""
         tokens = np.asarray(token_ids, dtype=np.int64)
-        for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
-            # Every window that ends before the last token, so that at least one token follows it.
-            windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)
-            starts = np.flatnonzero((windows == tokens[-n:]).all(axis=1))
-            if len(starts):
-                follow = starts[-1] + n
-                return tokens[follow: follow + self.k].tolist()
-        return []
+        last = len(tokens) - 1
+        # Candidates: every earlier position holding the last token (where a match would end), then, one token
+        # further back at a time, those whose preceding tokens still match. The last survivor of the longest
+        # match (up to max_n) is the most recent occurrence of the longest n-gram.
+        ends = np.flatnonzero(tokens[:last] == tokens[last])
+        found, n = None, 1
+        while len(ends):
+            if n >= self.min_n:
+                found = ends[-1]
+            if n == self.max_n:
+                break
+            ends = ends[ends >= n]
+            ends = ends[tokens[ends - n] == tokens[last - n]]
+            n += 1
+        return [] if found is None else tokens[found + 1: found + 1 + self.k].tolist()

@@ -33,8 +33,8 @@ class SpeculativeConfig:
     step, found by prompt lookup with n-grams of `prompt_lookup_max` down to `prompt_lookup_min` tokens."""
 
     num_speculative_tokens: int = 4
-    prompt_lookup_min: int = 1
-    prompt_lookup_max: int = 3
+    prompt_lookup_min: int = 2  # a single repeated token is too weak a clue: its drafts are mostly rejected
+    prompt_lookup_max: int = 4
     method: str = "ngram"
 
     def __post_init__(self) -> None:

@@ -72,6 +72,22 @@ def test_ngram_proposer_takes_the_most_recent_longest_match():
         LLMEngine(model(), EngineConfig(speculative=SpeculativeConfig()))
 
 
+def brute_force_lookup(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int]:
+    """The proposer's rule, spelled out: the longest n, then the latest start."""
+    for n in range(min(max_n, len(tokens) - 1), min_n - 1, -1):
+        for start in range(len(tokens) - n - 1, -1, -1):
+            if tokens[start: start + n] == tokens[-n:]:
+                return tokens[start + n: start + n + k]
+    return []
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(tokens=st.lists(st.integers(0, 3), min_size=1, max_size=30), k=st.integers(1, 5), min_n=st.integers(1, 3),
+       extra=st.integers(0, 3))
+def test_ngram_proposer_agrees_with_brute_force(tokens, k, min_n, extra):
+    assert NgramProposer(k, min_n, min_n + extra).propose(tokens) == brute_force_lookup(tokens, k, min_n, min_n + extra)
+
+
 @pytest.mark.parametrize("workload", ["default", "repetitive"])
 def test_greedy_is_identical_on_the_benchmark_workloads(workload):
     """A slice of each benchmark workload (8 requests, shorter outputs), with the benchmark's limits."""
