@@ -21,14 +21,15 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
 def story_beginnings(num_stories: int, seed: int) -> list[str]:
-    """The first quarter of each of `num_stories` generated stories (characters, cut at a space)."""
+    """The first quarter of each of `num_stories` generated stories, cut before a space (a prompt ending in a
+    space is one the model never saw in training: the space is a word's first character)."""
     sys.path.insert(0, str(SCRIPTS))
     try:
         import story_generator
     finally:
         sys.path.pop(0)
     stories = story_generator.generate_stories(num_stories, seed)
-    return [s[: s.rfind(" ", 0, max(len(s) // 4, 1)) + 1 or len(s) // 4] for s in stories]
+    return [s[: max(s.rfind(" ", 0, len(s) // 4), 1)] for s in stories]
 
 
 def repetitive_prompts(model, tokenizer, num_requests: int, seed: int, output_lens: tuple[int, int]

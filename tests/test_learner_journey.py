@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
 COPIED = ("benchmarks", "chapters", "course", "framework", "judge", "mini_llm", "practice", "solutions")
 ENGINE_CHAPTERS = ["00_life_of_a_request", "02_block_pool", "03_paged_attention", "04_mixed_batch", "05_scheduler",
-                   "06_inference_loop", "07_preemption", "08_prefix_caching", "09_performance"]
+                   "06_inference_loop", "07_preemption", "08_prefix_caching", "09_performance",
+                   "11_speculative_decoding"]
 
 # In exercise order: (id, module, the correct variant used, the chapters that exercise changes)
 JOURNEY = [
@@ -44,7 +45,7 @@ JOURNEY = [
     (130, "engine", "inference_loop/right_rows_by_index_streamed.py", ["00_life_of_a_request", "06_inference_loop"]),
     (131, "preemption", "preemption/right_pop_then_requeue.py", ["07_preemption"]),
     (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py", ["08_prefix_caching"]),
-    (134, "spec_decode", "spec_decode/right_loop_appending.py", []),
+    (134, "spec_decode", "spec_decode/right_loop_appending.py", ["11_speculative_decoding"]),
 ]
 
 # Prints course.banner() on the first line of stdout, then runs each notebook given (one fresh namespace each, code
