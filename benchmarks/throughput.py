@@ -343,9 +343,9 @@ def run_hf_lookup(hf_model, workload: Workload, num_speculative_tokens: int) -> 
         for prompt, n in zip(workload.prompts, workload.output_lens):
             gen = GenerationConfig(max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None,
                                    pad_token_id=0, prompt_lookup_num_tokens=num_speculative_tokens)
-            clock = Clock()
-            with torch.inference_mode():
-                out = hf_model.generate(input_ids=torch.tensor([prompt], device=device), generation_config=gen,
+            clock, ids = Clock(), torch.tensor([prompt], device=device)
+            with torch.inference_mode():  # an explicit mask: one built from pad_token_id would hide token 0
+                out = hf_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gen,
                                         streamer=clock)
             outputs.append(out[0, len(prompt):].tolist())
             stamps.append(clock.times[:n])
