@@ -181,13 +181,14 @@ def test_rejection_sampling_emits_p_at_every_position():
 def test_the_engines_first_drafted_token_is_distributed_as_p():
     """600 seeded requests with one repetitive prompt, in one engine: the prompt is in the prefix cache (blocks of
     one token), so each request's first step computes its last prompt token with 4 drafts, and emits its first
-    token by rejection sampling. Its distribution is p, the model's own (mini_llm's forward pass, temperature 1)."""
+    token by rejection sampling. Its distribution is p, the model's own (mini_llm's forward pass, temperature 2,
+    where p(draft) is near one half)."""
     prompt = repetitive_prompts(model(), mini_llm.load_tokenizer(), 1, 0, (8, 8))[0][0]
     engine = SpecDecodeEngine(model(), EngineConfig(num_blocks=len(prompt) + 600 * 5, block_size=1,
                                                     token_budget=600 * 5, max_num_seqs=600,
                                                     enable_prefix_caching=True, speculative=SpeculativeConfig(4, 1, 4)))
     engine.generate([prompt], SamplingParams(max_tokens=1))  # fills the prefix cache
-    params = [SamplingParams(temperature=1.0, max_tokens=5, seed=s) for s in range(600)]
+    params = [SamplingParams(temperature=2.0, max_tokens=5, seed=s) for s in range(600)]
     requests = engine.add_requests([prompt] * 600, params)
     engine.step()
     assert engine.num_draft_tokens == 600 * 4
