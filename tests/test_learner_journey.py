@@ -30,7 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
-COPIED = ("benchmarks", "chapters", "course", "framework", "judge", "mini_llm", "practice", "solutions")
+COPIED = ("benchmarks", "chapters", "course", "framework", "judge", "mini_llm", "practice", "scripts", "solutions")
 ENGINE_CHAPTERS = ["00_life_of_a_request", "02_block_pool", "03_paged_attention", "04_mixed_batch", "05_scheduler",
                    "06_inference_loop", "07_preemption", "08_prefix_caching", "09_performance",
                    "11_speculative_decoding"]
