@@ -127,8 +127,9 @@ def accepted_length(drafts: list[int], tokens: list[int]) -> int:
 
 class SpecDecodeEngineMixin:
     """Put before an engine class in the bases (`class E(SpecDecodeEngineMixin, LLMEngine)`), with a
-    `DraftingScheduler` scheduler and a runner whose `build_batch` is `with_draft_rows(...)`. `verify_and_update`
-    (exercise 134) turns each request's logits rows into the tokens it emits and rolls back what was rejected.
+    `DraftingScheduler` scheduler and a runner whose `build_batch` is `with_draft_rows(...)`: its own `step`
+    replaces the engine's, and keeps the engine's `generate`. `verify_and_update` (exercise 134) turns each
+    request's logits rows into the tokens it emits and rolls back what was rejected.
     The config's `speculative` field (a `SpeculativeConfig`) defaults to `SpeculativeConfig()`.
 
     Counters, here for every request and on each request: `num_draft_tokens` proposed, `num_accepted_tokens`
@@ -142,8 +143,21 @@ class SpecDecodeEngineMixin:
         self.scheduler.proposer = self.speculative.proposer()
         self.num_draft_tokens = self.num_accepted_tokens = 0
 
-    def batch_items(self, sched: SchedulerOutput) -> list[tuple]:
-        return batch_items(sched)
+    def step(self) -> list:
+        """One iteration with drafts: schedule, one forward pass, verify, update. Written here rather than taken
+        from the engine below, whose `step` (exercise 130) knows nothing of drafts. A failed step finishes its
+        requests with reason "error" and raises a `StepError`, as the engine's does."""
+        sched = self.scheduler.schedule()
+        if not sched:
+            return []
+        try:
+            logits = self.runner.execute_model(batch_items(sched))
+            return self.update_from_output(sched, logits)
+        except BaseException as error:
+            failure = self.fail_step([s.request for s in sched.scheduled], error)
+            if isinstance(error, Exception):  # an interrupt (Ctrl-C) stays itself
+                raise failure from error
+            raise
 
     def update_from_output(self, sched: SchedulerOutput, logits: torch.Tensor) -> list:
         """Each request whose last token was computed takes its 1 + d rows of `logits` (in order) and emits what

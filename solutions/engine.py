@@ -38,7 +38,8 @@ class LLMEngine(LLMEngineBase):
         sched = self.scheduler.schedule()
         if not sched:
             return []
-        items = self.batch_items(sched)
+        items = [(s.request.all_token_ids[s.request.num_computed_tokens: s.request.num_computed_tokens + s.num_new_tokens],
+                  s.request.num_computed_tokens, s.request.block_table, s.completes_prompt) for s in sched.scheduled]
         try:
             logits = self.runner.execute_model(items)
             return self.update_from_output(sched, logits)
@@ -47,11 +48,6 @@ class LLMEngine(LLMEngineBase):
             if isinstance(error, Exception):  # an interrupt (Ctrl-C) stays itself
                 raise failure from error
             raise
-
-    def batch_items(self, sched: SchedulerOutput) -> list[tuple]:
-        """One `build_batch` item per scheduled request: its next tokens, what is cached, its blocks, need_logits."""
-        return [(s.request.all_token_ids[s.request.num_computed_tokens:][: s.num_new_tokens],
-                 s.request.num_computed_tokens, s.request.block_table, s.completes_prompt) for s in sched.scheduled]
 
     def update_from_output(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
         """Advance each scheduled request; sample one token for each whose pending tokens are now all computed
