@@ -19,6 +19,12 @@ It checks that all of them produce the same tokens for every request, then repor
     MINI_LLM_MODEL=~/models/Qwen3-0.6B python benchmarks/throughput.py --device cuda --dtype bfloat16
 
 TTFT counts from the moment the whole workload is submitted (an offline batch), so it includes queueing.
+
+Speculative decoding (chapter 11): `engine-ngram` is the engine with n-gram drafts (solutions/spec_decode.py),
+`hf-lookup` transformers' `generate` with `prompt_lookup_num_tokens`, one request at a time (how transformers runs
+it). `--workload repetitive` (benchmarks/repetitive.py) asks the model to retell a passage it wrote:
+
+    python benchmarks/throughput.py --workload repetitive --systems engine,engine-ngram,hf-lookup --threads 1
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ from framework.sampling import SamplingParams  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
 from solutions.paged_attention import GatherWorkspace  # noqa: E402
+from solutions.spec_decode import SpecDecodeEngine  # noqa: E402
+from framework.spec_decode import SpeculativeConfig  # noqa: E402
+from benchmarks.repetitive import repetitive_prompts  # noqa: E402
 
 SYSTEMS = ("engine", "hf", "hf-cb", "sequential")
 # With --shape, a model where a step costs arithmetic: one request at a time would take most of the run.
@@ -75,6 +84,8 @@ class SystemResult:
     # Per request: seconds from submission to its first token, and between its consecutive tokens (may be empty).
     ttft: list[float] = field(default_factory=list)
     tbt: list[float] = field(default_factory=list)
+    # Speculative systems, per request: drafts proposed, drafts accepted, steps (forward passes) that emitted.
+    drafts: dict[str, list[int]] | None = None
 
 
 def make_workload(num_requests: int, seed: int, vocab: list[int], prompt_lens: tuple[int, int] = (16, 256),
@@ -159,16 +170,19 @@ class FreshBuffersEngine(LLMEngine):
 
 # The engine as it was before each of chapter 9's fixes: extra systems, for before/after ratios in one run.
 ENGINE_VARIANTS = {"engine-per-request-attention": PerRequestEngine, "engine-fresh-gather-buffers": FreshBuffersEngine}
-# Further systems, not run by default: transformers' continuous batching with the configuration it picks itself.
-EXTRA_SYSTEMS = ("hf-cb-defaults", *ENGINE_VARIANTS)
+# Further systems, not run by default: transformers' continuous batching with the configuration it picks itself;
+# speculative decoding, the engine's and transformers' prompt lookup.
+EXTRA_SYSTEMS = ("hf-cb-defaults", *ENGINE_VARIANTS, "engine-ngram", "hf-lookup")
+WORKLOADS = ("default", "repetitive")
 
 
 def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
-               engine_cls: type[LLMEngine] = LLMEngine) -> tuple[SystemResult, dict]:
+               engine_cls: type[LLMEngine] = LLMEngine, speculative: SpeculativeConfig | None = None
+               ) -> tuple[SystemResult, dict]:
     """(a) The engine (`engine_cls`, e.g. `course.use("engine").LLMEngine`); also returns its KV-memory figures."""
     blocks_per_seq = blocks_needed(workload.max_len, block_size)
     config = EngineConfig(num_blocks=max_batch * blocks_per_seq, block_size=block_size, token_budget=token_budget,
-                          max_num_seqs=max_batch)
+                          max_num_seqs=max_batch, speculative=speculative)
     engine = engine_cls(model, config)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.output_lens]
     requests = engine.add_requests(workload.prompts, params)
@@ -181,8 +195,8 @@ def run_engine(model, workload: Workload, max_batch: int, token_budget: int, blo
         outputs = engine.step()
         now = time.perf_counter()  # the sampled tokens are Python ints: the step's device work is done
         peak_blocks = max(peak_blocks, pool.num_blocks - pool.num_free_blocks)
-        for out in outputs:
-            stamps[index[out.request_id]].append(now - start)
+        for out in outputs:  # a speculative step emits several tokens at once
+            stamps[index[out.request_id]] += [now - start] * len(out.new_token_ids)
     clocks = watch.stop(model.device)
     cache = engine.runner.kv_cache
     block_bytes = cache.bytes // cache.num_blocks
@@ -191,7 +205,12 @@ def run_engine(model, workload: Workload, max_batch: int, token_budget: int, blo
           # A contiguous cache reserves max_len slots for each of max_batch sequences, whatever they use.
           "contiguous_bytes": max_batch * workload.max_len * block_bytes // block_size,
           "used_token_slots_peak": peak_blocks * block_size}
-    return _result([list(r.output_token_ids) for r in requests], clocks, stamps, engine.runner.num_forward_passes), kv
+    result = _result([list(r.output_token_ids) for r in requests], clocks, stamps, engine.runner.num_forward_passes)
+    if speculative is not None:
+        result.drafts = {"proposed": [r.num_draft_tokens for r in requests],
+                         "accepted": [r.num_accepted_tokens for r in requests],
+                         "steps": [len(set(s)) for s in stamps]}
+    return result, kv
 
 
 def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> SystemResult:
@@ -293,6 +312,51 @@ def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, b
     return _result([list(o.generated_tokens) for o in outputs], clocks, stamps, passes[0])
 
 
+def run_hf_lookup(hf_model, workload: Workload, num_speculative_tokens: int) -> SystemResult:
+    """transformers' prompt-lookup decoding (`generate(prompt_lookup_num_tokens=k)`), greedy, no EOS stop, one
+    request at a time: its assisted generation takes a batch of one."""
+    from transformers import GenerationConfig
+    from transformers.generation.streamers import BaseStreamer
+
+    hf_model.generation_config.eos_token_id = None
+    device, watch = hf_model.device, Stopwatch()
+    outputs, stamps, steps = [], [], []
+    passes = [0]
+    hook = hf_model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
+    start = watch.start(device)
+
+    class Clock(BaseStreamer):
+        """Stamps each token when its chunk arrives (an accepted run comes at once); the first `put` is the prompt."""
+        def __init__(self) -> None:
+            self.times: list[float] = []
+            self.puts = 0
+
+        def put(self, value) -> None:
+            self.puts += 1
+            if self.puts > 1:
+                self.times += [time.perf_counter() - start] * value.numel()
+
+        def end(self) -> None:
+            pass
+
+    try:
+        for prompt, n in zip(workload.prompts, workload.output_lens):
+            gen = GenerationConfig(max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None,
+                                   pad_token_id=0, prompt_lookup_num_tokens=num_speculative_tokens)
+            clock, ids = Clock(), torch.tensor([prompt], device=device)
+            with torch.inference_mode():  # an explicit mask: one built from pad_token_id would hide token 0
+                out = hf_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gen,
+                                        streamer=clock)
+            outputs.append(out[0, len(prompt):].tolist())
+            stamps.append(clock.times[:n])
+            steps.append(len(set(clock.times)))
+    finally:
+        hook.remove()
+    result = _result(outputs, watch.stop(device), stamps, passes[0])
+    result.drafts = {"steps": steps}
+    return result
+
+
 def run_sequential(model, workload: Workload) -> SystemResult:
     """(d) One request at a time with the contiguous-cache generator; per-request wall times only."""
     outputs, stamps = [], []
@@ -328,11 +392,26 @@ def mismatches(reference: list[list[int]], other: list[list[int]]) -> list[dict]
 def summarize(result: SystemResult) -> dict:
     tokens = sum(len(o) for o in result.outputs)
     stat = lambda xs, q: float(np.percentile(xs, q)) if xs else None  # noqa: E731
-    return {"output_tokens": tokens, "seconds": result.seconds, "tokens_per_s": tokens / result.seconds,
-            "cpu_seconds": result.cpu_seconds, "tokens_per_cpu_s": tokens / result.cpu_seconds,
-            "ttft_median_s": stat(result.ttft, 50), "ttft_p99_s": stat(result.ttft, 99),
-            "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99), "page_faults": result.page_faults,
-            "forward_passes": result.forward_passes}
+    summary = {"output_tokens": tokens, "seconds": result.seconds, "tokens_per_s": tokens / result.seconds,
+               "cpu_seconds": result.cpu_seconds, "tokens_per_cpu_s": tokens / result.cpu_seconds,
+               "ttft_median_s": stat(result.ttft, 50), "ttft_p99_s": stat(result.ttft, 99),
+               "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99),
+               "tbt_mean_s": float(np.mean(result.tbt)) if result.tbt else None, "page_faults": result.page_faults,
+               "forward_passes": result.forward_passes}
+    return summary | ({"speculation": speculation(result)} if result.drafts else {})
+
+
+def speculation(result: SystemResult) -> dict:
+    """Per request: acceptance rate (accepted / proposed drafts; None without any) and mean accepted length
+    (tokens emitted per step that emitted some); and the same over all requests."""
+    d, lens = result.drafts, [len(o) for o in result.outputs]
+    per_step = [n / s for n, s in zip(lens, d["steps"])]
+    out = {"mean_accepted_length": per_step, "mean_accepted_length_all": sum(lens) / sum(d["steps"])}
+    if "proposed" in d:
+        out["acceptance_rate"] = [a / p if p else None for a, p in zip(d["accepted"], d["proposed"])]
+        out["acceptance_rate_all"] = sum(d["accepted"]) / max(sum(d["proposed"]), 1)
+        out["proposed"], out["accepted"] = d["proposed"], d["accepted"]
+    return out
 
 
 def load_hf_model(folder: str | Path, dtype: torch.dtype, device: torch.device):
@@ -367,7 +446,8 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                   prompt_lens: tuple[int, int] = (16, 256), output_lens: tuple[int, int] = (16, 128),
                   systems: tuple[str, ...] = SYSTEMS, warmup: bool = True,
                   engine_cls: type[LLMEngine] = LLMEngine, rounds: int = 1, shape: str | None = None,
-                  shape_overrides: dict | None = None) -> dict:
+                  shape_overrides: dict | None = None, workload_name: str = "default",
+                  speculative: SpeculativeConfig | None = None) -> dict:
     """Run the workload through `systems`, `rounds` times, alternating their order; the first system is the
     reference for the token comparison. Each system is reported from its median round; the ratios are the
     medians of the per-round ratios, each measured between runs minutes apart at most. `shape` (one of
@@ -377,8 +457,14 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
     with checkpoint_folder(model, shape, shape_overrides) as folder:
         ours = load_transformer(folder, dtype=torch_dtype, device=dev)
         vocab = prompt_vocab(folder, ours.cfg.vocab_size)
-        hf_model = load_hf_model(folder, torch_dtype, dev) if {"hf", "hf-cb", "hf-cb-defaults"} & set(systems) else None
-    workload = make_workload(num_requests, seed, vocab, prompt_lens, output_lens)
+        hf_model = load_hf_model(folder, torch_dtype, dev) \
+            if {"hf", "hf-cb", "hf-cb-defaults", "hf-lookup"} & set(systems) else None
+        if workload_name == "repetitive":
+            from mini_llm import load_tokenizer
+            workload = Workload(*repetitive_prompts(ours, load_tokenizer(folder), num_requests, seed, output_lens))
+        else:
+            workload = make_workload(num_requests, seed, vocab, prompt_lens, output_lens)
+    speculative = speculative or SpeculativeConfig()
     kv: dict = {}
 
     def engine(w: Workload) -> SystemResult:
@@ -392,6 +478,9 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                "hf-cb-defaults": lambda w: run_hf_cb(hf_model, w, max_batch, token_budget, engine_limits=False)}
     runners |= {name: lambda w, cls=cls: run_engine(ours, w, max_batch, token_budget, engine_cls=cls)[0]
                 for name, cls in ENGINE_VARIANTS.items()}
+    runners["engine-ngram"] = lambda w: run_engine(ours, w, max_batch, token_budget, engine_cls=SpecDecodeEngine,
+                                                   speculative=speculative)[0]
+    runners["hf-lookup"] = lambda w: run_hf_lookup(hf_model, w, speculative.num_speculative_tokens)
     if warmup:  # first calls pay for allocator growth and lazy initialisation
         tiny = make_workload(2, seed + 1, vocab, (8, 16), (2, 4))
         for name in systems:
@@ -407,7 +496,8 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                    "device": str(dev), "model": f"random {shape}" if shape else str(folder), "dtype": dtype,
                    "layers": ours.cfg.num_hidden_layers, "prompt_lens": list(prompt_lens),
                    "output_lens": list(output_lens), "torch_threads": torch.get_num_threads(),
-                   "engine": engine_cls.__name__, "rounds": rounds},
+                   "engine": engine_cls.__name__, "rounds": rounds, "workload": workload_name,
+                   "speculative": vars(speculative) if {"engine-ngram", "hf-lookup"} & set(systems) else None},
         "systems": {name: summarize(r) | {"round_seconds": [x.seconds for x in runs[name]]}
                     for name, r in results.items()},
         "reference": systems[0],
@@ -424,6 +514,13 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
         report["round_ratios"] = {f"engine/{n}": per_round(n, "seconds") for n in others}
         report["ratios"] = {k: float(np.median(v)) for k, v in report["round_ratios"].items()}
         report["cpu_ratios"] = {f"engine/{n}": float(np.median(per_round(n, "cpu_seconds"))) for n in others}
+        if "engine-ngram" in results:  # speculation's speed-ups: the other way round
+            for n in (n for n in systems if n != "engine-ngram"):
+                ratios = [getattr(o, "seconds") / getattr(e, "seconds") for e, o in zip(runs["engine-ngram"], runs[n])]
+                report["round_ratios"][f"engine-ngram/{n}"] = ratios
+                report["ratios"][f"engine-ngram/{n}"] = float(np.median(ratios))
+                report["cpu_ratios"][f"engine-ngram/{n}"] = float(np.median(
+                    [o.cpu_seconds / e.cpu_seconds for e, o in zip(runs["engine-ngram"], runs[n])]))
     return report
 
 
@@ -439,6 +536,14 @@ def format_report(report: dict) -> str:
                      f"{s['cpu_seconds']:>8.2f}{s['tokens_per_cpu_s']:>10.1f}{ms(s['ttft_median_s']):>10}"
                      f"{ms(s['ttft_p99_s']):>10}{ms(s['tbt_median_s']):>9}{ms(s['tbt_p99_s']):>9}"
                      f"{s['forward_passes']:>8}{'-' if s['page_faults'] is None else s['page_faults']:>9}")
+    for name, s in report["systems"].items():
+        if "speculation" in s:
+            sp = s["speculation"]
+            rate = f"acceptance rate {sp['acceptance_rate_all']:.0%}, " if "acceptance_rate_all" in sp else ""
+            per_request = [x for x in sp.get("acceptance_rate", []) if x is not None]
+            spread = (f" (per request: {min(per_request):.0%} to {max(per_request):.0%})" if per_request else "")
+            lines.append(f"{name}: {rate}mean accepted length {sp['mean_accepted_length_all']:.2f} tokens per "
+                         f"step{spread}; TBT mean {ms(s['tbt_mean_s'])} ms")
     lines.append("")
     for k, v in report.get("ratios", {}).items():
         rounds = report["round_ratios"][k]
@@ -496,6 +601,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead of the systems: the engine with TP=N (1 thread per rank) against TP=1 with 1 and "
                          "N threads (benchmarks/tensor_parallel.py)")
     ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
+    ap.add_argument("--workload", default="default", choices=WORKLOADS,
+                    help="default: random prompt tokens; repetitive: the model retells a passage it wrote "
+                         "(benchmarks/repetitive.py), where prompt lookup hits")
+    ap.add_argument("--num-speculative-tokens", type=int, default=None,
+                    help="drafts per step for engine-ngram and hf-lookup (default: SpeculativeConfig's)")
     ap.add_argument("--tokens-may-differ", action="store_true",
                     help="report token differences without failing (bf16/fp16: implementations that round "
                          "differently can break a near-tie of two logits differently)")
@@ -528,7 +638,10 @@ def main(argv: list[str] | None = None) -> int:
     report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
                            args.dtype, prompt_lens, output_lens, systems=systems, rounds=args.rounds,
                            shape=args.shape,
-                           shape_overrides=args.shape_layers and {"num_hidden_layers": args.shape_layers})
+                           shape_overrides=args.shape_layers and {"num_hidden_layers": args.shape_layers},
+                           workload_name=args.workload, speculative=SpeculativeConfig(
+                               **{"num_speculative_tokens": args.num_speculative_tokens}
+                               if args.num_speculative_tokens else {}))
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

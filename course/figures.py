@@ -724,3 +724,30 @@ def tensor_parallel_layout(bars: Sequence[tuple[str, str, Sequence[tuple[int, in
         ax.barh(0, 0, color=color(rank), label=f"rank {rank}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=world_size + 1, fontsize=8, frameon=False)
     _show(fig)
+
+
+def accepted_per_step(emitted: Sequence[Sequence[int]], labels: Sequence[str], max_drafts: int) -> None:
+    """Chapter 11: the tokens each request emitted at each step it decoded (1 = no draft accepted)."""
+    fig, ax = _figure(9, 2.8)
+    for i, (counts, label) in enumerate(zip(emitted, labels)):
+        ax.plot(range(1, len(counts) + 1), counts, marker="o", ms=3, lw=1, color=color(i), label=label)
+    ax.set_ylim(0.5, max_drafts + 1.5)
+    ax.set_xlabel("decode step of the request")
+    ax.set_ylabel("tokens emitted")
+    ax.set_title(f"Accepted length per step: 1 to {max_drafts + 1} tokens (drafts accepted + one)", fontsize=10)
+    ax.legend(fontsize=7, ncol=4, loc="upper right")
+    _show(fig)
+
+
+def speedup_vs_k(ks: Sequence[int], passes_ratio: Sequence[float], time_ratio: Sequence[float]) -> None:
+    """Chapter 11: forward passes and CPU time saved, against the number of drafts per step."""
+    fig, ax = _figure(6, 2.8)
+    ax.plot(ks, passes_ratio, marker="o", label="forward passes: without / with")
+    ax.plot(ks, time_ratio, marker="s", label="CPU time: without / with")
+    ax.axhline(1, color="gray", lw=0.8, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(ks), [str(k) for k in ks])
+    ax.set_xlabel("k, drafts per step (num_speculative_tokens)")
+    ax.set_ylabel("speed-up")
+    ax.legend(fontsize=8)
+    _show(fig)

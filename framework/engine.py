@@ -18,6 +18,7 @@ from mini_llm import Transformer, load_tokenizer, load_transformer
 
 from .request import Request, RequestStatus
 from .sampling import SamplingParams, make_generator
+from .spec_decode import SpeculativeConfig
 
 
 @dataclass
@@ -46,6 +47,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     max_finished_requests: int = 1024  # finished requests kept in LLMEngineBase.requests; older ones are dropped
+    speculative: SpeculativeConfig | None = None  # n-gram drafts (solutions/spec_decode.py); None: off
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "token_budget", "max_num_seqs", "max_finished_requests"):
@@ -89,6 +91,9 @@ class LLMEngineBase:
                  eos_token_id: int | None = None, runner=None) -> None:
         self.model, self.config, self.tokenizer = model, config or EngineConfig(), tokenizer
         c = self.config
+        if c.speculative is not None and not hasattr(self, "verify_and_update"):
+            raise ValueError(f"{type(self).__name__} does not speculate: with EngineConfig.speculative set, use the "
+                             "engine (or LLM) of solutions/spec_decode.py")
         self.eos_token_id = eos_token_id if eos_token_id is not None else model.cfg.eos_token_id
         self.kv_cache_manager = self.kv_cache_manager_cls(c.num_blocks, c.block_size, c.enable_prefix_caching)
         self.scheduler = self.scheduler_cls(self.kv_cache_manager, c.token_budget, c.max_num_seqs,

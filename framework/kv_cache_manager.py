@@ -88,7 +88,8 @@ class KVCacheManagerBase:
         if self.prefix_cache is None:
             return
         names = self.block_names.setdefault(request, BlockNames())
-        num_full = num_tokens // self.block_size
+        # Slots for draft tokens (framework/spec_decode.py) reach past the request's tokens: no name for them yet.
+        num_full = min(num_tokens, request.num_tokens) // self.block_size
         if num_full > len(names.hashes):
             # `block_hashes` (exercise 132) chains from the first block, so naming new blocks costs one pass over
             # the prefix, once per filled block; the decode steps in between hash nothing.

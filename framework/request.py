@@ -74,6 +74,8 @@ class Request:
     error: str | None = None  # why its step failed, when finish_reason is "error"
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when admitted
+    num_draft_tokens: int = 0  # speculative decoding (framework/spec_decode.py): drafts proposed for it
+    num_accepted_tokens: int = 0  # and those of them accepted
     generator: torch.Generator | None = None
     detokenizer: IncrementalDetokenizer = field(default_factory=IncrementalDetokenizer, repr=False)
 

@@ -85,6 +85,12 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.
     """One token id from one row of logits `[vocab]`."""
     if params.temperature == 0:
         return int(logits.argmax())
+    return int(torch.multinomial(sampling_probs(logits, params), 1, generator=generator))
+
+
+def sampling_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a random request samples from, for one row of logits `[vocab]`: temperature, then the
+    top-k and top-p cuts."""
     logits = logits.float() / params.temperature
     if params.top_k > 0:
         kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
@@ -95,7 +101,7 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.
         # Drop a token when the tokens ranked above it already reach top_p.
         drop = probs.cumsum(-1) - probs >= params.top_p
         logits = logits.scatter(0, order, sorted_logits.masked_fill(drop, float("-inf")))
-    return int(torch.multinomial(logits.softmax(-1), 1, generator=generator))
+    return logits.softmax(-1)
 
 
 def make_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:

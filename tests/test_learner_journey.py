@@ -30,9 +30,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
-COPIED = ("benchmarks", "chapters", "course", "framework", "judge", "mini_llm", "practice", "solutions")
+COPIED = ("benchmarks", "chapters", "course", "framework", "judge", "mini_llm", "practice", "scripts", "solutions")
 ENGINE_CHAPTERS = ["00_life_of_a_request", "02_block_pool", "03_paged_attention", "04_mixed_batch", "05_scheduler",
-                   "06_inference_loop", "07_preemption", "08_prefix_caching", "09_performance"]
+                   "06_inference_loop", "07_preemption", "08_prefix_caching", "09_performance",
+                   "11_speculative_decoding"]
 
 # In exercise order: (id, module, the correct variant used, the chapters that exercise changes)
 JOURNEY = [
@@ -46,6 +47,7 @@ JOURNEY = [
     (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py", ["08_prefix_caching"]),
     (133, "async_engine", "online_loop/right_dedicated_thread.py", []),
     (135, "tensor_parallel", "tensor_parallel/right_functional.py", []),  # chapter 12 runs the reference's ranks
+    (134, "spec_decode", "spec_decode/right_loop_appending.py", ["11_speculative_decoding"]),
 ]
 
 # Prints course.banner() on the first line of stdout, then runs each notebook given (one fresh namespace each, code

@@ -352,4 +352,26 @@ def test_exercise_135_released_alone_runs_its_public_cases(tmp_path):
         got = judge_cli("--impl", str(cases / right), "--unisolated")
         assert got.splitlines()[-1] == "2 passed, 0 failed", got
     wrong = judge_cli("--impl", str(cases / "wrong_residual_reduced.py"), "--unisolated")
+
+
+def test_spec_decode_released_alone_grades_its_public_cases(tmp_path):
+    """134 released by itself: no solutions/spec_decode.py in the edition; the stub fails its public cases, a
+    right verify_and_update passes them and a wrong one does not."""
+    out, config = tmp_path / "edition", tmp_path / "config"
+    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "134"], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert not (out / "solutions" / "spec_decode.py").exists() and (out / "judge/public/spec_decode.json").is_file()
+
+    def judge_cli(*args: str) -> str:
+        return subprocess.run([sys.executable, "-c", RUN, str(out), "134", *args], capture_output=True, text=True,
+                              cwd=out, env=env, timeout=300).stdout
+
+    assert judge_cli().splitlines()[-1] == "0 passed, 2 failed"
+    cases = ROOT / "tests" / "judge_cases" / "spec_decode"
+    right = judge_cli("--impl", str(cases / "right_loop_appending.py"), "--unisolated")
+    assert right.splitlines()[-1] == "2 passed, 0 failed", right
+    wrong = judge_cli("--impl", str(cases / "wrong_no_bonus_token.py"), "--unisolated")
     assert wrong.splitlines()[-1] == "1 passed, 1 failed", wrong

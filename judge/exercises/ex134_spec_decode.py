@@ -1,0 +1,20 @@
+"""Exercise 134 metadata (see judge/README.md)."""
+from judge.registry import Exercise
+
+EXERCISE = Exercise(
+    id=134,
+    slug="spec-decode",
+    title="Speculative decoding: verifying drafts and rolling back",
+    difficulty="medium",
+    practice_file="practice/spec_decode.py",
+    reference="solutions.spec_decode",
+    tests="judge.hidden.spec_decode",
+    api={"verify_and_update": ("request", "draft_token_ids", "logits", "eos_token_id", "tokenizer")},
+    statement="practice/exercises/134-spec-decode.md",
+    case_timeout=30.0,
+    public_cases=("greedy: every draft accepted, then the bonus token", "greedy: the first mismatch ends the run"),
+    # the end-to-end case runs the reference engine with the learner's verify_and_update
+    worker_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager",
+                       "solutions.block_pool", "solutions.prefix_cache", "solutions.model_runner", "solutions.batch",
+                       "solutions.paged_attention", "solutions.paged_kv_cache", "solutions.preemption"),
+)

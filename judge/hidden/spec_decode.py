@@ -1,0 +1,225 @@
+"""Hidden tests of exercise 134 (verify_and_update); the reference is solutions/spec_decode.py.
+
+The learner's function runs in the worker on requests the driver builds (judge/drivers/spec_decode.py). Greedy
+and stop cases compare one call with the reference's on the same request: what it returned, then the request's
+`output_token_ids` and `num_computed_tokens`. Random cases count the tokens of many seeded calls and test them
+against the exact distribution p with a chi-square test (never the learner's random numbers). The last case runs
+the speculating engine with the learner's function on the embedded model: greedy, its tokens must equal the
+engine's without speculation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from framework.sampling import SamplingParams, sampling_probs
+from judge.drivers import load_model
+from judge.harness import CaseFailure, Cases
+from judge.hidden.support import learner_failure
+from judge.remote import LocalDriver, driver
+from judge.secret import rng as seeded
+from solutions import spec_decode as ref
+
+CASES = Cases()
+VOCAB = 16
+NAME = "verify_and_update"
+HINTS = {
+    "returned": "greedy: accept drafts while each equals its row's argmax; at the first mismatch emit that row's "
+                "argmax and stop; after all d drafts emit row d's argmax too (the bonus token)",
+    "output_token_ids": "append each emitted token to request.output_token_ids, and none past a stop",
+    "num_computed_tokens": "advance num_computed_tokens by the number of tokens appended (the last token and the "
+                           "accepted drafts are now cached), not by 1 + d",
+    "reason": "call stop_reason(request, eos_token_id, tokenizer) after each appended token and return the first "
+              "reason (None when the request goes on)",
+}
+STOP_HINT = ("the request emitted past its stop: append the tokens one at a time, call stop_reason after each, and "
+             "stop appending at the first reason")
+
+
+def greedy_case(prompt: list[int], outputs: list[int], drafts: list[int], argmax: list[int], max_tokens: int = 32,
+                eos: int | None = None, seed: int = 0, vocab: int = VOCAB, stop: list[str] | None = None
+                ) -> dict[str, Any]:
+    """Random logits whose row i has its maximum at argmax[i]."""
+    r = seeded(f"134:{seed}")
+    logits = [[r.gauss(0, 1) for _ in range(vocab)] for _ in argmax]
+    for row, top in zip(logits, argmax):
+        row[top] = max(row) + 1 + r.random()
+    return {"prompt": prompt, "outputs": outputs, "drafts": drafts, "logits": logits, "eos": eos,
+            "params": {"max_tokens": max_tokens, "stop": stop or []}}
+
+
+def describe(case: dict[str, Any]) -> str:
+    argmax = [int(np.argmax(row)) for row in case["logits"]]
+    return (f"request: prompt {case['prompt']}, outputs {case['outputs']}, {case['params']}; "
+            f"verify_and_update(request, {case['drafts']}, logits with row argmax {argmax}, "
+            f"eos_token_id={case['eos']})")
+
+
+def check_call(impl, case: dict[str, Any]) -> dict[str, Any]:
+    got = driver(impl, "spec_decode").verify(case)
+    if "error" in got:
+        raise learner_failure(got["error"], NAME, describe(case))
+    want = LocalDriver(ref, "spec_decode").verify(case)
+    for field in ("returned", "output_token_ids", "num_computed_tokens", "reason"):
+        if got[field] != want[field]:
+            past_stop = want["reason"] and field in ("returned", "output_token_ids") and \
+                got[field][: len(want[field])] == want[field]
+            raise CaseFailure(f"wrong {field} after the call", input=describe(case), field=field,
+                              expected=want[field], got=got[field],
+                              hint=STOP_HINT if past_stop else HINTS[field])
+    return got
+
+
+@CASES("greedy: every draft accepted, then the bonus token")
+def _(impl):
+    check_call(impl, greedy_case([3, 4, 5], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5]))
+
+
+@CASES("greedy: the first mismatch ends the run")
+def _(impl):
+    check_call(impl, greedy_case([3, 4, 5], [6, 7, 8], [7, 8, 9], [7, 8, 4, 5], seed=1))
+    check_call(impl, greedy_case([3, 4, 5], [6], [2, 8, 9], [7, 8, 9, 5], seed=2))
+
+
+@CASES("greedy: no drafts, one token")
+def _(impl):
+    check_call(impl, greedy_case([1, 2], [], [], [11], seed=3))
+
+
+@CASES("greedy: seeded drafts and argmaxes")
+def _(impl):
+    r = seeded("134:random greedy")
+    for i in range(20):
+        d = r.randrange(0, 6)
+        drafts = [r.randrange(VOCAB) for _ in range(d)]
+        accepted = r.randrange(0, d + 1)
+        argmax = drafts[:accepted] + [r.randrange(VOCAB) for _ in range(d + 1 - accepted)]
+        check_call(impl, greedy_case([r.randrange(VOCAB) for _ in range(r.randrange(1, 6))],
+                                     [r.randrange(VOCAB) for _ in range(r.randrange(0, 4))], drafts, argmax,
+                                     seed=100 + i))
+
+
+@CASES("stop: max_tokens inside an accepted run")
+def _(impl):
+    check_call(impl, greedy_case([3, 4], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5], max_tokens=5, seed=4))
+    check_call(impl, greedy_case([3, 4], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5], max_tokens=7, seed=5))
+
+
+@CASES("stop: end of sequence inside an accepted run")
+def _(impl):
+    check_call(impl, greedy_case([3, 4], [6], [7, 2, 9], [7, 2, 9, 5], eos=2, seed=6))
+    check_call(impl, greedy_case([3, 4], [6], [7, 8, 9], [7, 8, 2, 5], eos=2, seed=7))
+
+
+@CASES("stop: a stop string inside an accepted run")
+def _(impl):
+    from mini_llm import load_tokenizer
+
+    tokens = load_tokenizer().encode(" was happy. The")  # the stop string "." ends the run at its third token
+    vocab = load_model().cfg.vocab_size
+    check_call(impl, greedy_case(tokens[:2], [], tokens, tokens + [tokens[0]], vocab=vocab, stop=["."], seed=8))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Random sampling: distributions, by chi-square tests
+
+TRIALS = 2000
+
+
+def p_value(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Chi-square p-value of the counts under `probs`; cells expected below 5 are merged into one."""
+    expected = probs * counts.sum()
+    big = expected >= 5
+    observed, expected = np.append(counts[big], counts[~big].sum()), np.append(expected[big], expected[~big].sum())
+    keep = expected > 0
+    stat = float(((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+    df = max(int(keep.sum()) - 1, 1)
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def check_distribution(impl, logits: list[list[float]], drafts: list[int], temperature: float, **cut: Any) -> None:
+    case = {"prompt": [1, 2, 3], "outputs": [], "drafts": drafts, "logits": logits, "eos": None,
+            "params": {"max_tokens": 64, "temperature": temperature, **cut}}
+    text = (f"{TRIALS} requests seeded 0..{TRIALS - 1}, SamplingParams(temperature={temperature}, {cut}): "
+            f"verify_and_update(request, {drafts}, logits {np.round(logits, 2).tolist()}, None)")
+    got = driver(impl, "spec_decode").first_tokens(case, TRIALS)
+    if "error" in got:
+        raise learner_failure(got["error"], NAME, text)
+    params = SamplingParams(temperature=temperature, **cut)
+    probs = [sampling_probs(torch.tensor(row), params).numpy().astype(np.float64) for row in logits]
+    for position in range(len(drafts) + 1):
+        reached = [run[position] for run in got["runs"] if len(run) > position]
+        if len(reached) < 200:  # too few calls got this far for a test
+            continue
+        counts = np.bincount(reached, minlength=len(logits[0])).astype(np.float64)
+        if p_value(counts, probs[position]) < 1e-4:
+            freq = np.round(counts / counts.sum(), 3).tolist()
+            raise CaseFailure(f"the token emitted at position {position} is not distributed as p (chi-square "
+                              f"p-value below 1e-4 over {len(reached)} calls)", input=text,
+                              field=f"frequencies at position {position}",
+                              expected=np.round(probs[position], 3).tolist(), got=freq,
+                              hint="accept draft x with probability p(x) (torch.rand((), generator=...) < p[x]); on "
+                                   "rejection sample from p with p[x] set to 0 (renormalised), not from p itself")
+    for run in got["runs"]:
+        accepted = next((i for i, (d, t) in enumerate(zip(drafts, run)) if d != t), min(len(drafts), len(run)))
+        if len(run) != accepted + 1:
+            raise CaseFailure("a call emitted the wrong number of tokens", input=text, field="tokens emitted",
+                              expected=f"the {accepted} accepted drafts and one more token", got=run,
+                              hint="after the accepted drafts emit exactly one more token: the residual sample at "
+                                   "a rejection, or the bonus token sampled from row d after all d drafts")
+
+
+def random_logits(seed: str, rows: int, vocab: int = 8) -> list[list[float]]:
+    r = seeded(seed)
+    return [[r.gauss(0, 1.2) for _ in range(vocab)] for _ in range(rows)]
+
+
+@CASES("random: a likely draft, the first token is distributed as p")
+def _(impl):
+    logits = random_logits("134:likely", 3)
+    top = int(np.argmax(logits[0]))
+    logits[0][top] += 1.5  # p(draft) near one half: acceptance and rejection both common
+    check_distribution(impl, logits, [top, int(np.argmax(logits[1]))], temperature=1.0)
+
+
+@CASES("random: an unlikely draft and a top-k cut")
+def _(impl):
+    logits = random_logits("134:unlikely", 2)
+    check_distribution(impl, logits, [int(np.argmin(logits[0]))], temperature=0.8)
+    check_distribution(impl, logits, [int(np.argsort(logits[0])[-2])], temperature=1.0, top_k=3)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end
+
+
+@CASES("end to end: greedy with speculation equals without", timeout=120)
+def _(impl):
+    from solutions.engine import EngineConfig, LLMEngine
+
+    r = seeded("134:e2e")
+    vocab = load_model().cfg.vocab_size
+    prompts = []
+    for n in (3, 2, 5, 1):
+        pattern = [r.randrange(vocab) for _ in range(n)]
+        prompts.append((pattern * 8)[: 4 * n + 1])
+    config = {"num_blocks": 48, "block_size": 4, "token_budget": 24, "max_num_seqs": 4}
+    speculative = {"num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    text = (f"SpecDecodeEngine(model, EngineConfig(**{config}, speculative=SpeculativeConfig(**{speculative})))"
+            f".generate({prompts}, SamplingParams(max_tokens=12, ignore_eos=True))")
+    got = driver(impl, "spec_decode").generate(prompts, 12, config, speculative)
+    if "error" in got:
+        raise learner_failure(got["error"], NAME, text)
+    plain = LLMEngine(load_model(), EngineConfig(**config))
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))]
+    for i, (w, g) in enumerate(zip(want, got["outputs"])):
+        if w != g:
+            raise CaseFailure(f"request {i}'s tokens differ from the engine's without speculation", input=text,
+                              field=f"output {i}", expected=w, got=g, hint=HINTS["returned"])
+    if got["free_blocks"] != config["num_blocks"]:
+        raise CaseFailure("blocks are still held after every request finished", input=text, field="free blocks",
+                          expected=config["num_blocks"], got=got["free_blocks"])
