@@ -30,7 +30,9 @@ from .remote import Session
 
 COPIED = ("pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course",
           "docs/glossary.md", "scripts/train_tiny_model.py", "scripts/story_generator.py")  # the model's provenance
-NEEDS_EVERY_REFERENCE = ("09_performance.ipynb",)  # chapters that run solutions/ and benchmarks/ directly
+# Chapters that run solutions/, benchmarks/ or scripts/ directly: shipped only with every reference.
+NEEDS_EVERY_REFERENCE = ("09_performance.ipynb", "10_serving.ipynb", "11_speculative_decoding.ipynb",
+                         "12_tensor_parallel.ipynb")
 SOLUTION_HEADING = re.compile(r"^(#+) Solutions? to exercises? (\d+)")
 AUTHORS_HEADING = "## For chapter authors"
 JUDGE_DIRS = ("drivers",)

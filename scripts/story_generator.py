@@ -189,9 +189,9 @@ def story_friend(rng: random.Random) -> str:
     s.append(say(rng, other.name, f"My name is {other.name}. I am new here."))
     s.append(rng.choice([f"{hero.name} shared {hero.his} {food} with {other.name}.",
                          f"{hero.name} showed {other.name} the best places in {place[1]}."]))
-    s.append(rng.choice([f"They played games and laughed until the sun went down.",
-                         f"They ran, jumped and played all afternoon.",
-                         f"They sat together and told funny stories."]))
+    s.append(rng.choice(["They played games and laughed until the sun went down.",
+                         "They ran, jumped and played all afternoon.",
+                         "They sat together and told funny stories."]))
     s.append(say(rng, other.name, rng.choice(["Will you be my friend?", "Can we play again tomorrow?"])))
     s.append(say(rng, hero.name, rng.choice(["Yes, of course!", "I would like that very much."])))
     s.append(rng.choice([f"From that day on, {hero.name} and {other.name} were best friends.",
@@ -240,7 +240,7 @@ def story_storm(rng: random.Random) -> str:
     s.append(say(rng, hero.name, rng.choice(["Come with me. My home is warm.", "Do not be afraid. Follow me."])))
     s.append(f"{hero.name} gave {other.name} {hero.his} {obj}, and they walked home together.")
     s.append(rng.choice([f"At home, they drank warm milk and ate {rng.choice(FOODS)}.",
-                         f"At home, they sat by the fire and waited for the storm to pass."]))
+                         "At home, they sat by the fire and waited for the storm to pass."]))
     s.append(f"When the sky was clear again, {hero.name} took {other.name} back to {other.his} family.")
     s.append(say(rng, other.name, f"Thank you, {hero.name}. You are very kind."))
     s.append(rng.choice([MORALS[3], MORALS[0], f"{hero.name} smiled all the way home."]))
@@ -277,7 +277,6 @@ def story_journey(rng: random.Random) -> str:
     hero = Character(rng)
     friend = Character(rng, {hero.name})
     elder, eg = rng.choice(ELDERS)
-    ep = PRON[eg]
     home, far = rng.sample(PLACES, 2)
     obj, short = rng.choice(OBJECTS[2:4] + OBJECTS[12:14])
     s = [opening(rng, hero, home)]

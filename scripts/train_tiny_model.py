@@ -245,7 +245,7 @@ def write_card(out, args, cfg, n_params, train_s, total_s, loss_fp32, loss_bf16,
     weights_mb = sizes["model.safetensors"] / 1e6
     points = loss_log[:: max(1, len(loss_log) // 8)]
     points += [] if points[-1] == loss_log[-1] else loss_log[-1:]
-    curve = ", ".join(f"{s}: {l:.3f}" for s, l in points)
+    curve = ", ".join(f"{s}: {loss:.3f}" for s, loss in points)
     sample_md = "\n".join(f"- **{p}** → {c.replace(EOS, ' `<|endoftext|>`')}" for p, c in samples)
     card = f"""# tiny-qwen3: the course's embedded model
 

@@ -219,6 +219,8 @@ def test_a_second_edition_shows_exactly_the_released_solutions(tmp_path):
     assert sorted(headings) == sorted(["## Solution to exercise 125: the reference `BlockPool`",
                                        "## Solution to exercise 128: the reference `build_batch`"]
                                       + [f"## Solution to exercise {i}" for i in (126, 127, 129, 130, 131, 132)])
+    for name in ("09_performance", "10_serving", "11_speculative_decoding", "12_tensor_parallel"):
+        assert f"{name}.ipynb" not in texts  # they run references, benchmarks/ or scripts/ directly
 
 
 def _run_chapter(edition: Path, name: str, env: dict) -> list[str]:
@@ -352,6 +354,7 @@ def test_exercise_135_released_alone_runs_its_public_cases(tmp_path):
         got = judge_cli("--impl", str(cases / right), "--unisolated")
         assert got.splitlines()[-1] == "2 passed, 0 failed", got
     wrong = judge_cli("--impl", str(cases / "wrong_residual_reduced.py"), "--unisolated")
+    assert wrong.splitlines()[-1] == "1 passed, 1 failed", wrong
 
 
 def test_spec_decode_released_alone_grades_its_public_cases(tmp_path):
