@@ -348,13 +348,13 @@ def test_exercise_135_released_alone_runs_its_public_cases(tmp_path):
                               cwd=out, env=env, timeout=300).stdout
 
     stub = judge_cli()
-    assert stub.splitlines()[-1] == "0 passed, 2 failed" and "not implemented yet" in stub, stub
+    assert stub.splitlines()[-1] == "0 passed, 4 failed" and "not implemented yet" in stub, stub
     cases = ROOT / "tests" / "judge_cases" / "tensor_parallel"
     for right in ("right_functional.py", "right_mini_llm_modules.py"):
         got = judge_cli("--impl", str(cases / right), "--unisolated")
-        assert got.splitlines()[-1] == "2 passed, 0 failed", got
+        assert got.splitlines()[-1] == "4 passed, 0 failed", got
     wrong = judge_cli("--impl", str(cases / "wrong_residual_reduced.py"), "--unisolated")
-    assert wrong.splitlines()[-1] == "1 passed, 1 failed", wrong
+    assert not wrong.splitlines()[-1].endswith(" 0 failed"), wrong
 
 
 def test_spec_decode_released_alone_grades_its_public_cases(tmp_path):
@@ -372,9 +372,9 @@ def test_spec_decode_released_alone_grades_its_public_cases(tmp_path):
         return subprocess.run([sys.executable, "-c", RUN, str(out), "134", *args], capture_output=True, text=True,
                               cwd=out, env=env, timeout=300).stdout
 
-    assert judge_cli().splitlines()[-1] == "0 passed, 2 failed"
+    assert judge_cli().splitlines()[-1] == "0 passed, 5 failed"
     cases = ROOT / "tests" / "judge_cases" / "spec_decode"
     right = judge_cli("--impl", str(cases / "right_loop_appending.py"), "--unisolated")
-    assert right.splitlines()[-1] == "2 passed, 0 failed", right
+    assert right.splitlines()[-1] == "5 passed, 0 failed", right
     wrong = judge_cli("--impl", str(cases / "wrong_no_bonus_token.py"), "--unisolated")
-    assert wrong.splitlines()[-1] == "1 passed, 1 failed", wrong
+    assert not wrong.splitlines()[-1].endswith(" 0 failed"), wrong

@@ -12,7 +12,9 @@ EXERCISE = Exercise(
     api={"verify_and_update": ("request", "draft_token_ids", "logits", "eos_token_id", "tokenizer")},
     statement="practice/exercises/134-spec-decode.md",
     case_timeout=30.0,
-    public_cases=("greedy: every draft accepted, then the bonus token", "greedy: the first mismatch ends the run"),
+    public_cases=("greedy: every draft accepted, then the bonus token", "greedy: the first mismatch ends the run",
+                  "greedy: no drafts, one token", "stop: max_tokens inside an accepted run",
+                  "stop: end of sequence inside an accepted run"),
     # the end-to-end case runs the reference engine with the learner's verify_and_update
     worker_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager",
                        "solutions.block_pool", "solutions.prefix_cache", "solutions.model_runner", "solutions.batch",
