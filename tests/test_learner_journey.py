@@ -46,8 +46,8 @@ JOURNEY = [
     (131, "preemption", "preemption/right_pop_then_requeue.py", ["07_preemption"]),
     (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py", ["08_prefix_caching"]),
     (133, "async_engine", "online_loop/right_dedicated_thread.py", []),
-    (135, "tensor_parallel", "tensor_parallel/right_functional.py", []),  # chapter 12 runs the reference's ranks
     (134, "spec_decode", "spec_decode/right_loop_appending.py", ["11_speculative_decoding"]),
+    (135, "tensor_parallel", "tensor_parallel/right_functional.py", []),  # chapter 12 runs the reference's ranks
 ]
 
 # Prints course.banner() on the first line of stdout, then runs each notebook given (one fresh namespace each, code
