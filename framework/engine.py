@@ -47,7 +47,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     max_finished_requests: int = 1024  # finished requests kept in LLMEngineBase.requests; older ones are dropped
-    speculative: SpeculativeConfig | None = None  # n-gram drafts (solutions/spec_decode.py); None: off
+    speculative: SpeculativeConfig | None = None  # n-gram drafts (the spec_decode module, exercise 134); None: off
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "token_budget", "max_num_seqs", "max_finished_requests"):
@@ -93,7 +93,7 @@ class LLMEngineBase:
         c = self.config
         if c.speculative is not None and not hasattr(self, "verify_and_update"):
             raise ValueError(f"{type(self).__name__} does not speculate: with EngineConfig.speculative set, use the "
-                             "engine (or LLM) of solutions/spec_decode.py")
+                             "speculating engine (or LLM) of the spec_decode module, exercise 134")
         self.eos_token_id = eos_token_id if eos_token_id is not None else model.cfg.eos_token_id
         self.kv_cache_manager = self.kv_cache_manager_cls(c.num_blocks, c.block_size, c.enable_prefix_caching)
         self.scheduler = self.scheduler_cls(self.kv_cache_manager, c.token_budget, c.max_num_seqs,
@@ -226,7 +226,7 @@ class LLMEngineBase:
 class LLMBase:
     """Text in, text out, like `vllm.LLM`: `LLM().generate(["Once upon a time"], SamplingParams(max_tokens=40))`.
     A subclass names its engine class in `engine_cls`. `tensor_parallel_size=N` shards the model over N processes
-    (framework/executor.py) with the subclass's `load_shard` (solutions/tensor_parallel.py)."""
+    (framework/executor.py) with the subclass's `load_shard` (the tensor_parallel module, exercise 135)."""
 
     engine_cls: type  # an LLMEngineBase subclass
     load_shard: Callable | None = None  # load_shard(path, rank, world_size, all_reduce, gather, dtype, device)
