@@ -65,24 +65,23 @@ def _exception(err: dict) -> BaseException:
 
 
 def _learner_class(name: str, base: type) -> type:
-    key = f"{name}({base.__name__})"
-    cls = _classes.get(key)
-    if cls is None:
+    def make() -> type:
         try:
-            cls = type(name, (LearnerError,) if base is Exception else (base, LearnerError), {})
+            return type(name, (LearnerError,) if base is Exception else (base, LearnerError), {})
         except TypeError:  # a base whose layout cannot be mixed in
-            cls = type(name, (LearnerError,), {})
-        if len(_classes) < _MAX_CLASSES:  # bounded: a worker that invents names cannot grow the grader
-            _classes[key] = cls
-    return cls
+            return type(name, (LearnerError,), {})
+
+    return _cached_class(_classes, f"{name}({base.__name__})", make)
 
 
-def _named_class(cache: dict[str, type], name: str, base: type, ns: dict) -> type:
-    cls = cache.get(name)
+def _cached_class(cache: dict[str, type], key: str, make: Callable[[], type]) -> type:
+    """cache[key], made by `make` when missing; kept only while the cache holds fewer than _MAX_CLASSES, so that a
+    worker that invents names cannot grow the grader."""
+    cls = cache.get(key)
     if cls is None:
-        cls = type(name, (base,), ns)
+        cls = make()
         if len(cache) < _MAX_CLASSES:
-            cache[name] = cls
+            cache[key] = cls
     return cls
 
 
@@ -255,7 +254,7 @@ _remote_types: dict[str, type] = {}
 def _remote_type(name: str) -> type:
     """A proxy class named like the learner's class (so that messages can say 'a Batch has no attribute ...')."""
     name = name if name.isidentifier() and len(name) <= wire.NAME_LIMIT else "Remote"
-    return _named_class(_remote_types, name, Remote, {"__slots__": ()})
+    return _cached_class(_remote_types, name, lambda: type(name, (Remote,), {"__slots__": ()}))
 
 
 def decode(session: Session, data: Any) -> Any:
