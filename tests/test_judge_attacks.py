@@ -1,7 +1,9 @@
 """Class grading against a dishonest student: each submission in tests/judge_cases/attacks/ (one per class of attack,
 each named after it) scores 0 on the CLI (`--impl DIR --csv`, isolated) and in `nbgrader autograde`, leaves the
 checkout, the virtual environment and the process table as they were, and the CSV (and the gradebook) stays
-identical 5 s after the grader exits. Exercise 128, one case, to stay fast.
+identical 5 s after the grader exits. Exercise 128, one case, to stay fast. nbgrader grades a notebook's code with
+the CLI's own isolated worker, so it gets the attacks on what lies around that worker (NBGRADER_ATTACKS: its
+parent, its process table, its environment, the files and the grader's code), not every one.
 
 These need bubblewrap; they are skipped, saying so, only where it cannot run (CI installs it).
 """
@@ -27,6 +29,8 @@ from judge import sandbox
 ROOT = Path(__file__).resolve().parent.parent
 ATTACKS = sorted((ROOT / "tests" / "judge_cases" / "attacks").glob("*.py"))
 ATTACKS_130 = sorted((ROOT / "tests" / "judge_cases" / "attacks_130").glob("*.py"))
+NBGRADER_ATTACKS = [p for p in ATTACKS if p.stem in ("kill_parent", "monkeypatch_grader", "read_parent_environment",
+                                                       "setsid_daemon", "write_checkout_and_venv")]
 CASES = ["single prefill"]
 CANARY = "JUDGE_ATTACK_CANARY"
 
@@ -120,7 +124,7 @@ def attacked_course(tmp_path_factory, model_dir) -> Path:
     run = subprocess.run([*nbg, "generate_assignment", name], cwd=course, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
-    for p in ATTACKS:
+    for p in NBGRADER_ATTACKS:
         nb = nbformat.from_dict(released)
         next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "solution").source = \
             p.read_text()
@@ -143,9 +147,9 @@ def test_attacks_score_zero_in_nbgrader(attacked_course):
 
     name = "ex128-batch-layout"
     with Gradebook(f"sqlite:///{attacked_course / 'gradebook.db'}") as gb:
-        scores = {p.stem: gb.find_submission(name, p.stem).score for p in ATTACKS}
-    assert scores == {p.stem: 0.0 for p in ATTACKS}, scores
-    for p in ATTACKS:  # the feedback shows the student's code as submitted
+        scores = {p.stem: gb.find_submission(name, p.stem).score for p in NBGRADER_ATTACKS}
+    assert len(NBGRADER_ATTACKS) == 5 and scores == {p.stem: 0.0 for p in NBGRADER_ATTACKS}, scores
+    for p in NBGRADER_ATTACKS:  # the feedback shows the student's code as submitted
         nb = nbformat.read(attacked_course / "autograded" / p.stem / name / f"{name}.ipynb", as_version=4)
         solution = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "solution")
         assert solution.cell_type == "code" and solution.source == p.read_text()

@@ -1,8 +1,9 @@
 """nbgrader grading from the judge's hidden tests (nbgrader/, docs/instructors.md).
 
 A temporary course gets the generated assignments of exercises 128 and 130; nbgrader releases them and autogrades
-a correct, a wrong, a crashing and an endlessly looping submission of each: the gradebook must hold full marks,
-less than full marks, zero and zero (and zero for a kernel that dies). Cheaper checks cover every registered
+a correct and a wrong submission of each, and a crashing and an endlessly looping one of 128 (the judge's limits
+are the same for every exercise): the gradebook must hold full marks, less than full marks, zero and zero (and zero
+for a kernel that dies). Cheaper checks cover every registered
 exercise: its generated solution cell (the reference in solution regions) passes the judge, and clearing the
 solutions gives back the learner's stub.
 """
@@ -28,9 +29,9 @@ import judge.sandbox
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
 GRADED = (128, 130)
-STUDENTS = ("correct", "wrong", "crash", "loop")
-JUDGE_TIMEOUT = "20"  # seconds per case while grading here
-JUDGE_TOTAL_TIMEOUT = "45"  # seconds per submission: a loop submission times out twice, then the cap stops it
+STUDENTS = {128: ("correct", "wrong", "crash", "loop"), 130: ("correct", "wrong")}
+JUDGE_TIMEOUT = "10"  # seconds per case while grading here
+JUDGE_TOTAL_TIMEOUT = "25"  # seconds per submission: a loop submission times out twice, then the cap stops it
 
 
 def _load_generator() -> types.ModuleType:
@@ -149,14 +150,8 @@ def _submissions(ex_id: int, solution: str) -> dict[str, str]:
         wrong = (CASES / "batch_layout" / "wrong_positions_from_zero.py").read_text()
         crash = "import ctypes\n\n\ndef build_batch(items, block_size):\n    return ctypes.string_at(0)\n"
         loop = "def build_batch(items, block_size):\n    while True:\n        pass\n"
-    else:
-        wrong = (CASES / "inference_loop" / "wrong_max_tokens_off_by_one.py").read_text()
-        engine = ("from framework.engine import LLMEngineBase\n\n\n"
-                  "class LLMEngine(LLMEngineBase):\n    def step(self):\n{body}\n\n"
-                  "    def generate(self, prompts, params=None):\n        return super().generate(prompts, params)\n")
-        crash = "import ctypes\n\n" + engine.format(body="        return ctypes.string_at(0)")
-        loop = engine.format(body="        while True:\n            pass")
-    return {"correct": solution, "wrong": wrong, "crash": crash, "loop": loop}
+        return {"correct": solution, "wrong": wrong, "crash": crash, "loop": loop}
+    return {"correct": solution, "wrong": (CASES / "inference_loop" / "wrong_max_tokens_off_by_one.py").read_text()}
 
 
 def _nbgrader(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -205,13 +200,13 @@ def test_autograded_scores(graded_course, ex_id):
 
     name = gen.assignment_name(judge.get_exercise(ex_id))
     with Gradebook(f"sqlite:///{graded_course / 'gradebook.db'}") as gb:
-        scores = {s: gb.find_submission(name, s).score for s in STUDENTS}
+        scores = {s: gb.find_submission(name, s).score for s in STUDENTS[ex_id]}
         max_score = gb.find_assignment(name).max_score
     assert max_score == len(gen.case_names(judge.get_exercise(ex_id)))
     assert scores["correct"] == max_score, scores
     assert 0 <= scores["wrong"] < max_score, scores
-    assert scores["crash"] == 0 and scores["loop"] == 0, scores
     if ex_id == 128:
+        assert scores["crash"] == 0 and scores["loop"] == 0, scores
         with Gradebook(f"sqlite:///{graded_course / 'gradebook.db'}") as gb:
             assert gb.find_submission(name, "dies").score == 0
 
@@ -229,5 +224,5 @@ def test_feedback_and_grades_csv(graded_course):
     rows = list(csv.DictReader((graded_course / "grades.csv").open()))
     by = {(r["assignment"], r["student_id"]): float(r["score"]) for r in rows}
     assert by[("ex128-batch-layout", "correct")] == float(len(gen.case_names(judge.get_exercise(128))))
-    assert by[("ex130-inference-loop", "loop")] == 0.0
+    assert by[("ex130-inference-loop", "wrong")] < float(len(gen.case_names(judge.get_exercise(130))))
     assert by[("ex128-batch-layout", "dies")] == 0.0
