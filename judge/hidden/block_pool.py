@@ -77,7 +77,7 @@ def script_text(num_blocks: int, ops: list[Op], upto: int | None = None) -> str:
     for i, op in enumerate(ops[:upto]):
         err, ret = spec.apply(op)
         note = f"raises {err}" if err else f"-> {short(ret)}" if ret is not None else f"ref_cnt {short(spec.ref_cnt)}"
-        lines.append(f"{op_text(op):<40} # step {i + 1}: {note}")
+        lines.append(f"{op_text(op):<40} # call {i + 1}: {note}")
     return "\n".join(lines)
 
 
@@ -155,7 +155,7 @@ def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFa
         before = Spec(num_blocks)
         before.ref_cnt, before.queue = list(spec.ref_cnt), list(spec.queue)
         exp_err, exp_ret = spec.apply(op)
-        where = f"step {i + 1}, {op_text(op)}"
+        where = f"call {i + 1}, {op_text(op)}"
         method = "allocate" if op[0] == "drain" else op[0]
         if "problem" in got:
             return CaseFailure(got["problem"]), i + 1
