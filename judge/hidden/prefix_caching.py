@@ -10,11 +10,10 @@ with the number of cached prompt tokens the prefix hits predict.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import Any
 
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import (CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink,
-                           short)
+from judge.harness import CaseFailure, Cases, learner_call, short, shrink
 from judge.hidden.support import alone, learner_failure, load_model, random_prompts
 from judge.remote import driver
 from solutions import engine as ref
@@ -24,31 +23,6 @@ from framework.sampling import SamplingParams
 
 CASES = Cases()
 NONE_HASH = ref_cache.NONE_HASH
-
-
-def guarded(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
-    try:
-        return call(fn, *args)
-    except LearnerRaised as err:
-        raise raised_failure(err, name, input=input) from None
-
-
-def hash_of(impl, parent: int, tokens: list[int]) -> int:
-    text = f"hash_block({parent!r}, {tokens!r})"
-    h = guarded(impl.hash_block, "hash_block", parent, tokens, input=text)
-    if not isinstance(h, int) or isinstance(h, bool):
-        raise CaseFailure(f"hash_block returned a {type(h).__name__} ({short(h)}); it must return an int",
-                          input=text, hint="e.g. hash((parent_hash, tuple(token_ids))); a hashlib digest can be "
-                                           "turned into an int with int.from_bytes(digest[:8], 'big')")
-    return h
-
-
-def hashes_of(impl, tokens: list[int], block_size: int) -> list[int]:
-    text = f"block_hashes({tokens!r}, {block_size})"
-    out = guarded(impl.block_hashes, "block_hashes", tokens, block_size, input=text)
-    if not isinstance(out, (list, tuple)):
-        raise CaseFailure(f"block_hashes returned a {type(out).__name__}; it must return a list of ints", input=text)
-    return list(out)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -145,6 +119,15 @@ def shrink_tokens(value):
         yield [t % 10 for t in tokens], bs
 
 
+def hash_values(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
+    """hash_block's values on `inputs` (as text), computed by the learner's code where `impl` runs."""
+    got = driver(impl, "prefix_cache").hash_values([[p, t] for p, t in inputs])
+    failure = driver_failure(got, " ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs))
+    if failure is not None:
+        raise failure
+    return got["values"]
+
+
 def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
     """hash_block's values on `inputs`, computed by the learner's code loaded in another process."""
     from judge.remote import WorkerLost
@@ -152,7 +135,7 @@ def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
 
     try:
         with another_process(impl) as other:
-            return [repr(hash_of(other, p, t)) for p, t in inputs]
+            return hash_values(other, inputs)
     except (WorkerLost, RuntimeError) as exc:
         raise CaseFailure(f"your code failed in a fresh process: {short(str(exc))}", kind="error") from None
 
@@ -160,7 +143,7 @@ def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
 @CASES("hash_block: equal in every process (PYTHONHASHSEED does not change it)")
 def _(impl):
     inputs = [(NONE_HASH, [5, 17, 2, 9]), (123456789, [1, 2, 3, 4]), (NONE_HASH, [7])]
-    here = [repr(hash_of(impl, p, t)) for p, t in inputs]
+    here = hash_values(impl, inputs)
     if len(set(here)) < len(inputs):  # a constant hash is equal everywhere, and names nothing
         raise CaseFailure(f"hash_block gives equal hashes to different blocks: {here}",
                           input=" ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs),
@@ -194,17 +177,22 @@ def _(impl):
     bs = 4
     shared, tail = [3, 1, 4, 1, 5, 9, 2, 6], [8, 8, 8, 8, 7, 7, 7, 7, 1]
     a, b = shared + [0, 0, 0, 0] + tail, shared + [0, 0, 0, 1] + tail  # differ only in block 2
-    ha, hb = hashes_of(impl, a, bs), hashes_of(impl, b, bs)
     text = f"block_hashes({a}, {bs}) vs block_hashes({b}, {bs})"
-    if len(ha) != 5 or len(hb) != 5:
-        raise CaseFailure(f"expected 5 hashes for 21 tokens in blocks of 4, got {len(ha)} and {len(hb)}", input=text)
-    if ha[:2] != hb[:2]:
+    got = driver(impl, "prefix_cache").pair(a, b, bs)
+    failure = driver_failure(got, text)
+    if failure is not None:
+        raise failure
+    if got["counts"] != [5, 5]:
+        raise CaseFailure(f"expected 5 hashes for 21 tokens in blocks of 4, got {got['counts'][0]} and "
+                          f"{got['counts'][1]}", input=text)
+    if not all(got["equal"][:2]):
         raise CaseFailure("the first two blocks are equal, and so are their prefixes, yet their hashes differ",
-                          input=text, field="hashes[:2]", expected=ha[:2], got=hb[:2])
+                          input=text, field="hashes[:2] equal", expected=[True, True], got=got["equal"][:2])
     for i in range(2, 5):
-        if ha[i] == hb[i]:
+        if got["equal"][i]:
             raise CaseFailure(f"block {i} has the same hash in both sequences, although the prefixes differ (at "
-                              "block 2)", input=text, field=f"hashes[{i}]", expected="different hashes", got=ha[i],
+                              "block 2)", input=text, field=f"hashes[{i}]", expected="different hashes",
+                              got="equal hashes",
                               hint="chain each block's hash with its parent's: hashes[i] = hash_block(hashes[i-1], "
                                    "block i), so a block's hash names its whole prefix")
 
