@@ -1,7 +1,8 @@
 """Driver of exercise 132 (hash_block, block_hashes, PrefixCache), run beside the learner's code.
 
 Any deterministic hash is right, so no hash value leaves this driver but for `hash_values`, whose values the grader
-compares between two processes of the learner's own (never with the reference's): it reports which calls gave
+compares between two processes of the learner's own, and `hashes`, whose values the grader only hands back to the
+learner's own cache (never compared with the reference's): it reports which calls gave
 equal hashes, whether each is an int, and whether block_hashes agrees with the learner's own hash_block chained. Keys starting
 with "_" are diagnostics (the learner's traceback), never compared.
 """
@@ -57,6 +58,17 @@ def pair(impl: ModuleType, a: list[int], b: list[int], block_size: int) -> dict[
     if not isinstance(ha, (list, tuple)) or not isinstance(hb, (list, tuple)):
         return {"not a list": type(ha if not isinstance(ha, (list, tuple)) else hb).__name__}
     return {"counts": [len(ha), len(hb)], "equal": [x == y for x, y in zip(ha, hb)]}
+
+
+def hashes(impl: ModuleType, tokens: list[int], block_size: int) -> dict[str, Any]:
+    """block_hashes(tokens, block_size): {"hashes": [...]} (ints) or the problem."""
+    try:
+        got = impl.block_hashes(list(tokens), block_size)
+    except Exception as exc:  # noqa: BLE001
+        return _failed(exc, "block_hashes", 0)
+    if not isinstance(got, (list, tuple)) or any(not isinstance(h, int) or isinstance(h, bool) for h in got):
+        return {"not a list": f"{type(got).__name__} ({str(got)[:100]})"}
+    return {"hashes": [int(h) for h in got]}
 
 
 def chain(impl: ModuleType, tokens: list[int], block_size: int, none_hash: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, learner_call, short, shrink
+from judge.harness import CaseFailure, Cases, short, shrink
 from judge.hidden.support import alone, learner_failure, load_model, random_prompts
 from judge.remote import driver
 from solutions import engine as ref
@@ -315,27 +315,72 @@ def _(impl):
 # End to end: the learner's prefix cache inside the reference KV-cache manager and engine
 
 
-def engine_with(impl, model, cache_impl=None, **config: Any):
-    """The reference engine with prefix caching on, its KV-cache manager using `cache_impl` (default: impl)."""
-    source = cache_impl or impl
+class LearnerCache:
+    """The learner's PrefixCache as the reference KV-cache manager uses it, without an object kept in the worker:
+    inserts and evictions are logged here, and each lookup replays the whole log on a fresh PrefixCache there
+    (the public driver's cache_ops), so its answers are those of one cache that saw every operation in order."""
+
+    def __init__(self, impl) -> None:
+        self.impl, self.ops = impl, []
+
+    def insert(self, block_hash: int, block_id: int) -> None:
+        self.ops.append(["insert", block_hash, block_id])
+
+    def evict(self, block_id: int) -> None:
+        self.ops.append(["evict", block_id])
+
+    def lookup(self, hashes) -> list[int]:
+        self.ops.append(["lookup", list(hashes)])
+        return self.replay()[-1]
+
+    def replay(self) -> list[list[int]]:
+        got = driver(self.impl, "prefix_cache").cache_ops(self.ops)
+        failure = driver_failure(got, "your PrefixCache inside the reference KV-cache manager")
+        if failure is not None:
+            raise failure
+        return got["lookups"]
+
+
+def learner_hashes(impl, tokens: list[int], block_size: int) -> list[int]:
+    got = driver(impl, "prefix_cache").hashes(list(tokens), block_size)
+    failure = driver_failure(got, f"block_hashes({list(tokens)}, {block_size})")
+    if failure is not None:
+        raise failure
+    return got["hashes"]
+
+
+def engine_with(impl, model, reference: bool = False, **config: Any):
+    """The reference engine with prefix caching on, its KV-cache manager using the learner's prefix cache (or,
+    with `reference`, the reference's)."""
 
     class Manager(KVCacheManager):
-        prefix_cache_cls = source.PrefixCache
-        block_hashes = staticmethod(source.block_hashes)
+        if not reference:
+            prefix_cache_cls = staticmethod(lambda: LearnerCache(impl))
+            block_hashes = staticmethod(lambda tokens, block_size: learner_hashes(impl, tokens, block_size))
 
     class Engine(ref.LLMEngine):
         kv_cache_manager_cls = Manager
 
     cfg = ref.EngineConfig(enable_prefix_caching=True, **config)
-    return learner_call(Engine, "PrefixCache", model, cfg)
+    return Engine(model, cfg)
 
 
-def run_waves(impl, model, waves: list[list[list[int]]], params: SamplingParams, cache_impl=None, **config: Any):
+def run_waves(impl, model, waves: list[list[list[int]]], params: SamplingParams, reference: bool = False,
+              **config: Any):
     """Each wave is one generate call on the same engine; returns the engine and every request in order."""
-    engine = engine_with(impl, model, cache_impl, **config)
+    engine = engine_with(impl, model, reference, **config)
     before = set(engine.requests)
-    for wave in waves:
-        learner_call(engine.generate, "your prefix cache (inside the reference engine)", wave, params)
+    try:
+        for wave in waves:
+            engine.generate(wave, params)
+        if not reference:
+            engine.kv_cache_manager.prefix_cache.replay()  # the inserts and evictions after the last lookup
+    except (CaseFailure, KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the reference engine, on what your cache answered
+        raise CaseFailure(f"the reference engine failed on what your prefix cache answered: {type(exc).__name__}: "
+                          f"{short(str(exc))}", hint="lookup returns the list of block ids of the longest cached "
+                                                    "prefix, in order") from None
     requests = [r for rid, r in engine.requests.items() if rid not in before]
     return engine, requests
 
@@ -399,7 +444,7 @@ def _(impl):
     waves = [[system + tails[0]], [others[0]], [others[1]], [system + tails[1]], [others[1] + others[2]]]
     params = SamplingParams(max_tokens=4, ignore_eos=True)
     config = dict(num_blocks=10, block_size=bs)
-    _, reference_requests = run_waves(impl, model, waves, params, cache_impl=ref_cache, **config)
+    _, reference_requests = run_waves(impl, model, waves, params, reference=True, **config)
     hits = [r.num_cached_tokens for r in reference_requests]
     if hits[3] != 0 or hits[4] == 0:
         raise CaseFailure(f"the workload no longer evicts then hits as designed (a course bug): {hits}", kind="error")
