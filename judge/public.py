@@ -105,7 +105,8 @@ def _problem(want: dict, got: dict, what: str) -> str | None:
         return f"{what}: {_raised(err)}" if want.get("ok") else \
             f"{what}: expected {want['error']['type']} to be raised, but it returned"
     if not want.get("ok"):
-        return None if raised_as(err, want["error"]) else f"{what}: expected {want['error']['type']}, got {err.get('type')}"
+        return None if raised_as(err, want["error"]) else \
+            f"{what}: expected {want['error']['type']}, got {err.get('type')}"
     w, g = _value(want.get("value")), _value(got.get("value"))
     driver_err = _driver_error(w, g)
     if driver_err:
@@ -122,7 +123,8 @@ def _problem(want: dict, got: dict, what: str) -> str | None:
     if unexpected and unexpected.get("type") == "NotImplementedError":
         return f"not implemented yet: {unexpected.get('message') or what}"
     raised = f"\n      {_raised(unexpected)}" if unexpected else ""
-    return f"{_path(where) or 'the result'}: expected {short(expected)}, got {short(value)}\n      input: {what}{raised}"
+    return (f"{_path(where) or 'the result'}: expected {short(expected)}, got {short(value)}\n      input: {what}"
+            f"{raised}")
 
 
 def raised_as(got: dict, want: dict) -> bool:
@@ -135,7 +137,8 @@ def raised_as(got: dict, want: dict) -> bool:
 def _driver_error(want: Any, got: Any) -> dict | None:
     """The learner's exception, as a driver reported it in its answer ({"error": ...}) where the reference's answer
     had none."""
-    if isinstance(got, dict) and isinstance(got.get("error"), dict) and not (isinstance(want, dict) and "error" in want):
+    expected = isinstance(want, dict) and "error" in want
+    if isinstance(got, dict) and isinstance(got.get("error"), dict) and not expected:
         return got["error"]
     return None
 

@@ -2,9 +2,9 @@
 
 Any deterministic hash is right, so no hash value leaves this driver but for `hash_values`, whose values the grader
 compares between two processes of the learner's own, and `hashes`, whose values the grader only hands back to the
-learner's own cache (never compared with the reference's): it reports which calls gave
-equal hashes, whether each is an int, and whether block_hashes agrees with the learner's own hash_block chained. Keys starting
-with "_" are diagnostics (the learner's traceback), never compared.
+learner's own cache (never compared with the reference's): it reports which calls gave equal hashes, whether each
+is an int, and whether block_hashes agrees with the learner's own hash_block chained. Keys starting with "_" are
+diagnostics (the learner's traceback), never compared.
 """
 
 from __future__ import annotations

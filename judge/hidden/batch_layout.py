@@ -85,11 +85,14 @@ def _hint(name: str, items: list[Item], block_size: int, exp: dict[str, Any], go
         return "seq_lens[i] = num_computed + len(token_ids) of request i"
     if name == "slot_mapping":
         if got == exp["positions"]:
-            return "the slot must go through the block table: block_table[p // block_size] * block_size + p % block_size"
+            return ("the slot must go through the block table: block_table[p // block_size] * block_size + "
+                    "p % block_size")
         idx = [i for i, (g, e) in enumerate(zip(got, exp["slot_mapping"])) if g != e]
         if idx and all(exp["positions"][i] % block_size == 0 for i in idx):
-            return "wrong only at block boundaries: the block is block_table[p // block_size], the offset p % block_size"
-        return "slot of position p = block_table[p // block_size] * block_size + p % block_size (p is the absolute position)"
+            return ("wrong only at block boundaries: the block is block_table[p // block_size], the offset "
+                    "p % block_size")
+        return ("slot of position p = block_table[p // block_size] * block_size + p % block_size (p is the absolute "
+                "position)")
     if name == "logits_indices":
         local = [len(it[0]) - 1 for it in items if it[3]]
         first = [qsl[i] for i, it in enumerate(items) if it[3]]
@@ -128,7 +131,8 @@ def diff(items: list[Item], block_size: int, impl) -> CaseFailure | None:
             n = sum(len(it[0]) for it in items)
             msg = f"wrong {name}"
             if len(got[name]) != len(exp[name]):
-                msg += f" (expected {len(exp[name])} values, got {len(got[name])}; N={n} tokens, B={len(items)} requests)"
+                msg += (f" (expected {len(exp[name])} values, got {len(got[name])}; N={n} tokens, B={len(items)} "
+                        "requests)")
             return CaseFailure(msg, input=text, field=name, expected=exp[name], got=got[name],
                                hint=_hint(name, items, block_size, exp, got[name]))
     if out["inputs changed"]:
@@ -296,7 +300,8 @@ def _(impl):
 
 @CASES("no request needs logits (empty logits_indices)")
 def _(impl):
-    check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4), ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])
+    check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4),
+                         ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])
     out = driver(impl, "batch").build([[[5, 6, 7], 0, [2], False]], 4)
     if "logits_indices" not in out["integer tensors"] or out["batch"]["logits_indices"] != []:
         raise CaseFailure("logits_indices must be an empty integer tensor when no request needs logits",
@@ -428,7 +433,8 @@ def _(impl):
             for row, (r, upto, what) in zip(logits, wanted):
                 err = (row - alone(seqs[r][:upto])).abs().max().item()
                 if not err <= 1e-4:
-                    bad = f"the logits of request {r} ({what}) differ from running it alone by {err:.3g} (tolerance 1e-4)"
+                    bad = (f"the logits of request {r} ({what}) differ from running it alone by {err:.3g} "
+                           "(tolerance 1e-4)")
                     break
         if bad is not None:
             failure = diagnose(impl, labelled, bs)
