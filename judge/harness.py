@@ -13,22 +13,66 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import sys
 import reprlib
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .secret import rng  # noqa: E402,F401 - random.Random for a hidden case, mixed with the instructor's secret
 
-# Set by the runner before cases run: the learner's file (for trimming tracebacks) and free-form options
-# (e.g. {"model": "/path/to/checkpoint"}), read by cases with `option(name, default)`.
-_STATE: dict[str, Any] = {"learner_file": None, "options": {}}
+
+@dataclass(frozen=True)
+class Context:
+    """What the cases of one submission are graded with, fixed while they run: set by the runner in the grader
+    (`grading`), and once in the worker."""
+
+    learner_file: str | None = None  # the learner's file, for trimming tracebacks to it
+    learner_display: str | None = None  # how the runner names it ("your code": code given as text)
+    exercise: Any = None  # the Exercise (runner.another_process loads the learner's file again for it)
+    options: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"model": "/path/to/checkpoint"}: `option`
+    memory_mb: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+
+_context = Context()
+
+
+def context() -> Context:
+    """The context of the submission being graded (an empty one outside grading)."""
+    return _context
+
+
+@contextlib.contextmanager
+def grading(ctx: Context) -> Iterator[Context]:
+    """Grade with `ctx` as the context until the block ends."""
+    global _context
+    saved, _context = _context, ctx
+    try:
+        yield ctx
+    finally:
+        _context = saved
+
+
+class _WorkerContext:
+    """How judge/_worker.py sets the worker's context, one field at a time (`harness._STATE[field] = value`):
+    each assignment makes a new frozen Context. To go when the worker sets a Context itself."""
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        global _context
+        _context = dataclasses.replace(_context, **{name: value})
+
+
+_STATE = _WorkerContext()
 
 
 def option(name: str, default: Any = None) -> Any:
-    return _STATE["options"].get(name, default)
+    return _context.options.get(name, default)
 
 
 @dataclass
@@ -156,7 +200,7 @@ def trimmed_traceback(exc: BaseException, learner_file: str | None = None) -> st
     remote = getattr(exc, "_judge_traceback", None)  # raised in the worker: trimmed there already
     if remote:
         return remote
-    learner_file = learner_file or _STATE["learner_file"]
+    learner_file = learner_file or _context.learner_file
     frames = traceback.extract_tb(exc.__traceback__)
     theirs = [f for f in frames if learner_file and os.path.realpath(f.filename) == os.path.realpath(learner_file)]
     shown = theirs or frames[-3:]
@@ -211,7 +255,7 @@ def other_stub(exc: BaseException, learner_file: str | None = None) -> list[str]
     directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
     if hasattr(exc, "_judge_stub"):  # raised in the worker: decided there, where the file names are
         return exc._judge_stub
-    learner_file = learner_file or _STATE["learner_file"]
+    learner_file = learner_file or _context.learner_file
     frames = traceback.extract_tb(exc.__traceback__)[-2:]
     if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
         return None
@@ -251,8 +295,9 @@ def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -
     if stub:
         return _stub_failure(fn_name, stub)
     if isinstance(exc, NotImplementedError):
-        where = "your code" if _STATE.get("learner_display") == "your code" else \
-            _display_path(_STATE["learner_file"]) if _STATE["learner_file"] else "your practice file"
+        file = _context.learner_file
+        where = "your code" if _context.learner_display == "your code" else \
+            _display_path(file) if file else "your practice file"
         return CaseFailure(f"not implemented yet: {fn_name} raises NotImplementedError",
                            hint=f"write {fn_name} in {where}", kind="not implemented")
     if isinstance(exc, SystemExit):
@@ -345,7 +390,7 @@ def _run_case(c: Case, impl: Any, t0: float) -> Outcome:
     except BaseException as exc:  # noqa: BLE001
         dt = time.perf_counter() - t0
         if is_memory_error(exc):
-            limit = f" ({_STATE['memory_mb']} MB)" if _STATE.get("memory_mb") else ""
+            limit = f" ({_context.memory_mb} MB)" if _context.memory_mb else ""
             detail = f": {short(str(exc))}" if str(exc) else ""
             return Outcome(c.name, False, dt, "memory", f"memory limit{limit} exceeded ({type(exc).__name__}"
                            f"{detail})", {"traceback": trimmed_traceback(exc)})
