@@ -184,7 +184,7 @@ def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
     missing = missing_references(ex, root)
     refs = [m for m in needed_references(ex) if m not in missing]
-    if refs:
+    if needed_references(ex):  # the package, also where every reference is missing: PracticeStandIns fill it
         args += ["--ro-bind", str(root / "solutions/__init__.py"), f"{COURSE}/solutions/__init__.py"]
     for mod in refs:  # a reference that imports one not bound here (the graded one) gets the practice module
         rel = mod.replace(".", "/") + ".py"

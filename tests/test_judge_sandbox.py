@@ -245,3 +245,13 @@ def test_the_sandbox_shows_the_students_files_and_nothing_else():
     assert seen == expected | refs | {"solutions/__init__.py"}
     assert ex.reference.replace(".", "/") + ".py" not in seen
     assert not any(f.startswith(("judge/hidden", "chapters/", "tests/")) for f in seen)
+
+
+def test_a_copy_without_the_references_an_exercise_runs_on_still_has_the_solutions_package(tmp_path):
+    """A student edition that releases 129 but none of the references it runs on: the worker gets the empty
+    `solutions` package, which the learner's own practice modules fill (PracticeStandIns)."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions" / "__init__.py").write_text("")
+    binds = judge.sandbox.course_binds(judge.get_exercise(129), tmp_path)
+    assert f"{judge.sandbox.COURSE}/solutions/__init__.py" in binds
+    assert not any(b.startswith(f"{judge.sandbox.COURSE}/solutions/") and b.endswith("scheduler.py") for b in binds)
