@@ -12,7 +12,6 @@ Anything else a case raises is reported as an error with the learner's traceback
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 import sys
@@ -231,8 +230,7 @@ class LearnerRaised(Exception):
 
 
 def call_live(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """Call learner code on the live arguments (no copies: an in-place write, or the state of a scheduler or an
-    engine, is what the case checks); its exceptions (SystemExit too) become LearnerRaised.
+    """Call learner code on the arguments as they are; its exceptions (SystemExit too) become LearnerRaised.
 
     KeyboardInterrupt is let through. MemoryError is re-raised as is, so that the verdict is 'memory limit'."""
     try:
@@ -243,11 +241,6 @@ def call_live(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         if is_memory_error(exc):
             raise
         raise LearnerRaised(exc) from exc
-
-
-def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """`call_live` on deep copies of the arguments, so that learner code cannot change the case's inputs."""
-    return call_live(fn, *copy.deepcopy(args), **copy.deepcopy(kwargs))
 
 
 def other_stub(exc: BaseException, learner_file: str | None = None) -> list[str] | None:
@@ -305,22 +298,6 @@ def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -
                            input=input, kind="exit")
     return CaseFailure(f"{fn_name} raised {type(exc).__name__}: {short(str(exc))}", input=input,
                        traceback=trimmed_traceback(exc), kind="error")
-
-
-def learner_call(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
-    """Call learner code on the live objects; its exceptions become a readable CaseFailure naming `name`, while
-    the checker's own CaseFailures (raised in callbacks the learner's code calls) pass through unchanged."""
-    try:
-        return fn(*args)
-    except (CaseFailure, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if is_memory_error(exc):
-            raise
-        inner = exc.exc if isinstance(exc, LearnerRaised) else exc
-        if isinstance(inner, CaseFailure):
-            raise inner from None
-        raise raised_failure(LearnerRaised(inner), name, input=input) from None
 
 
 def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any], Iterable[Any]],
