@@ -1,10 +1,10 @@
 """Driver of exercise 132 (hash_block, block_hashes, PrefixCache), run beside the learner's code.
 
-Any deterministic hash is right, so no hash value leaves this driver but for `hash_values`, whose values the grader
-compares between two processes of the learner's own, and `hashes`, whose values the grader only hands back to the
-learner's own cache (never compared with the reference's): it reports which calls gave equal hashes, whether each
-is an int, and whether block_hashes agrees with the learner's own hash_block chained. Keys starting with "_" are
-diagnostics (the learner's traceback), never compared.
+Any deterministic hash is right, so no hash value is compared with the reference's: the driver reports which
+calls gave equal hashes, whether each is an int, and whether block_hashes agrees with the learner's own hash_block
+chained. Hash values leave it only for the hidden cases to compare among themselves (two processes of the learner's,
+two sequences) or hand back to the learner's own cache: `hashes`, and the diagnostics of `hash_calls`. Keys
+starting with "_" are diagnostics (the learner's traceback, raw values), never compared.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _failed(exc: BaseException, name: str, index: int) -> dict[str, Any]:
 
 def hash_calls(impl: ModuleType, calls: list) -> dict[str, Any]:
     """Call hash_block(parent, tokens) for each [parent, tokens]; a parent ["call", j] is the hash call j gave.
-    Returns {"same_as": [the first call whose hash equals this one's]} or the first problem."""
+    Returns {"same_as": [the first call whose hash equals this one's], "_values": the hashes} or the first problem."""
     values: list[Any] = []
     for i, (parent, tokens) in enumerate(calls):
         p = values[parent[1]] if isinstance(parent, list) else parent
@@ -32,32 +32,7 @@ def hash_calls(impl: ModuleType, calls: list) -> dict[str, Any]:
         if not isinstance(h, int) or isinstance(h, bool):
             return {"not an int": f"{type(h).__name__} ({str(h)[:100]})", "call": i}
         values.append(h)
-    return {"same_as": [values.index(v) for v in values]}
-
-
-def hash_values(impl: ModuleType, calls: list) -> dict[str, Any]:
-    """hash_block(parent, tokens) for each [parent, tokens]: {"values": [repr of each hash]} or the first problem."""
-    values = []
-    for i, (parent, tokens) in enumerate(calls):
-        try:
-            h = impl.hash_block(parent, list(tokens))
-        except Exception as exc:  # noqa: BLE001
-            return _failed(exc, "hash_block", i)
-        if not isinstance(h, int) or isinstance(h, bool):
-            return {"not an int": f"{type(h).__name__} ({str(h)[:100]})", "call": i}
-        values.append(repr(h))
-    return {"values": values}
-
-
-def pair(impl: ModuleType, a: list[int], b: list[int], block_size: int) -> dict[str, Any]:
-    """block_hashes of two token lists: how many hashes each got, and which positions hold equal hashes."""
-    try:
-        ha, hb = impl.block_hashes(list(a), block_size), impl.block_hashes(list(b), block_size)
-    except Exception as exc:  # noqa: BLE001
-        return _failed(exc, "block_hashes", 0)
-    if not isinstance(ha, (list, tuple)) or not isinstance(hb, (list, tuple)):
-        return {"not a list": type(ha if not isinstance(ha, (list, tuple)) else hb).__name__}
-    return {"counts": [len(ha), len(hb)], "equal": [x == y for x, y in zip(ha, hb)]}
+    return {"same_as": [values.index(v) for v in values], "_values": [repr(v) for v in values]}
 
 
 def hashes(impl: ModuleType, tokens: list[int], block_size: int) -> dict[str, Any]:
@@ -116,11 +91,8 @@ def describe(fn: str, *args: Any) -> str:
     if fn == "hash_calls":
         parent = lambda p: f"h{p[1]}" if isinstance(p, list) else repr(p)  # noqa: E731
         return "; ".join(f"h{i} = hash_block({parent(p)}, {list(t)})" for i, (p, t) in enumerate(args[0]))
-    if fn == "hash_values":
-        return "; ".join(f"hash_block({p!r}, {list(t)})" for p, t in args[0])
-    if fn == "pair":
-        a, b, bs = args
-        return f"block_hashes({list(a)}, {bs}) vs block_hashes({list(b)}, {bs})"
+    if fn == "hashes":
+        return f"block_hashes({list(args[0])}, {args[1]})"
     if fn == "chain":
         tokens, bs, none_hash = args
         return f"block_hashes({list(tokens)}, {bs}), against hash_block chained from {none_hash} over its full blocks"
