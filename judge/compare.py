@@ -35,11 +35,6 @@ def plain(value: Any) -> Any:
     return value
 
 
-def close(want: float, got: float) -> bool:
-    """The tolerance rule of the module docstring."""
-    return abs(got - want) <= TOL + TOL * abs(want) or (math.isnan(want) and math.isnan(got))
-
-
 def difference(want: Any, got: Any, where: str = "") -> tuple[str, Any, Any] | None:
     """(where, expected, got) of the first difference between the reference's value and the learner's, or None."""
     return _first(plain(want), plain(got), where)
@@ -49,7 +44,8 @@ def _first(w: Any, g: Any, where: str) -> tuple[str, Any, Any] | None:
     if isinstance(w, bool) or isinstance(g, bool):
         return None if type(w) is type(g) and w == g else (where, w, g)
     if isinstance(w, (int, float)) and isinstance(g, (int, float)):
-        same = close(w, g) if isinstance(w, float) or isinstance(g, float) else w == g
+        same = w == g if isinstance(w, int) and isinstance(g, int) else \
+            abs(g - w) <= TOL + TOL * abs(w) or (math.isnan(w) and math.isnan(g))
         return None if same else (where, w, g)
     if isinstance(w, list) and isinstance(g, list):
         if len(w) != len(g):

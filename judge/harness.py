@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from .report import CaseResult
 from .secret import rng  # noqa: E402,F401 - random.Random for a hidden case, mixed with the instructor's secret
 
 
@@ -317,19 +318,7 @@ def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any],
     return value
 
 
-@dataclass
-class Outcome:
-    """What running one case produced (used by the worker and by in-process checks)."""
-
-    name: str
-    passed: bool
-    seconds: float
-    verdict: str = "pass"  # pass | fail | error | not implemented | exit | memory | timeout | crash | output | not run
-    message: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def run_case(c: Case, impl: Any) -> Outcome:
+def run_case(c: Case, impl: Any) -> CaseResult:
     """Run one case in this process and classify what happened. With one torch thread, as in the worker
     (OMP_NUM_THREADS=1): what the grader computes to compare with matches the worker's arithmetic, and small
     matrices gain nothing from threads."""
@@ -352,16 +341,16 @@ def _one_torch_thread() -> Iterator[None]:
             torch.set_num_threads(saved)
 
 
-def _run_case(c: Case, impl: Any, t0: float) -> Outcome:
+def _run_case(c: Case, impl: Any, t0: float) -> CaseResult:
     import time
 
     try:
         c.fn(impl)
     except CaseFailure as f:
-        return Outcome(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
+        return CaseResult(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
     except LearnerRaised as err:  # a case called learner code with `call` without handling its exception
         f = raised_failure(err, "your code")
-        return Outcome(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
+        return CaseResult(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001
@@ -369,10 +358,10 @@ def _run_case(c: Case, impl: Any, t0: float) -> Outcome:
         if is_memory_error(exc):
             limit = f" ({_context.memory_mb} MB)" if _context.memory_mb else ""
             detail = f": {short(str(exc))}" if str(exc) else ""
-            return Outcome(c.name, False, dt, "memory", f"memory limit{limit} exceeded ({type(exc).__name__}"
+            return CaseResult(c.name, False, dt, "memory", f"memory limit{limit} exceeded ({type(exc).__name__}"
                            f"{detail})", {"traceback": trimmed_traceback(exc)})
         if isinstance(exc, SystemExit):
-            return Outcome(c.name, False, dt, "exit", f"your code called sys.exit({exc.code!r}) during the test")
-        return Outcome(c.name, False, dt, "error", f"{type(exc).__name__}: {short(str(exc))}",
+            return CaseResult(c.name, False, dt, "exit", f"your code called sys.exit({exc.code!r}) during the test")
+        return CaseResult(c.name, False, dt, "error", f"{type(exc).__name__}: {short(str(exc))}",
                        {"traceback": trimmed_traceback(exc)})
-    return Outcome(c.name, True, time.perf_counter() - t0)
+    return CaseResult(c.name, True, time.perf_counter() - t0)

@@ -1,8 +1,8 @@
 """Grading: the cases run here, in the grader; the learner's code runs in a separate process, the worker.
 
-For each case the grader calls the learner's code through `judge.remote` proxies: the worker receives plain
-inputs, runs the learner's code (or a public driver of judge/drivers/ that builds what the exercise needs from the
-framework), and answers with plain data. The grader compares that data with expected values it computes itself
+For each case the grader asks the worker to run a public driver (judge/drivers/), which builds what the case needs
+beside the learner's code, calls it and answers with a plain trace (judge.remote; 127 still calls its function
+through a generic proxy). The grader compares that data with expected values it computes itself
 and gives the verdict: nothing the worker does, prints or forges can pass a case.
 
 One case at a time: a case whose worker hangs, crashes, exits, exhausts its memory or floods its output gets that
@@ -284,7 +284,6 @@ class _Run:
                                   learner_display=self.target.get("display"))
             with harness.grading(ctx):
                 out = harness.run_case(case, RemoteModule(w, None))
-            out = CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message, out.details)
             if w.lost:  # whatever the case made of it, the worker's end is the verdict
                 verdict, message = w.lost
                 out = CaseResult(case.name, False, time.perf_counter() - t0, verdict, message)
@@ -325,9 +324,7 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
                               options=options or {}, exercise=ex)
         with harness.grading(ctx):
             for c in selected:
-                out = harness.run_case(c, impl)
-                report.results.append(CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message,
-                                                 out.details))
+                report.results.append(harness.run_case(c, impl))
         return report
     finally:
         report.seconds = time.monotonic() - t0

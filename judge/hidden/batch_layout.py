@@ -374,15 +374,11 @@ def diagnose(fn, labelled: list[tuple[str, Item]], bs: int) -> CaseFailure | Non
     return f
 
 
-class NoBatch(Exception):
-    """The learner's build_batch gave no batch the runner can read (diagnosed with `diff`)."""
-
-
 def learner_batch(impl, items: list, block_size: int) -> SimpleNamespace:
     """The batch the learner's build_batch made in the worker, its fields as they made them (tensors, lists)."""
     out = driver(impl, "batch").build([list(it) for it in items], block_size)
-    if "_raw" not in out:
-        raise NoBatch(out.get("problem") or f"build_batch raised {out.get('raised')}")
+    if "_raw" not in out:  # diagnosed with `diff` by the step that asked
+        raise CaseFailure(out.get("problem") or f"build_batch raised {out.get('raised')}")
     return SimpleNamespace(**out["_raw"])
 
 

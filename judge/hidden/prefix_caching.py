@@ -129,7 +129,7 @@ def hash_values(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
 
 
 def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
-    """hash_block's values on `inputs`, computed by the learner's code loaded in another process."""
+    """hash_values in another process, the learner's code loaded afresh."""
     from judge.remote import WorkerLost
     from judge.runner import another_process
 
