@@ -13,13 +13,11 @@ from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, short, shrink
 from judge.hidden.support import learner_failure, load_model, read_ints
+from judge.drivers.batch import FIELDS, TENSOR_FIELDS
 from judge.remote import driver
 from solutions import batch as ref
 
 CASES = Cases()
-
-TENSOR_FIELDS = ("input_ids", "positions", "slot_mapping", "logits_indices")
-FIELDS = ("input_ids", "query_start_loc", "positions", "seq_lens", "slot_mapping", "logits_indices", "block_tables")
 
 Item = tuple[list[int], int, list[int], bool]
 

@@ -13,7 +13,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE
+from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE, op_text
 from judge.harness import CaseFailure, Cases, short, shrink
 from judge.hidden.support import learner_failure
 from judge.remote import driver
@@ -62,12 +62,6 @@ class Spec:
             if self.ref_cnt[b] == 0:
                 self.queue.append(b)
         return None, None
-
-
-def op_text(op: Op) -> str:
-    if op[0] == "drain":
-        return "pool.allocate(pool.num_free_blocks)"
-    return f"pool.{op[0]}({op[1]!r})"
 
 
 def script_text(num_blocks: int, ops: list[Op], upto: int | None = None) -> str:
