@@ -124,3 +124,10 @@ class ModelRunnerBase:
         hidden = self.model.hidden_states(batch.input_ids, batch.positions, attend)
         # The output layer only where logits are needed: a prefill chunk that is not the last needs none.
         return self.model.compute_logits(hidden[batch.logits_indices]).float()
+
+
+def runner_class(base: type, **pieces: Callable) -> type:
+    """`base` (ModelRunnerBase, or a runner with a batched kernel of its own) with these pieces (`build_batch`,
+    `write_kv`, `paged_attention`) plugged in as its static methods: how the course and the judge assemble a runner
+    from the exercises' code."""
+    return type("ModelRunner", (base,), {name: staticmethod(fn) for name, fn in pieces.items()})

@@ -25,17 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from .registry import ROOT, Exercise, load_exercises
+from .sandbox import student_files
 from .public import diagnostic as _diagnostic
 from .remote import Session
 
-COPIED = ("pyproject.toml", "environment.yml", "chapters", "practice", "framework", "mini_llm", "course",
-          "docs/glossary.md", "scripts/train_tiny_model.py", "scripts/story_generator.py")  # the model's provenance
 # Chapters that run solutions/, benchmarks/ or scripts/ directly: shipped only with every reference.
 NEEDS_EVERY_REFERENCE = ("09_performance.ipynb", "10_serving.ipynb", "11_speculative_decoding.ipynb",
                          "12_tensor_parallel.ipynb")
 SOLUTION_HEADING = re.compile(r"^(#+) Solutions? to exercises? (\d+)")
 AUTHORS_HEADING = "## For chapter authors"
-JUDGE_DIRS = ("drivers",)
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
 
@@ -215,22 +213,14 @@ def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exer
     """Write the edition into `out` (which must not exist); return its files, relative to out."""
     out.mkdir(parents=True)
     (out / "README.md").write_text(student_readme(released, with_solutions))
-    for name in COPIED:
-        src = ROOT / name
-        if name == "chapters":
-            write_chapters(out, with_solutions)
-        elif src.is_dir():
-            shutil.copytree(src, out / name, ignore=IGNORE)
-        elif src.is_file():
-            (out / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, out / name)
+    write_chapters(out, with_solutions)
+    for rel in student_files():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / rel).is_dir():
+            shutil.copytree(ROOT / rel, out / rel, ignore=IGNORE)
+        else:
+            shutil.copy2(ROOT / rel, out / rel)
     judge_out = out / "judge"
-    judge_out.mkdir()
-    for p in sorted((ROOT / "judge").glob("*.py")):
-        shutil.copy2(p, judge_out / p.name)
-    for d in JUDGE_DIRS:
-        if (ROOT / "judge" / d).is_dir():
-            shutil.copytree(ROOT / "judge" / d, judge_out / d, ignore=IGNORE)
     (judge_out / "exercises").mkdir()
     shutil.copy2(ROOT / "judge" / "exercises" / "__init__.py", judge_out / "exercises" / "__init__.py")
     ids = {ex.id for ex in released}

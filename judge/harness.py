@@ -12,23 +12,67 @@ Anything else a case raises is reported as an error with the learner's traceback
 from __future__ import annotations
 
 import contextlib
-import copy
+import dataclasses
 import os
 import sys
 import reprlib
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from .report import CaseResult
 from .secret import rng  # noqa: E402,F401 - random.Random for a hidden case, mixed with the instructor's secret
 
-# Set by the runner before cases run: the learner's file (for trimming tracebacks) and free-form options
-# (e.g. {"model": "/path/to/checkpoint"}), read by cases with `option(name, default)`.
-_STATE: dict[str, Any] = {"learner_file": None, "options": {}}
+
+@dataclass(frozen=True)
+class Context:
+    """What the cases of one submission are graded with, fixed while they run: set by the runner in the grader
+    (`grading`), and once in the worker."""
+
+    learner_file: str | None = None  # the learner's file, for trimming tracebacks to it
+    learner_display: str | None = None  # how the runner names it ("your code": code given as text)
+    exercise: Any = None  # the Exercise (runner.another_process loads the learner's file again for it)
+    options: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"model": "/path/to/checkpoint"}: `option`
+    memory_mb: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+
+_context = Context()
+
+
+def context() -> Context:
+    """The context of the submission being graded (an empty one outside grading)."""
+    return _context
+
+
+@contextlib.contextmanager
+def grading(ctx: Context) -> Iterator[Context]:
+    """Grade with `ctx` as the context until the block ends."""
+    global _context
+    saved, _context = _context, ctx
+    try:
+        yield ctx
+    finally:
+        _context = saved
+
+
+class _WorkerContext:
+    """How judge/_worker.py sets the worker's context, one field at a time (`harness._STATE[field] = value`):
+    each assignment makes a new frozen Context. To go when the worker sets a Context itself."""
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        global _context
+        _context = dataclasses.replace(_context, **{name: value})
+
+
+_STATE = _WorkerContext()
 
 
 def option(name: str, default: Any = None) -> Any:
-    return _STATE["options"].get(name, default)
+    return _context.options.get(name, default)
 
 
 @dataclass
@@ -156,7 +200,7 @@ def trimmed_traceback(exc: BaseException, learner_file: str | None = None) -> st
     remote = getattr(exc, "_judge_traceback", None)  # raised in the worker: trimmed there already
     if remote:
         return remote
-    learner_file = learner_file or _STATE["learner_file"]
+    learner_file = learner_file or _context.learner_file
     frames = traceback.extract_tb(exc.__traceback__)
     theirs = [f for f in frames if learner_file and os.path.realpath(f.filename) == os.path.realpath(learner_file)]
     shown = theirs or frames[-3:]
@@ -187,8 +231,7 @@ class LearnerRaised(Exception):
 
 
 def call_live(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """Call learner code on the live arguments (no copies: an in-place write, or the state of a scheduler or an
-    engine, is what the case checks); its exceptions (SystemExit too) become LearnerRaised.
+    """Call learner code on the arguments as they are; its exceptions (SystemExit too) become LearnerRaised.
 
     KeyboardInterrupt is let through. MemoryError is re-raised as is, so that the verdict is 'memory limit'."""
     try:
@@ -201,17 +244,12 @@ def call_live(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         raise LearnerRaised(exc) from exc
 
 
-def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """`call_live` on deep copies of the arguments, so that learner code cannot change the case's inputs."""
-    return call_live(fn, *copy.deepcopy(args), **copy.deepcopy(kwargs))
-
-
 def other_stub(exc: BaseException, learner_file: str | None = None) -> list[str] | None:
     """[practice file, function] when the learner's own code called another exercise's untouched practice stub
     directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
     if hasattr(exc, "_judge_stub"):  # raised in the worker: decided there, where the file names are
         return exc._judge_stub
-    learner_file = learner_file or _STATE["learner_file"]
+    learner_file = learner_file or _context.learner_file
     frames = traceback.extract_tb(exc.__traceback__)[-2:]
     if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
         return None
@@ -251,8 +289,9 @@ def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -
     if stub:
         return _stub_failure(fn_name, stub)
     if isinstance(exc, NotImplementedError):
-        where = "your code" if _STATE.get("learner_display") == "your code" else \
-            _display_path(_STATE["learner_file"]) if _STATE["learner_file"] else "your practice file"
+        file = _context.learner_file
+        where = "your code" if _context.learner_display == "your code" else \
+            _display_path(file) if file else "your practice file"
         return CaseFailure(f"not implemented yet: {fn_name} raises NotImplementedError",
                            hint=f"write {fn_name} in {where}", kind="not implemented")
     if isinstance(exc, SystemExit):
@@ -260,22 +299,6 @@ def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -
                            input=input, kind="exit")
     return CaseFailure(f"{fn_name} raised {type(exc).__name__}: {short(str(exc))}", input=input,
                        traceback=trimmed_traceback(exc), kind="error")
-
-
-def learner_call(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
-    """Call learner code on the live objects; its exceptions become a readable CaseFailure naming `name`, while
-    the checker's own CaseFailures (raised in callbacks the learner's code calls) pass through unchanged."""
-    try:
-        return fn(*args)
-    except (CaseFailure, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if is_memory_error(exc):
-            raise
-        inner = exc.exc if isinstance(exc, LearnerRaised) else exc
-        if isinstance(inner, CaseFailure):
-            raise inner from None
-        raise raised_failure(LearnerRaised(inner), name, input=input) from None
 
 
 def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any], Iterable[Any]],
@@ -295,19 +318,7 @@ def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any],
     return value
 
 
-@dataclass
-class Outcome:
-    """What running one case produced (used by the worker and by in-process checks)."""
-
-    name: str
-    passed: bool
-    seconds: float
-    verdict: str = "pass"  # pass | fail | error | not implemented | exit | memory | timeout | crash | output | not run
-    message: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def run_case(c: Case, impl: Any) -> Outcome:
+def run_case(c: Case, impl: Any) -> CaseResult:
     """Run one case in this process and classify what happened. With one torch thread, as in the worker
     (OMP_NUM_THREADS=1): what the grader computes to compare with matches the worker's arithmetic, and small
     matrices gain nothing from threads."""
@@ -330,27 +341,27 @@ def _one_torch_thread() -> Iterator[None]:
             torch.set_num_threads(saved)
 
 
-def _run_case(c: Case, impl: Any, t0: float) -> Outcome:
+def _run_case(c: Case, impl: Any, t0: float) -> CaseResult:
     import time
 
     try:
         c.fn(impl)
     except CaseFailure as f:
-        return Outcome(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
+        return CaseResult(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
     except LearnerRaised as err:  # a case called learner code with `call` without handling its exception
         f = raised_failure(err, "your code")
-        return Outcome(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
+        return CaseResult(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001
         dt = time.perf_counter() - t0
         if is_memory_error(exc):
-            limit = f" ({_STATE['memory_mb']} MB)" if _STATE.get("memory_mb") else ""
+            limit = f" ({_context.memory_mb} MB)" if _context.memory_mb else ""
             detail = f": {short(str(exc))}" if str(exc) else ""
-            return Outcome(c.name, False, dt, "memory", f"memory limit{limit} exceeded ({type(exc).__name__}"
+            return CaseResult(c.name, False, dt, "memory", f"memory limit{limit} exceeded ({type(exc).__name__}"
                            f"{detail})", {"traceback": trimmed_traceback(exc)})
         if isinstance(exc, SystemExit):
-            return Outcome(c.name, False, dt, "exit", f"your code called sys.exit({exc.code!r}) during the test")
-        return Outcome(c.name, False, dt, "error", f"{type(exc).__name__}: {short(str(exc))}",
+            return CaseResult(c.name, False, dt, "exit", f"your code called sys.exit({exc.code!r}) during the test")
+        return CaseResult(c.name, False, dt, "error", f"{type(exc).__name__}: {short(str(exc))}",
                        {"traceback": trimmed_traceback(exc)})
-    return Outcome(c.name, True, time.perf_counter() - t0)
+    return CaseResult(c.name, True, time.perf_counter() - t0)

@@ -3,25 +3,28 @@
 A public case is recorded on the instructor's side (judge/edition.py, `record`): its case function runs against
 the reference (in a worker, like any graded code), and every request the case sent and every answer the reference
 gave is written to judge/public/<slug>.json. On the student's side the recorded requests are replayed to the
-student's code and each answer is compared with the reference's, as the engine would read it: a tensor, a numpy array, a list or a
-tuple of the same numbers are equal (floats within 1e-4 relative and absolute), an object must have each public
-attribute the reference's had, and an exception must be of the same type. No reference and no hidden case is
-needed to replay them.
+student's code and each answer is compared with the reference's by judge/compare.py (the one comparer: a tensor,
+an array, a list or a tuple of the same numbers are equal, floats within its tolerance). An object the worker
+keeps (a driver's engine) is an opaque reference, never compared; an exception must be an instance of the same
+class. No reference and no hidden case is needed to replay them.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
 
+from . import wire
+from .compare import diagnostic, difference
+from .harness import short
 from .registry import ROOT, Exercise
 from .remote import Session
 
 PUBLIC_DIR = ROOT / "judge" / "public"
-TOL = 1e-4
+__all__ = ["diagnostic", "load", "public_path", "raised_as", "replay"]  # diagnostic: for judge/edition.py
 
 
 def public_path(ex: Exercise) -> Path:
@@ -33,84 +36,13 @@ def load(ex: Exercise) -> dict[str, list] | None:
     return json.loads(path.read_text())["cases"] if path.is_file() else None
 
 
-def diagnostic(key: str) -> bool:
-    """Whether a key of a driver's answer is a diagnostic (one leading "_"; "__" marks wire types)."""
-    return key.startswith("_") and not key.startswith("__")
-
-
-def _plain(v: Any) -> Any:
-    """A wire value as the engine would read it: arrays and tensors as nested lists of numbers."""
-    if isinstance(v, dict):
-        if "__tensor__" in v or "__ndarray__" in v:
-            from . import wire
-
-            x = wire.decode(v)
-            return x.tolist() if hasattr(x, "tolist") else x
-        if "__tuple__" in v:
-            return [_plain(x) for x in v["__tuple__"]]
-        if "__npscalar__" in v:
-            return v["value"]
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
-
-
-def difference(want: Any, got: Any, where: str = "the result") -> str | None:
-    """None if `got` (the student's answer) matches `want` (the reference's), else where they first differ."""
-    if isinstance(want, dict) and "__handle__" in want:
-        if not (isinstance(got, dict) and "__handle__" in got):
-            return f"{where}: expected an object ({want.get('type')}), got {_short(_plain(got))}"
-        for k, v in (want.get("attrs") or {}).items():
-            if k not in (got.get("attrs") or {}):
-                return f"{where}: the object has no attribute {k!r}"
-            d = difference(v, got["attrs"][k], f"{where}.{k}")
-            if d:
-                return d
-        return None
-    w, g = _plain(want), _plain(got)
-    return _diff_plain(w, g, where)
-
-
-def _diff_plain(w: Any, g: Any, where: str) -> str | None:
-    if isinstance(w, bool) or isinstance(g, bool):
-        return None if w == g else f"{where}: expected {_short(w)}, got {_short(g)}"
-    if isinstance(w, (int, float)) and isinstance(g, (int, float)):
-        if isinstance(w, float) or isinstance(g, float):
-            ok = math.isclose(w, g, rel_tol=TOL, abs_tol=TOL) or (math.isnan(w) and math.isnan(g))
-        else:
-            ok = w == g
-        return None if ok else f"{where}: expected {_short(w)}, got {_short(g)}"
-    if isinstance(w, list) and isinstance(g, list):
-        if len(w) != len(g):
-            return f"{where}: expected {len(w)} values, got {len(g)}: expected {_short(w)}, got {_short(g)}"
-        for i, (a, b) in enumerate(zip(w, g)):
-            d = _diff_plain(a, b, f"{where}[{i}]")
-            if d:
-                return d
-        return None
-    if isinstance(w, dict) and "__handle__" in w:  # an object inside a value: its attributes, not its number
-        return difference(w, g, where)
-    if isinstance(w, dict) and isinstance(g, dict):
-        for k in w:
-            if diagnostic(k):  # a driver's diagnostics (the learner's traceback): never compared
-                continue
-            if k not in g:
-                return f"{where}: no {k!r}"
-            d = _diff_plain(w[k], g[k], f"{where}[{k!r}]")
-            if d:
-                return d
-        return None
-    return None if w == g else f"{where}: expected {_short(w)}, got {_short(g)}"
-
-
-def _short(v: Any) -> str:
-    text = repr(v)  # plain data: Python literals (None, True), as a learner would paste them
-    return text if len(text) <= 300 else text[:300] + " ..."
+def _value(data: Any) -> Any:
+    """A reply's value; an object the worker keeps (numbered differently in the recording) as "<an object>"."""
+    return wire.decode(data, lambda d: "<an object>")
 
 
 def _handles(data: Any, out: list[int]) -> list[int]:
-    """The handle numbers in a reply, in order."""
+    """The numbers of the objects the worker keeps, in a reply, in order."""
     if isinstance(data, dict):
         if "__handle__" in data:
             out.append(int(data["__handle__"]))
@@ -133,51 +65,57 @@ def _remap(data: Any, mapping: dict[int, int]) -> Any:
     return data
 
 
+def _raised(err: dict) -> str:
+    return f"your code raised {err.get('type')}: {err.get('message')}" + \
+        (f"\n{err['traceback']}" if err.get("traceback") else "")
+
+
 def replay(session: Session, log: list) -> str | None:
     """Replay one recorded case to the student's code; None if every answer matches, else the first difference."""
     mapping: dict[int, int] = {}
-    names: dict[int, str] = {}  # recorded handle -> the attribute it was read as (build_batch, allocate, ...)
-    for step, (req, want) in enumerate(log, 1):
-        msg = _remap({k: v for k, v in req.items() if k != "id"}, mapping)
-        got = session.request(msg)
-        what = _call_text(req, names)
-        if not got.get("ok") and (got.get("error") or {}).get("type") == "NotImplementedError":
-            return f"not implemented yet: {what} raises NotImplementedError"
+    names: dict[int, str] = {}  # recorded handle -> the name it was read as (paged_attention, ...)
+    for req, want in log:
+        got = session.request(_remap({k: v for k, v in req.items() if k != "id"}, mapping))
+        what = _described(req) or _call_text(req, names)
         if req.get("op") == "getattr" and isinstance(want.get("value"), dict) and "__handle__" in want["value"]:
             names[int(want["value"]["__handle__"])] = str(req.get("attr"))
-        if want.get("ok") != got.get("ok"):
-            if want.get("ok"):
-                err = got.get("error") or {}
-                return f"step {step}, {what}: your code raised {err.get('type')}: {err.get('message')}" + \
-                       (f"\n{err['traceback']}" if err.get("traceback") else "")
-            return f"step {step}, {what}: expected {want['error']['type']} to be raised, but it returned"
-        if not want.get("ok"):
-            if not raised_as(got.get("error") or {}, want["error"]):
-                return f"step {step}, {what}: expected {want['error']['type']}, got {got['error'].get('type')}"
-            continue
-        described = _described(req)
-        problem = _driver_error(want.get("value"), got.get("value"), described or what)
+        problem = _problem(want, got, what)
         if problem:
             return problem
-        if described:
-            d = difference(want.get("value"), got.get("value"), "")
-            if not d:
-                continue
-            problem = (got.get("value") or {}).get("problem") if isinstance(got.get("value"), dict) else None
-            if isinstance(problem, str):
-                return f"{problem}\n      input: {described}"
-            err = _unexpected_error(want.get("value"), got.get("value"))
-            if err and err.get("type") == "NotImplementedError":
-                return f"not implemented yet: {err.get('message') or described}"
-            raised = f"\n      your code raised {err.get('type')}: {err.get('message')}" + (
-                f"\n{err['traceback']}" if err.get("traceback") else "") if err else ""
-            return f"{_path(d)}\n      input: {described}{raised}"
-        d = difference(want.get("value"), got.get("value"), what)
-        if d:
-            return f"step {step}: {d}"
         for a, b in zip(_handles(want.get("value"), []), _handles(got.get("value"), [])):
             mapping.setdefault(a, b)
     return None
+
+
+def _problem(want: dict, got: dict, what: str) -> str | None:
+    """What is wrong with the student's answer `got` to the call `what`, given the reference's `want`."""
+    err = got.get("error") or {}
+    if not got.get("ok") and err.get("type") == "NotImplementedError":
+        return f"not implemented yet: {what} raises NotImplementedError"
+    if want.get("ok") != got.get("ok"):
+        return f"{what}: {_raised(err)}" if want.get("ok") else \
+            f"{what}: expected {want['error']['type']} to be raised, but it returned"
+    if not want.get("ok"):
+        return None if raised_as(err, want["error"]) else \
+            f"{what}: expected {want['error']['type']}, got {err.get('type')}"
+    w, g = _value(want.get("value")), _value(got.get("value"))
+    driver_err = _driver_error(w, g)
+    if driver_err:
+        if driver_err.get("type") == "NotImplementedError":
+            return f"not implemented yet: {driver_err.get('message') or what + ' raises NotImplementedError'}"
+        return f"{what}: {_raised(driver_err)}"
+    d = difference(w, g)
+    if d is None:
+        return None
+    if isinstance(g, dict) and isinstance(g.get("problem"), str):
+        return f"{g['problem']}\n      input: {what}"
+    where, expected, value = d
+    unexpected = _unexpected_error(w, g)
+    if unexpected and unexpected.get("type") == "NotImplementedError":
+        return f"not implemented yet: {unexpected.get('message') or what}"
+    raised = f"\n      {_raised(unexpected)}" if unexpected else ""
+    return (f"{_path(where) or 'the result'}: expected {short(expected)}, got {short(value)}\n      input: {what}"
+            f"{raised}")
 
 
 def raised_as(got: dict, want: dict) -> bool:
@@ -187,29 +125,21 @@ def raised_as(got: dict, want: dict) -> bool:
     return [want.get("module"), want.get("type")] in [list(m) for m in mro]
 
 
-def _driver_error(want: Any, got: Any, what: str) -> str | None:
+def _driver_error(want: Any, got: Any) -> dict | None:
     """The learner's exception, as a driver reported it in its answer ({"error": ...}) where the reference's answer
     had none."""
-    if not (isinstance(got, dict) and isinstance(got.get("error"), dict)) or \
-            (isinstance(want, dict) and "error" in want):
-        return None
-    err = got["error"]
-    if err.get("type") == "NotImplementedError":
-        return f"not implemented yet: {err.get('message') or what + ' raises NotImplementedError'}"
-    return f"{what}: your code raised {err.get('type')}: {err.get('message')}" + \
-        (f"\n{err['traceback']}" if err.get("traceback") else "")
+    expected = isinstance(want, dict) and "error" in want
+    if isinstance(got, dict) and isinstance(got.get("error"), dict) and not expected:
+        return got["error"]
+    return None
 
 
 def _described(req: dict) -> str | None:
     """A driver call as the Python it stands for, from the driver's own `describe` (None: it has none)."""
-    import importlib
-
-    from . import wire
-
     if "driver" not in req:
         return None
     describe = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "describe", None)
-    return describe(req.get("attr"), *[wire.decode(a) for a in req.get("args", [])]) if describe else None
+    return describe(req.get("attr"), *[_value(a) for a in req.get("args", [])]) if describe else None
 
 
 def _unexpected_error(want: Any, got: Any) -> dict | None:
@@ -233,8 +163,16 @@ def _path(where: str) -> str:
 
 
 def _call_text(req: dict, names: dict[int, str]) -> str:
+    """A call through the generic proxies (exercise 127) as Python."""
     if req.get("op") == "getattr":
         return f"reading .{req.get('attr')}"
-    name = req.get("attr") or names.get(req.get("handle"), "the object")
-    args = ", ".join(_short(_plain(a)) for a in req.get("args", []))
+    name = req.get("attr") or names.get(req.get("handle"), "the function")
+    args = ", ".join(_arg_text(_value(a)) for a in req.get("args", []))
     return f"{name}({args if len(args) < 200 else args[:200] + ' ...'})"
+
+
+def _arg_text(value: Any) -> str:
+    """An argument as Python: a tensor by its shape and dtype (its numbers are too many to paste)."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"<{value.dtype} tensor of shape {list(value.shape)}>"
+    return short(value)

@@ -1,9 +1,10 @@
 """The learner's code as the grader sees it: proxies that forward calls to the worker and return plain data.
 
-A hidden case receives `impl`, a RemoteModule: `impl.build_batch(items, 4)` sends the arguments to the worker,
-which calls the learner's function and answers with the result as plain data (judge/wire.py). A learner object
-(a BlockPool, the object build_batch returned) comes back as a Remote: its public attributes as they were when it
-was returned, and its methods and other attributes read through the worker. Learner exceptions come back as their
+A hidden case receives `impl`, a RemoteModule, and observes the learner's code through a public driver run beside
+it (`driver(impl, "batch").build(items, 4)`), which answers with plain data (judge/wire.py). The generic proxies
+remain for exercise 127: `impl.paged_attention(...)` sends the arguments to the worker, which calls the learner's
+function and answers with the result; an object the worker keeps (a driver's engine) comes back as a Remote, whose
+attributes and methods are read through the worker. Learner exceptions come back as their
 type name, message and trimmed traceback, and are raised here as an exception of the same builtin type (or of
 judge.errors / framework.errors), or as a LearnerError named after it: nothing of the learner's runs here.
 
@@ -103,8 +104,6 @@ class Session:
         reply = self.request(msg)
         return lambda: reply
 
-    epoch = 0  # incremented by every request: snapshots of learner objects are current only in the same epoch
-
     def violation(self, what: str) -> BaseException:
         """The exception to raise for a reply the grader cannot receive (runner.WorkerProcess also stops it)."""
         return WorkerLost(what)
@@ -175,12 +174,6 @@ class _Base:
             raise exc
         return decode(s, reply.get("value"))
 
-    def _setattr(self, attr: str, value: Any) -> None:
-        s, h = object.__getattribute__(self, "_session"), object.__getattribute__(self, "_handle")
-        reply = s.request({"op": "setattr", "handle": h, "attr": attr, "value": _encode_arg(value)})
-        if not reply.get("ok"):
-            raise _exception(reply.get("error") or {})
-
 
 class RemoteModule(_Base):
     """The learner's module: its attributes read through the worker (functions and classes become callables, kept
@@ -198,9 +191,6 @@ class RemoteModule(_Base):
             cache[name] = value
         return value
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._setattr(name, value)
-
     def __repr__(self) -> str:
         return "<your module>"
 
@@ -208,44 +198,18 @@ class RemoteModule(_Base):
 class Remote(_Base):
     """A learner object (or function, or class) held by the worker."""
 
-    __slots__ = ("_attrs", "_epoch", "_callable", "_methods")
+    __slots__ = ("_callable",)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        if name in object.__getattribute__(self, "_methods"):
-            return _BoundMethod(self, name)
-        attrs = object.__getattribute__(self, "_attrs")
-        session = object.__getattribute__(self, "_session")
-        if attrs is not None and name in attrs and object.__getattribute__(self, "_epoch") == session.epoch:
-            return attrs[name]
         return self._getattr(name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._setattr(name, value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(None, args, kwargs)
 
     def __repr__(self) -> str:
-        attrs = object.__getattribute__(self, "_attrs")
-        shown = ", ".join(f"{k}={v!r}" for k, v in list((attrs or {}).items())[:8])
-        return f"{type(self).__name__}({shown})"
-
-
-class _BoundMethod:
-    """`obj.method` of a learner object: called through the worker in one round trip."""
-
-    __slots__ = ("obj", "name")
-
-    def __init__(self, obj: Remote, name: str) -> None:
-        self.obj, self.name = obj, name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.obj._call(self.name, args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"<method {self.name} of your {type(self.obj).__name__}>"
+        return f"<your {type(self).__name__}>"
 
 
 _remote_types: dict[str, type] = {}
@@ -262,14 +226,7 @@ def decode(session: Session, data: Any) -> Any:
         cls = _remote_type(str(d.get("type", "Remote")))
         proxy = cls.__new__(cls)
         _Base.__init__(proxy, session, int(d["__handle__"]))
-        attrs = d.get("attrs")
-        object.__setattr__(proxy, "_attrs", {str(k): decode(session, v) for k, v in attrs.items()}
-                           if isinstance(attrs, dict) else None)
-        object.__setattr__(proxy, "_epoch", session.epoch)
         object.__setattr__(proxy, "_callable", bool(d.get("callable")))
-        methods = d.get("methods")
-        object.__setattr__(proxy, "_methods", frozenset(str(m) for m in methods) if isinstance(methods, list)
-                           else frozenset())
         return proxy
 
     try:

@@ -1,8 +1,8 @@
 """Grading: the cases run here, in the grader; the learner's code runs in a separate process, the worker.
 
-For each case the grader calls the learner's code through `judge.remote` proxies: the worker receives plain
-inputs, runs the learner's code (or a public driver of judge/drivers/ that builds what the exercise needs from the
-framework), and answers with plain data. The grader compares that data with expected values it computes itself
+For each case the grader asks the worker to run a public driver (judge/drivers/), which builds what the case needs
+beside the learner's code, calls it and answers with a plain trace (judge.remote; 127 still calls its function
+through a generic proxy). The grader compares that data with expected values it computes itself
 and gives the verdict: nothing the worker does, prints or forges can pass a case.
 
 One case at a time: a case whose worker hangs, crashes, exits, exhausts its memory or floods its output gets that
@@ -48,8 +48,8 @@ def another_process(impl: Any) -> Iterator[Any]:
     if isinstance(impl, RemoteModule):
         w = object.__getattribute__(impl, "_session").sibling()
     else:
-        path = getattr(impl, "__file__", None) or harness._STATE.get("learner_file")
-        ex = harness._STATE.get("exercise")
+        path = getattr(impl, "__file__", None) or harness.context().learner_file
+        ex = harness.context().exercise
         if not path or not os.path.isfile(path) or ex is None:
             raise RuntimeError("this case loads your code again in a fresh process, which needs it in a file: grade "
                                "the file (judge.check(ID, 'path/to/file.py')) rather than objects defined here")
@@ -279,16 +279,11 @@ class _Run:
             w = self.worker
             w.set_deadline(self.time_limit or case.timeout or self.ex.case_timeout, self.cap)
             t0 = time.perf_counter()
-            saved = dict(harness._STATE)
-            harness._STATE.update(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
+            ctx = harness.Context(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
                                   learner_file=self.target.get("impl") or self.ex.practice_file,
                                   learner_display=self.target.get("display"))
-            try:
+            with harness.grading(ctx):
                 out = harness.run_case(case, RemoteModule(w, None))
-            finally:
-                harness._STATE.clear()
-                harness._STATE.update(saved)
-            out = CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message, out.details)
             if w.lost:  # whatever the case made of it, the worker's end is the verdict
                 verdict, message = w.lost
                 out = CaseResult(case.name, False, time.perf_counter() - t0, verdict, message)
@@ -314,7 +309,6 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
         impl = SimpleNamespace(**{next(iter(ex.api)): impl})  # graded under the expected name
     display = getattr(impl, "__name__", None) or type(impl).__name__
     report = Report(ex.id, ex.slug, ex.title, f"{display} (in this process)")
-    saved = dict(harness._STATE)
     try:
         tests = importlib.import_module(ex.tests)
         selected = [c for c in tests.CASES if cases is None or harness.selected(c.name, cases, tests.CASES.names())]
@@ -326,17 +320,13 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
             return report
         first = getattr(impl, next(iter(ex.api)), None) if ex.api else None
         code = getattr(first, "__code__", None)
-        harness._STATE.update(learner_file=getattr(impl, "__file__", None) or (code.co_filename if code else None),
-                              options=dict(options or {}),
-                              exercise=ex)
-        for c in selected:
-            out = harness.run_case(c, impl)
-            report.results.append(CaseResult(out.name, out.passed, out.seconds, out.verdict, out.message,
-                                             out.details))
+        ctx = harness.Context(learner_file=getattr(impl, "__file__", None) or (code.co_filename if code else None),
+                              options=options or {}, exercise=ex)
+        with harness.grading(ctx):
+            for c in selected:
+                report.results.append(harness.run_case(c, impl))
         return report
     finally:
-        harness._STATE.clear()
-        harness._STATE.update(saved)
         report.seconds = time.monotonic() - t0
 
 

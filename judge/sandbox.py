@@ -3,7 +3,7 @@
 Isolated (class grading): under bubblewrap (`bwrap`, the sandbox Flatpak uses), the worker runs as nobody in its
 own user, mount, PID, network, IPC and UTS namespaces, with an empty environment. Its file system is built from
 read-only binds: the system's libraries, the Python installation and the virtual environment's site-packages, and
-in /course only what a student receives (judge/public_files()), the references of the parts the graded exercise
+in /course only what a student receives (`visible_files`), the references of the parts the graded exercise
 needs to run, and the submission; /tmp is a private tmpfs. Nothing it starts outlives it (bubblewrap is PID 1 of
 its namespace and dies with the grader), it cannot see the grader's processes, and it has no network.
 
@@ -36,19 +36,23 @@ BOOT = ("import sys; sys.path[:0] = [sys.argv[1]]; sys.path.extend(sys.argv[2:-2
 NOT_ISOLATED = ("note: not isolated: your code runs in a plain subprocess with time and memory limits "
                 "(fine for self-study; class grading uses bubblewrap)")
 
-# What a student receives of the repository (the student edition) and the worker may therefore see. Everything
-# else (judge/hidden, the references) is added per exercise by `course_binds`.
-PUBLIC_DIRS = ("framework", "mini_llm", "course", "practice", "judge/exercises", "judge/drivers", "judge/public")
-PRIVATE_JUDGE = {"hidden"}
+# What a student receives of the repository as it is here: the student edition copies these, and the worker sees
+# only these (and, per exercise, the references it needs: `course_binds`). The edition also writes, filtered, the
+# chapters (without the solutions of unreleased exercises: the worker never sees chapters/) and the judge's
+# `EDITION_JUDGE` folders (the released exercises' metadata and public cases, which hold no secret).
+STUDENT_FILES = ("pyproject.toml", "environment.yml", "practice", "framework", "mini_llm", "course", "docs/glossary.md",
+                 "scripts/train_tiny_model.py", "scripts/story_generator.py", "judge/*.py", "judge/drivers")
+EDITION_JUDGE = ("judge/exercises", "judge/public")
 
 
-def public_files(root: Path = ROOT) -> list[Path]:
-    """The repository's files and folders a student receives, relative to root (judge/hidden and solutions/ are
-    not among them; the student edition adds the released references)."""
-    out = [Path(d) for d in PUBLIC_DIRS if (root / d).exists()]
-    out += [p.relative_to(root) for p in sorted((root / "judge").glob("*.py"))]
-    out += [Path("judge/README.md")] if (root / "judge/README.md").exists() else []
-    return out
+def student_files(root: Path = ROOT) -> list[Path]:
+    """The files and folders of `root` (relative to it) a student receives as they are (STUDENT_FILES)."""
+    return [p.relative_to(root) for pattern in STUDENT_FILES for p in sorted(root.glob(pattern))]
+
+
+def visible_files(root: Path = ROOT) -> list[Path]:
+    """What the worker sees of `root` whatever the exercise: the student's files and the edition's judge folders."""
+    return student_files(root) + [Path(d) for d in EDITION_JUDGE if (root / d).exists()]
 
 
 def needed_references(ex: Exercise) -> list[str]:
@@ -176,11 +180,11 @@ def missing_references(ex: Exercise, root: Path = ROOT) -> list[str]:
 
 def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
     args = ["--dir", COURSE]
-    for rel in public_files(root):
+    for rel in visible_files(root):
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
     missing = missing_references(ex, root)
     refs = [m for m in needed_references(ex) if m not in missing]
-    if refs:
+    if needed_references(ex):  # the package, also where every reference is missing: PracticeStandIns fill it
         args += ["--ro-bind", str(root / "solutions/__init__.py"), f"{COURSE}/solutions/__init__.py"]
     for mod in refs:  # a reference that imports one not bound here (the graded one) gets the practice module
         rel = mod.replace(".", "/") + ".py"
@@ -220,7 +224,7 @@ def worker_env(tmp: str) -> dict[str, str]:
 
 
 _ENV = {
-    "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "", "MINI_LLM_DEVICE": "cpu",
+    "LANG": "C.UTF-8", "CUDA_VISIBLE_DEVICES": "", "MINI_LLM_DEVICE": "cpu",
     "TOKENIZERS_PARALLELISM": "false",
     # One thread: the cases are small, and a busy machine makes more threads much slower.
     "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import judge
-from judge import public, remote
+from judge import compare, public, remote
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
@@ -70,9 +70,9 @@ def test_public_replay_matches_subclasses_and_ignores_diagnostics():
     assert public.raised_as({"type": "Mine", "module": "m", "mro": [["m", "Mine"], ["builtins", "ValueError"]]}, want)
     assert not public.raised_as({"type": "KeyError", "module": "builtins",
                                  "mro": [["builtins", "KeyError"], ["builtins", "LookupError"]]}, want)
-    assert public.difference({"raised": "ValueError", "_error": {"message": "a"}},
-                             {"raised": "ValueError", "_error": {"message": "b"}}) is None
-    assert public.difference({"raised": "ValueError"}, {"raised": None}) is not None
+    assert compare.difference({"raised": "ValueError", "_error": {"message": "a"}},
+                              {"raised": "ValueError", "_error": {"message": "b"}}) is None
+    assert compare.difference({"raised": "ValueError"}, {"raised": None}) is not None
 
 
 def test_statements_and_list_say_how_many_cases_are_public_and_hidden():

@@ -24,7 +24,7 @@ def learner_error(exc: BaseException) -> dict:
     from judge import harness
     from judge._worker import _error
 
-    return _error(exc, harness._STATE.get("learner_file"))
+    return _error(exc, harness.context().learner_file)
 
 
 def plain_ints(value: Any) -> list[int] | None:

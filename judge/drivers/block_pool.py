@@ -101,5 +101,9 @@ def describe(fn: str, *args: Any) -> str:
         num_blocks, n = args
         return f"a, b = BlockPool({num_blocks}), BlockPool({num_blocks}); a.allocate({n}); b.ref_cnt, b.num_free_blocks"
     num_blocks, ops = args
-    calls = ["pool.allocate(pool.num_free_blocks)" if op[0] == "drain" else f"pool.{op[0]}({op[1]!r})" for op in ops]
-    return "; ".join([f"pool = BlockPool({num_blocks})"] + calls)
+    return "; ".join([f"pool = BlockPool({num_blocks})"] + [op_text(op) for op in ops])
+
+
+def op_text(op: list) -> str:
+    """One call of a script as Python ("drain" allocates every free block)."""
+    return "pool.allocate(pool.num_free_blocks)" if op[0] == "drain" else f"pool.{op[0]}({op[1]!r})"

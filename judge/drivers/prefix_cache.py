@@ -1,8 +1,10 @@
 """Driver of exercise 132 (hash_block, block_hashes, PrefixCache), run beside the learner's code.
 
-Any deterministic hash is right, so no hash value leaves this driver: it reports which calls gave equal hashes,
-whether each is an int, and whether block_hashes agrees with the learner's own hash_block chained. Keys starting
-with "_" are diagnostics (the learner's traceback), never compared.
+Any deterministic hash is right, so no hash value is compared with the reference's: the driver reports which
+calls gave equal hashes, whether each is an int, and whether block_hashes agrees with the learner's own hash_block
+chained. Hash values leave it only for the hidden cases to compare among themselves (two processes of the learner's,
+two sequences) or hand back to the learner's own cache: `hashes`, and the diagnostics of `hash_calls`. Keys
+starting with "_" are diagnostics (the learner's traceback, raw values), never compared.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def _failed(exc: BaseException, name: str, index: int) -> dict[str, Any]:
 
 def hash_calls(impl: ModuleType, calls: list) -> dict[str, Any]:
     """Call hash_block(parent, tokens) for each [parent, tokens]; a parent ["call", j] is the hash call j gave.
-    Returns {"same_as": [the first call whose hash equals this one's]} or the first problem."""
+    Returns {"same_as": [the first call whose hash equals this one's], "_values": the hashes} or the first problem."""
     values: list[Any] = []
     for i, (parent, tokens) in enumerate(calls):
         p = values[parent[1]] if isinstance(parent, list) else parent
@@ -30,7 +32,18 @@ def hash_calls(impl: ModuleType, calls: list) -> dict[str, Any]:
         if not isinstance(h, int) or isinstance(h, bool):
             return {"not an int": f"{type(h).__name__} ({str(h)[:100]})", "call": i}
         values.append(h)
-    return {"same_as": [values.index(v) for v in values]}
+    return {"same_as": [values.index(v) for v in values], "_values": [repr(v) for v in values]}
+
+
+def hashes(impl: ModuleType, tokens: list[int], block_size: int) -> dict[str, Any]:
+    """block_hashes(tokens, block_size): {"hashes": [...]} (ints) or the problem."""
+    try:
+        got = impl.block_hashes(list(tokens), block_size)
+    except Exception as exc:  # noqa: BLE001
+        return _failed(exc, "block_hashes", 0)
+    if not isinstance(got, (list, tuple)) or any(not isinstance(h, int) or isinstance(h, bool) for h in got):
+        return {"not a list": f"{type(got).__name__} ({str(got)[:100]})"}
+    return {"hashes": [int(h) for h in got]}
 
 
 def chain(impl: ModuleType, tokens: list[int], block_size: int, none_hash: int) -> dict[str, Any]:
@@ -78,6 +91,8 @@ def describe(fn: str, *args: Any) -> str:
     if fn == "hash_calls":
         parent = lambda p: f"h{p[1]}" if isinstance(p, list) else repr(p)  # noqa: E731
         return "; ".join(f"h{i} = hash_block({parent(p)}, {list(t)})" for i, (p, t) in enumerate(args[0]))
+    if fn == "hashes":
+        return f"block_hashes({list(args[0])}, {args[1]})"
     if fn == "chain":
         tokens, bs, none_hash = args
         return f"block_hashes({list(tokens)}, {bs}), against hash_block chained from {none_hash} over its full blocks"

@@ -60,6 +60,34 @@ class SummingGroup:
                                  "all_reduce fewer times, or failed)") from None
 
 
+def shard(impl: ModuleType, weights: dict[str, torch.Tensor], rank: int, world_size: int, num_heads: int,
+          num_kv_heads: int) -> dict[str, Any]:
+    """`shard_layer(weights, rank, world_size, num_heads, num_kv_heads)` on a copy of the weights: {"shard": its
+    tensors (anything else by its type's name), "changed": the inputs it wrote into}, {"not a dict": the type it
+    returned}, or {"raised": "ValueError" for any ValueError, else the class's name} with the exception under
+    "_error"."""
+    given = {n: t.clone() for n, t in weights.items()}
+    try:
+        out = impl.shard_layer(given, rank, world_size, num_heads, num_kv_heads)
+    except Exception as exc:  # noqa: BLE001 - the learner's, reported to the grader
+        return {"raised": "ValueError" if isinstance(exc, ValueError) else type(exc).__name__,
+                "_error": learner_error(exc)}
+    if not isinstance(out, dict):
+        return {"not a dict": type(out).__name__}
+    return {"shard": {str(n): t if isinstance(t, torch.Tensor) else type(t).__name__ for n, t in out.items()},
+            "changed": [n for n in weights if not torch.equal(given[n], weights[n])]}
+
+
+def describe(fn: str, *args: Any) -> str:
+    """The call of this driver as Python a learner can paste (the tensors by their shapes)."""
+    if fn == "shard":
+        _, rank, ws, heads, kv_heads = args
+        return f"shard_layer(weights, rank={rank}, world_size={ws}, num_heads={heads}, num_kv_heads={kv_heads})"
+    _, x, positions, _, ws = args
+    return (f"layer_forward(shard[rank], x: [{', '.join(map(str, x.shape))}], positions={positions.tolist()}, cfg, "
+            f"world_size={ws}, all_reduce) on every rank")
+
+
 def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Tensor, positions: torch.Tensor,
             config: dict, world_size: int) -> dict[str, Any]:
     """Every rank's `layer_forward(shards[rank], x, positions, cfg, world_size, all_reduce)`:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -10,15 +11,13 @@ import torch
 
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, raised_failure, shrink
+from judge.harness import CaseFailure, Cases, short, shrink
 from judge.hidden.support import learner_failure, load_model, read_ints
+from judge.drivers.batch import FIELDS, TENSOR_FIELDS
 from judge.remote import driver
 from solutions import batch as ref
 
 CASES = Cases()
-
-TENSOR_FIELDS = ("input_ids", "positions", "slot_mapping", "logits_indices")
-FIELDS = ("input_ids", "query_start_loc", "positions", "seq_lens", "slot_mapping", "logits_indices", "block_tables")
 
 Item = tuple[list[int], int, list[int], bool]
 
@@ -84,11 +83,14 @@ def _hint(name: str, items: list[Item], block_size: int, exp: dict[str, Any], go
         return "seq_lens[i] = num_computed + len(token_ids) of request i"
     if name == "slot_mapping":
         if got == exp["positions"]:
-            return "the slot must go through the block table: block_table[p // block_size] * block_size + p % block_size"
+            return ("the slot must go through the block table: block_table[p // block_size] * block_size + "
+                    "p % block_size")
         idx = [i for i, (g, e) in enumerate(zip(got, exp["slot_mapping"])) if g != e]
         if idx and all(exp["positions"][i] % block_size == 0 for i in idx):
-            return "wrong only at block boundaries: the block is block_table[p // block_size], the offset p % block_size"
-        return "slot of position p = block_table[p // block_size] * block_size + p % block_size (p is the absolute position)"
+            return ("wrong only at block boundaries: the block is block_table[p // block_size], the offset "
+                    "p % block_size")
+        return ("slot of position p = block_table[p // block_size] * block_size + p % block_size (p is the absolute "
+                "position)")
     if name == "logits_indices":
         local = [len(it[0]) - 1 for it in items if it[3]]
         first = [qsl[i] for i, it in enumerate(items) if it[3]]
@@ -127,7 +129,8 @@ def diff(items: list[Item], block_size: int, impl) -> CaseFailure | None:
             n = sum(len(it[0]) for it in items)
             msg = f"wrong {name}"
             if len(got[name]) != len(exp[name]):
-                msg += f" (expected {len(exp[name])} values, got {len(got[name])}; N={n} tokens, B={len(items)} requests)"
+                msg += (f" (expected {len(exp[name])} values, got {len(got[name])}; N={n} tokens, B={len(items)} "
+                        "requests)")
             return CaseFailure(msg, input=text, field=name, expected=exp[name], got=got[name],
                                hint=_hint(name, items, block_size, exp, got[name]))
     if out["inputs changed"]:
@@ -295,7 +298,8 @@ def _(impl):
 
 @CASES("no request needs logits (empty logits_indices)")
 def _(impl):
-    check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4), ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])
+    check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4),
+                         ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])
     out = driver(impl, "batch").build([[[5, 6, 7], 0, [2], False]], 4)
     if "logits_indices" not in out["integer tensors"] or out["batch"]["logits_indices"] != []:
         raise CaseFailure("logits_indices must be an empty integer tensor when no request needs logits",
@@ -368,14 +372,22 @@ def diagnose(fn, labelled: list[tuple[str, Item]], bs: int) -> CaseFailure | Non
     return f
 
 
+def learner_batch(impl, items: list, block_size: int) -> SimpleNamespace:
+    """The batch the learner's build_batch made in the worker, its fields as they made them (tensors, lists)."""
+    out = driver(impl, "batch").build([list(it) for it in items], block_size)
+    if "_raw" not in out:  # diagnosed with `diff` by the step that asked
+        raise CaseFailure(out.get("problem") or f"build_batch raised {out.get('raised')}")
+    return SimpleNamespace(**out["_raw"])
+
+
 @CASES("end to end: ModelRunner logits equal each request run alone", timeout=120)
 def _(impl):
-    import course
-    from solutions.paged_kv_cache import write_kv
+    from framework.model_runner import runner_class
+    from solutions.model_runner import ModelRunner
 
     model = load_model()
-
-    Runner = course.runner_class(impl.build_batch, write_kv, None)  # a chapter's runner with your build_batch
+    # The reference runner, its batch the one your build_batch made (read in the worker by the public driver)
+    Runner = runner_class(ModelRunner, build_batch=lambda items, block_size: learner_batch(impl, items, block_size))
 
     bs = 4
     runner = Runner(model, num_blocks=64, block_size=bs)
@@ -396,15 +408,16 @@ def _(impl):
         labelled = [(r, (seqs[r][done[r]: done[r] + n], done[r], tables[r], need)) for r, n, need in plan]
         items = [it for _, it in labelled]
         try:
-            logits = call_live(runner.execute_model, items)
-        except LearnerRaised as err:
+            logits = runner.execute_model(items)
+        except Exception as exc:  # noqa: BLE001 - the reference runner, on the batch your code made
             failure = diagnose(impl, labelled, bs)
             if failure is not None:
                 failure.message = (f"{label}: the runner failed on your batch. The cause, shown on the smallest "
                                    f"part of this step's batch that still has it: {failure.message}")
                 raise failure from None
-            raise raised_failure(err, "ModelRunner.execute_model on your batch",
-                                 input=show_labelled(labelled, bs)) from None
+            raise CaseFailure(f"{label}: ModelRunner.execute_model failed on your batch: {type(exc).__name__}: "
+                              f"{short(str(exc))}", input=show_labelled(labelled, bs),
+                              hint="check the types: integer tensors (torch.long or torch.int32) or lists") from None
         wanted = [(r, done[r] + n, describe(it)) for (r, it), (_, n, need) in zip(labelled, plan) if need]
         bad = None
         if tuple(logits.shape) != (len(wanted), vocab):
@@ -414,7 +427,8 @@ def _(impl):
             for row, (r, upto, what) in zip(logits, wanted):
                 err = (row - alone(seqs[r][:upto])).abs().max().item()
                 if not err <= 1e-4:
-                    bad = f"the logits of request {r} ({what}) differ from running it alone by {err:.3g} (tolerance 1e-4)"
+                    bad = (f"the logits of request {r} ({what}) differ from running it alone by {err:.3g} "
+                           "(tolerance 1e-4)")
                     break
         if bad is not None:
             failure = diagnose(impl, labelled, bs)
@@ -428,19 +442,14 @@ def _(impl):
         for r, n, _ in plan:
             done[r] += n
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is fastest, above all on a busy machine
-    try:
-        _steps(step, seqs, rng, vocab)
-    finally:
-        torch.set_num_threads(threads)
+    _steps(step, seqs, rng, vocab)
 
 
 def _steps(step, seqs, rng, vocab) -> None:
-    step("step 1", [("A", 13, True), ("B", 12, False), ("C", 6, True)])
+    step("engine step 1", [("A", 13, True), ("B", 12, False), ("C", 6, True)])
     for r in ("A", "C"):
         seqs[r].append(rng.randrange(vocab))
-    step("step 2 (mixed)", [("D", 9, True), ("A", 1, True), ("B", 10, False), ("C", 1, True)])
+    step("engine step 2 (mixed)", [("D", 9, True), ("A", 1, True), ("B", 10, False), ("C", 1, True)])
     for r in ("A", "C", "D"):
         seqs[r].append(rng.randrange(vocab))
-    step("step 3", [("C", 1, True), ("B", 8, True), ("A", 1, True), ("D", 1, True)])
+    step("engine step 3", [("C", 1, True), ("B", 8, True), ("A", 1, True), ("D", 1, True)])

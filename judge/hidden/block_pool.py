@@ -13,7 +13,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE
+from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE, op_text
 from judge.harness import CaseFailure, Cases, short, shrink
 from judge.hidden.support import learner_failure
 from judge.remote import driver
@@ -64,12 +64,6 @@ class Spec:
         return None, None
 
 
-def op_text(op: Op) -> str:
-    if op[0] == "drain":
-        return "pool.allocate(pool.num_free_blocks)"
-    return f"pool.{op[0]}({op[1]!r})"
-
-
 def script_text(num_blocks: int, ops: list[Op], upto: int | None = None) -> str:
     """The script as code, each line annotated with what the contract says it does."""
     spec = Spec(num_blocks)
@@ -77,7 +71,7 @@ def script_text(num_blocks: int, ops: list[Op], upto: int | None = None) -> str:
     for i, op in enumerate(ops[:upto]):
         err, ret = spec.apply(op)
         note = f"raises {err}" if err else f"-> {short(ret)}" if ret is not None else f"ref_cnt {short(spec.ref_cnt)}"
-        lines.append(f"{op_text(op):<40} # step {i + 1}: {note}")
+        lines.append(f"{op_text(op):<40} # call {i + 1}: {note}")
     return "\n".join(lines)
 
 
@@ -155,7 +149,7 @@ def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFa
         before = Spec(num_blocks)
         before.ref_cnt, before.queue = list(spec.ref_cnt), list(spec.queue)
         exp_err, exp_ret = spec.apply(op)
-        where = f"step {i + 1}, {op_text(op)}"
+        where = f"call {i + 1}, {op_text(op)}"
         method = "allocate" if op[0] == "drain" else op[0]
         if "problem" in got:
             return CaseFailure(got["problem"]), i + 1

@@ -10,11 +10,10 @@ with the number of cached prompt tokens the prefix hits predict.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import Any
 
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import (CaseFailure, Cases, LearnerRaised, call, learner_call, raised_failure, shrink,
-                           short)
+from judge.harness import CaseFailure, Cases, short, shrink
 from judge.hidden.support import alone, learner_failure, load_model, random_prompts
 from judge.remote import driver
 from solutions import engine as ref
@@ -24,31 +23,6 @@ from framework.sampling import SamplingParams
 
 CASES = Cases()
 NONE_HASH = ref_cache.NONE_HASH
-
-
-def guarded(fn: Callable, name: str, *args: Any, input: str | None = None) -> Any:
-    try:
-        return call(fn, *args)
-    except LearnerRaised as err:
-        raise raised_failure(err, name, input=input) from None
-
-
-def hash_of(impl, parent: int, tokens: list[int]) -> int:
-    text = f"hash_block({parent!r}, {tokens!r})"
-    h = guarded(impl.hash_block, "hash_block", parent, tokens, input=text)
-    if not isinstance(h, int) or isinstance(h, bool):
-        raise CaseFailure(f"hash_block returned a {type(h).__name__} ({short(h)}); it must return an int",
-                          input=text, hint="e.g. hash((parent_hash, tuple(token_ids))); a hashlib digest can be "
-                                           "turned into an int with int.from_bytes(digest[:8], 'big')")
-    return h
-
-
-def hashes_of(impl, tokens: list[int], block_size: int) -> list[int]:
-    text = f"block_hashes({tokens!r}, {block_size})"
-    out = guarded(impl.block_hashes, "block_hashes", tokens, block_size, input=text)
-    if not isinstance(out, (list, tuple)):
-        raise CaseFailure(f"block_hashes returned a {type(out).__name__}; it must return a list of ints", input=text)
-    return list(out)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -145,14 +119,23 @@ def shrink_tokens(value):
         yield [t % 10 for t in tokens], bs
 
 
+def hash_values(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
+    """hash_block's values on `inputs` (as text), computed by the learner's code where `impl` runs."""
+    got = driver(impl, "prefix_cache").hash_calls([[p, t] for p, t in inputs])
+    failure = driver_failure(got, " ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs))
+    if failure is not None:
+        raise failure
+    return got["_values"]
+
+
 def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
-    """hash_block's values on `inputs`, computed by the learner's code loaded in another process."""
+    """hash_values in another process, the learner's code loaded afresh."""
     from judge.remote import WorkerLost
     from judge.runner import another_process
 
     try:
         with another_process(impl) as other:
-            return [repr(hash_of(other, p, t)) for p, t in inputs]
+            return hash_values(other, inputs)
     except (WorkerLost, RuntimeError) as exc:
         raise CaseFailure(f"your code failed in a fresh process: {short(str(exc))}", kind="error") from None
 
@@ -160,7 +143,7 @@ def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
 @CASES("hash_block: equal in every process (PYTHONHASHSEED does not change it)")
 def _(impl):
     inputs = [(NONE_HASH, [5, 17, 2, 9]), (123456789, [1, 2, 3, 4]), (NONE_HASH, [7])]
-    here = [repr(hash_of(impl, p, t)) for p, t in inputs]
+    here = hash_values(impl, inputs)
     if len(set(here)) < len(inputs):  # a constant hash is equal everywhere, and names nothing
         raise CaseFailure(f"hash_block gives equal hashes to different blocks: {here}",
                           input=" ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs),
@@ -194,8 +177,8 @@ def _(impl):
     bs = 4
     shared, tail = [3, 1, 4, 1, 5, 9, 2, 6], [8, 8, 8, 8, 7, 7, 7, 7, 1]
     a, b = shared + [0, 0, 0, 0] + tail, shared + [0, 0, 0, 1] + tail  # differ only in block 2
-    ha, hb = hashes_of(impl, a, bs), hashes_of(impl, b, bs)
     text = f"block_hashes({a}, {bs}) vs block_hashes({b}, {bs})"
+    ha, hb = learner_hashes(impl, a, bs), learner_hashes(impl, b, bs)
     if len(ha) != 5 or len(hb) != 5:
         raise CaseFailure(f"expected 5 hashes for 21 tokens in blocks of 4, got {len(ha)} and {len(hb)}", input=text)
     if ha[:2] != hb[:2]:
@@ -327,27 +310,72 @@ def _(impl):
 # End to end: the learner's prefix cache inside the reference KV-cache manager and engine
 
 
-def engine_with(impl, model, cache_impl=None, **config: Any):
-    """The reference engine with prefix caching on, its KV-cache manager using `cache_impl` (default: impl)."""
-    source = cache_impl or impl
+class LearnerCache:
+    """The learner's PrefixCache as the reference KV-cache manager uses it, without an object kept in the worker:
+    inserts and evictions are logged here, and each lookup replays the whole log on a fresh PrefixCache there
+    (the public driver's cache_ops), so its answers are those of one cache that saw every operation in order."""
+
+    def __init__(self, impl) -> None:
+        self.impl, self.ops = impl, []
+
+    def insert(self, block_hash: int, block_id: int) -> None:
+        self.ops.append(["insert", block_hash, block_id])
+
+    def evict(self, block_id: int) -> None:
+        self.ops.append(["evict", block_id])
+
+    def lookup(self, hashes) -> list[int]:
+        self.ops.append(["lookup", list(hashes)])
+        return self.replay()[-1]
+
+    def replay(self) -> list[list[int]]:
+        got = driver(self.impl, "prefix_cache").cache_ops(self.ops)
+        failure = driver_failure(got, "your PrefixCache inside the reference KV-cache manager")
+        if failure is not None:
+            raise failure
+        return got["lookups"]
+
+
+def learner_hashes(impl, tokens: list[int], block_size: int) -> list[int]:
+    got = driver(impl, "prefix_cache").hashes(list(tokens), block_size)
+    failure = driver_failure(got, f"block_hashes({list(tokens)}, {block_size})")
+    if failure is not None:
+        raise failure
+    return got["hashes"]
+
+
+def engine_with(impl, model, reference: bool = False, **config: Any):
+    """The reference engine with prefix caching on, its KV-cache manager using the learner's prefix cache (or,
+    with `reference`, the reference's)."""
 
     class Manager(KVCacheManager):
-        prefix_cache_cls = source.PrefixCache
-        block_hashes = staticmethod(source.block_hashes)
+        if not reference:
+            prefix_cache_cls = staticmethod(lambda: LearnerCache(impl))
+            block_hashes = staticmethod(lambda tokens, block_size: learner_hashes(impl, tokens, block_size))
 
     class Engine(ref.LLMEngine):
         kv_cache_manager_cls = Manager
 
     cfg = ref.EngineConfig(enable_prefix_caching=True, **config)
-    return learner_call(Engine, "PrefixCache", model, cfg)
+    return Engine(model, cfg)
 
 
-def run_waves(impl, model, waves: list[list[list[int]]], params: SamplingParams, cache_impl=None, **config: Any):
+def run_waves(impl, model, waves: list[list[list[int]]], params: SamplingParams, reference: bool = False,
+              **config: Any):
     """Each wave is one generate call on the same engine; returns the engine and every request in order."""
-    engine = engine_with(impl, model, cache_impl, **config)
+    engine = engine_with(impl, model, reference, **config)
     before = set(engine.requests)
-    for wave in waves:
-        learner_call(engine.generate, "your prefix cache (inside the reference engine)", wave, params)
+    try:
+        for wave in waves:
+            engine.generate(wave, params)
+        if not reference:
+            engine.kv_cache_manager.prefix_cache.replay()  # the inserts and evictions after the last lookup
+    except (CaseFailure, KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the reference engine, on what your cache answered
+        raise CaseFailure(f"the reference engine failed on what your prefix cache answered: {type(exc).__name__}: "
+                          f"{short(str(exc))}", hint="lookup returns the list of block ids of the longest cached "
+                                                    "prefix, in order") from None
     requests = [r for rid, r in engine.requests.items() if rid not in before]
     return engine, requests
 
@@ -411,7 +439,7 @@ def _(impl):
     waves = [[system + tails[0]], [others[0]], [others[1]], [system + tails[1]], [others[1] + others[2]]]
     params = SamplingParams(max_tokens=4, ignore_eos=True)
     config = dict(num_blocks=10, block_size=bs)
-    _, reference_requests = run_waves(impl, model, waves, params, cache_impl=ref_cache, **config)
+    _, reference_requests = run_waves(impl, model, waves, params, reference=True, **config)
     hits = [r.num_cached_tokens for r in reference_requests]
     if hits[3] != 0 or hits[4] == 0:
         raise CaseFailure(f"the workload no longer evicts then hits as designed (a course bug): {hits}", kind="error")

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from judge.harness import CaseFailure, Cases, LearnerRaised, call, call_live, raised_failure
+from judge.harness import CaseFailure, Cases
 from judge.hidden.support import learner_failure, load_model
 from judge.remote import driver
 from mini_llm import Qwen3Config, causal_attention, rope_cos_sin
@@ -118,16 +118,17 @@ def learner_shards(impl, w: dict, ws: int, s: Shape) -> list[dict]:
     shards = []
     for rank in range(ws):
         text = f"shard_layer(weights, rank={rank}, world_size={ws}, num_heads={s.heads}, num_kv_heads={s.kv_heads})"
-        given = {n: t.clone() for n, t in w.items()}
-        try:
-            shard = call_live(impl.shard_layer, given, rank, ws, s.heads, s.kv_heads)
-        except LearnerRaised as err:
-            raise raised_failure(err, "shard_layer", input=f"{text}  # {s.text(ws)}") from None
-        changed = [n for n in w if not torch.equal(given[n], w[n])]
-        if changed:
-            raise CaseFailure(f"shard_layer modified its input weights {changed}", input=text,
+        res = driver(impl, "tensor_parallel").shard(w, rank, ws, s.heads, s.kv_heads)
+        if "raised" in res:
+            raise learner_failure(res["_error"], "shard_layer", f"{text}  # {s.text(ws)}")
+        if "not a dict" in res:
+            raise CaseFailure(f"shard_layer returned {res['not a dict']}; it must return a dict of tensors",
+                              input=text, hint="return {name: tensor} with the names of `weights`")
+        if res["changed"]:
+            raise CaseFailure(f"shard_layer modified its input weights {res['changed']}", input=text,
                               hint="take slices (narrow, indexing) without writing into the weights")
-        shards.append(check_shard(shard, expected_shard(w, rank, ws, s.heads, s.kv_heads), f"{text}  # {s.text(ws)}"))
+        want = expected_shard(w, rank, ws, s.heads, s.kv_heads)
+        shards.append(check_shard(res["shard"], want, f"{text}  # {s.text(ws)}"))
     return shards
 
 
@@ -145,10 +146,7 @@ HINTS["self_attn.v_proj.weight"] = HINTS["self_attn.k_proj.weight"].replace("k_p
 HINTS["mlp.up_proj.weight"] = HINTS["mlp.gate_proj.weight"]
 
 
-def check_shard(shard, want: dict[str, torch.Tensor], text: str) -> dict[str, torch.Tensor]:
-    if not isinstance(shard, dict):
-        raise CaseFailure(f"shard_layer returned {type(shard).__name__}; it must return a dict of tensors", input=text,
-                          hint="return {name: tensor} with the names of `weights`")
+def check_shard(shard: dict, want: dict[str, torch.Tensor], text: str) -> dict[str, torch.Tensor]:
     if set(shard) != set(want):
         raise CaseFailure("shard_layer returned other names than the weights it was given", input=text,
                           field="keys", expected=sorted(want), got=sorted(map(str, shard)))
@@ -158,7 +156,7 @@ def check_shard(shard, want: dict[str, torch.Tensor], text: str) -> dict[str, to
         hint = ("the RMSNorm weights are replicated: every rank holds the whole tensor (q_norm and k_norm act on "
                 "one head's head_dim, the others on the hidden size)") if replicated else HINTS[name]
         if not isinstance(got, torch.Tensor):
-            raise CaseFailure(f"shard[{name!r}] is a {type(got).__name__}, not a tensor", input=text, hint=hint)
+            raise CaseFailure(f"shard[{name!r}] is a {got}, not a tensor", input=text, hint=hint)
         if tuple(got.shape) != tuple(w.shape):
             raise CaseFailure(f"wrong shape of shard[{name!r}]", input=text, field=f"{name}.shape",
                               expected=list(w.shape), got=list(got.shape), hint=hint)
@@ -250,14 +248,13 @@ def _(impl):
     w = random_layer(Shape(4, 2))
     for ws in (3, 4):
         text = f"shard_layer(weights, rank=0, world_size={ws}, num_heads=4, num_kv_heads=2)"
-        try:
-            call(impl.shard_layer, w, 0, ws, 4, 2)
-        except LearnerRaised as err:
-            if isinstance(err.exc, NotImplementedError):
-                raise raised_failure(err, "shard_layer", input=text) from None
-            if isinstance(err.exc, ValueError):
-                continue
-            raise CaseFailure(f"shard_layer raised {type(err.exc).__name__}, not ValueError", input=text) from None
+        res = driver(impl, "tensor_parallel").shard(w, 0, ws, 4, 2)
+        if res.get("raised") == "ValueError":
+            continue
+        if "raised" in res:
+            if res["raised"] == "NotImplementedError":
+                raise learner_failure(res["_error"], "shard_layer", text)
+            raise CaseFailure(f"shard_layer raised {res['raised']}, not ValueError", input=text)
         raise CaseFailure("shard_layer accepted a world_size that does not divide num_kv_heads (2)", input=text,
                           hint="raise ValueError saying what must divide what")
 

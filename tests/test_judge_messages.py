@@ -1,0 +1,71 @@
+"""Failure messages are Python: every exercise's public cases, replayed on wrong code, and its hidden cases of the
+same names, never show the wire (`__handle__`, JSON null/true/false) or a replay's "step N" (an engine step is
+called an engine step). Run in this process, through the worker's own request handler, so that no process starts."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import judge
+from judge import harness, public, wire
+from judge._worker import Worker
+from judge.remote import RemoteModule, Session
+
+ROOT = Path(__file__).resolve().parent.parent
+WIRE = re.compile(r"__handle__|\bnull\b|\btrue\b|\bfalse\b|(?<!engine )\bstep \d")
+# Hidden messages not checked yet, and why (remove the entry once fixed).
+HIDDEN_PENDING = {129: "judge/hidden/support.py's lockstep runner says 'step N' for an engine step"}
+
+
+class InProcess(Session):
+    """The worker's request handler on a module loaded here, every reply through the wire's encoding."""
+
+    def __init__(self, ex, target: dict) -> None:
+        self.worker = Worker({"exercise": ex.id, **target}, lambda msg: None)
+        self.worker.load()
+
+    def request(self, msg: dict) -> dict:
+        return json.loads(wire.dumps(self.worker.handle(msg)))
+
+
+class Recording(InProcess):
+    def __init__(self, ex, target: dict) -> None:
+        super().__init__(ex, target)
+        self.log: list = []
+
+    def request(self, msg: dict) -> dict:
+        reply = super().request(msg)
+        self.log.append([msg, reply])
+        return reply
+
+
+def wrong_code(ex) -> list[Path]:
+    """The starter stub and the first wrong fixture of the exercise."""
+    fixtures = sorted((ROOT / "tests" / "judge_cases" / ex.tests.rsplit(".", 1)[1]).glob("wrong_*.py"))
+    return [ex.practice_path, *fixtures[:1]]
+
+
+@pytest.mark.parametrize("ex_id", sorted(judge.load_exercises()))
+def test_messages_show_python_not_the_wire(ex_id):
+    ex = judge.get_exercise(ex_id)
+    every = judge.runner._case_list(ex, None)
+    cases = [c for c in every if c.name in (ex.public_cases or [c.name for c in every[:2]])]
+    recorded = {}
+    for case in cases:
+        rec = Recording(ex, {"impl_module": ex.reference})
+        assert harness.run_case(case, RemoteModule(rec, None)).passed, case.name
+        recorded[case.name] = rec.log
+    for path in wrong_code(ex):
+        messages = []
+        for case in cases:
+            messages.append(public.replay(InProcess(ex, {"impl": str(path)}), recorded[case.name]) or "")
+            if ex_id not in HIDDEN_PENDING:
+                out = harness.run_case(case, RemoteModule(InProcess(ex, {"impl": str(path)}), None))
+                messages.append(out.message + " " + " ".join(map(str, out.details.values())))
+        assert any(messages), f"{path.name} passes every public case of {ex_id}"
+        shown = [m for m in messages if WIRE.search(m)]
+        assert not shown, shown[0]
