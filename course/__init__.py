@@ -41,6 +41,7 @@ PARTS = {"kv_cache_manager": ("block_pool", "prefix_cache"),
          "model_runner": ("batch", "paged_kv_cache", "paged_attention"),
          "scheduler": ("scheduler", "preemption")}
 PARTS["engine"] = ("engine", *PARTS["kv_cache_manager"], *PARTS["model_runner"], *PARTS["scheduler"])
+ON_THE_ENGINE = ("async_engine", "spec_decode", "tensor_parallel")  # the exercise modules built on the engine
 
 
 def _every_reference_shipped() -> bool:
@@ -83,6 +84,22 @@ class NotPassedYet(ExerciseNeeded):
         return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), which you have not passed yet"
 
 
+class NotInThisCopy(RuntimeError):
+    """What a cell runs is in the course's repository but not in this copy (a benchmark, a reference)."""
+
+    def __init__(self, name: str, path: str) -> None:
+        super().__init__(f"{name} is in {path}, which your copy of the course does not have")
+        self.name, self.path = name, path
+
+    def line(self) -> str:
+        """The one line a chapter prints instead of failing."""
+        what = f"needs {self.path}" if self.name == self.path else f"runs {self.name}, from {self.path}"
+        return f"this cell {what}, which your copy does not have"
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
 @dataclass(frozen=True)
 class Choice:
     module: str  # e.g. "block_pool"
@@ -118,7 +135,7 @@ def choices() -> dict[str, Choice]:
         passed = bool(hit) and hit["failed"] == 0 and hit["passed"] > 0
         out[name] = Choice(name, ex.id, passed, importlib.util.find_spec(ex.reference) is not None,
                            passed and bool(hit.get("public_only")))
-    for name in PARTS["engine"]:  # an exercise this copy does not release: its stub, maybe its reference
+    for name in (*PARTS["engine"], *ON_THE_ENGINE):  # an exercise this copy does not release: maybe its reference
         out.setdefault(name, Choice(name, None, False, importlib.util.find_spec(f"solutions.{name}") is not None))
     return out
 
@@ -159,6 +176,35 @@ def needs(*modules: str) -> None:
         found = use(module)
         if isinstance(found, _StandIn):
             raise NotPassedYet(found._choice, module, module)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def reference(name: str) -> ModuleType:
+    """Module `name` (e.g. "benchmarks.throughput", "solutions.tensor_parallel"): code a chapter runs as it is,
+    never the learner's, where this copy has it; else a stand-in whose every name raises NotInThisCopy."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not name.startswith(e.name):  # a module it imports is missing: not the copy's doing
+            raise
+        return _NotInThisCopy(name)
+
+
+def repository_file(path: str) -> Path:
+    """The course repository's file `path` (e.g. "docs/serving.json"); NotInThisCopy where this copy lacks it."""
+    found = ROOT / path
+    if not found.is_file():
+        raise NotInThisCopy(path, path)
+    return found
+
+
+class _NotInThisCopy(ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotInThisCopy(name, self.__name__.replace(".", "/") + ".py")
 
 
 # ----------------------------------------------------------------------------------------------------------
