@@ -245,7 +245,19 @@ class _StandIn(ModuleType):
         def stop(*args, **kwargs):
             raise NotPassedYet(choice, name, module)
 
-        return type(name, (), {"__init__": stop}) if name[:1].isupper() else stop
+        return _StandInClass(name, (), {"__init__": stop, "_stand_in": (choice, module)}) if name[:1].isupper() \
+            else stop
+
+
+class _StandInClass(type):
+    """A stand-in's class: subclassing it works; creating one, or reading an attribute it does not define (such as
+    an engine's scheduler_cls), raises NotPassedYet."""
+
+    def __getattr__(cls, attr: str):
+        if attr.startswith("__") or attr == "_stand_in":
+            raise AttributeError(attr)
+        choice, module = cls._stand_in
+        raise NotPassedYet(choice, f"{cls.__name__}.{attr}", module)
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,6 +2,7 @@
 
     python scripts/browser_run_all.py                       # chapters 00, 04 and 06
     python scripts/browser_run_all.py 00 09 --keep /tmp/ed  # other chapters; keep the edition and its venv
+    python scripts/browser_run_all.py 10 --keep /tmp/ed     # again, in the kept edition (chapters as last saved)
 
 A manual check, not part of the test suite (it needs chromium and playwright: `apt-get install -y chromium`,
 `pip install playwright`; no browser download, the system chromium is launched). It
@@ -39,13 +40,14 @@ STORED = "(stored output: "
 
 
 def write_edition(out: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(out.parent / "config"))  # a throwaway seed
+    env.pop("JUDGE_SECRET_SEED", None)
     ids = ",".join(str(i) for i in range(125, 136))
     subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", ids], check=True, env=env)
 
 
-def make_venv(edition: Path, offline: bool) -> Path:
-    """The student's venv in `edition`/.venv; returns its python."""
+def make_venv(edition: Path, offline: bool) -> None:
+    """The student's venv in `edition`/.venv."""
     subprocess.run([sys.executable, "-m", "venv", ".venv"], cwd=edition, check=True)
     python = edition / ".venv" / "bin" / "python"
     if offline:  # this Python's site-packages as a plain path: its .pth files (the editable install) are not run
@@ -53,7 +55,6 @@ def make_venv(edition: Path, offline: bool) -> Path:
                               capture_output=True, text=True, check=True).stdout.strip()
         Path(site, "installed_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0", "-e", "."], cwd=edition, check=True)
-    return python
 
 
 def free_port() -> int:
@@ -86,8 +87,8 @@ def kernels_idle(port: int, token: str) -> bool:
 
 def run_all(page, port: int, token: str, chapter: Path, timeout: float) -> dict:
     """Open `chapter` in JupyterLab, Run → Run All Cells, wait, save; what the saved notebook holds."""
-    page.goto(f"http://127.0.0.1:{port}/lab/tree/{chapter.name}?token={token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.goto(f"http://127.0.0.1:{port}/lab/tree/{chapter.name}?reset&token={token}")  # reset: no other tab
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
     deadline = time.monotonic() + 60
     while not kernels_idle(port, token) and time.monotonic() < deadline:  # the kernel starts
         time.sleep(0.5)
@@ -99,18 +100,19 @@ def run_all(page, port: int, token: str, chapter: Path, timeout: float) -> dict:
         page.keyboard.press("Control+s")
         time.sleep(0.5)
         cells = [c for c in json.loads(chapter.read_text())["cells"] if c["cell_type"] == "code"]
-        done = all(c.get("execution_count") for c in cells) and kernels_idle(port, token)
+        erred = any(o.get("output_type") == "error" for c in cells for o in c.get("outputs", []))  # Run All stops
+        done = (erred or all(c.get("execution_count") for c in cells)) and kernels_idle(port, token)
         idle_since = (idle_since or time.monotonic()) if done else None
-        if idle_since and time.monotonic() - idle_since > 3:
+        if idle_since and time.monotonic() - idle_since > 5:
             break
     else:
         raise TimeoutError(f"{chapter.name}: Run All did not finish in {timeout:.0f} s")
-    page.screenshot(path=str(chapter.with_suffix(".png")), full_page=False)
+    page.screenshot(path=str(chapter.parent.parent.parent / f"{chapter.stem}.png"))  # beside the edition
     texts = ["".join("".join(o.get("text", "")) for o in c.get("outputs", [])) for c in cells]
     errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(cells) for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
-    page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Shut Down Kernel").first.click()
+    for kernel in httpx.get(f"http://127.0.0.1:{port}/api/kernels", params={"token": token}).json():
+        httpx.delete(f"http://127.0.0.1:{port}/api/kernels/{kernel['id']}", params={"token": token})
     return {"chapter": chapter.stem, "code cells": len(cells), "errors": errors, "banner": texts[0].splitlines()[:1],
             "stored": sum(STORED in t for t in texts), "last line": (texts[-1].strip().splitlines() or [""])[-1]}
 
@@ -118,31 +120,34 @@ def run_all(page, port: int, token: str, chapter: Path, timeout: float) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("chapters", nargs="*", default=["00", "04", "06"], help="file-name prefixes")
-    parser.add_argument("--keep", type=Path, help="write the edition here (must not exist) and keep it")
+    parser.add_argument("--keep", type=Path, help="write the edition here and keep it; if it exists, reuse it")
     parser.add_argument("--online", action="store_true", help="let pip download torch and the requirements")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per chapter (default 900)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     edition = args.keep or Path(tempfile.mkdtemp(prefix="browser-run-all-")) / "edition"
-    write_edition(edition)
-    python = make_venv(edition, offline=not args.online)
+    if not edition.exists():
+        write_edition(edition)
+        make_venv(edition, offline=not args.online)
+    python = edition / ".venv" / "bin" / "python"
     port, token = free_port(), secrets.token_hex(16)
     lab = start_lab(edition, python, port, token)
     results = []
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for prefix in args.chapters:
                 chapter = next((edition / "chapters").glob(f"{prefix}*.ipynb"))
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 results.append(run_all(page, port, token, chapter, args.timeout))
+                page.close()
                 print(json.dumps(results[-1], ensure_ascii=False), flush=True)
             browser.close()
     finally:
         lab.terminate()
         lab.wait(30)
-    print(f"edition: {edition} (screenshots beside the chapters)")
+    print(f"edition: {edition} (a screenshot of each chapter's end beside it)")
     return 1 if any(r["errors"] for r in results) else 0
 
 
