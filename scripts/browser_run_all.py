@@ -9,9 +9,10 @@ A manual check, not part of the test suite (it needs chromium and playwright: `a
 
 1. writes a fresh edition with every exercise released and no solution (`python -m judge.edition`);
 2. makes its venv as the edition's README tells a student (`python3 -m venv .venv`, then `pip install torch==2.13.0
-   -e .` in it). With --offline (the default) nothing is downloaded: the new venv sees this Python's packages
-   through a .pth line (not this checkout's editable install, which would bring solutions/ back), so pip finds
-   torch and the other requirements installed and only installs the edition itself;
+   -e .` in it). Offline (the default), nothing is downloaded: this Python's installed packages are linked into the
+   new venv's site-packages (not this checkout's editable install, which would bring solutions/ back), so pip
+   finds torch and the other requirements installed and only installs the edition itself. (Links, not a .pth
+   line: the judge's worker runs Python with -S and puts the venv's site-packages on sys.path itself);
 3. starts JupyterLab in the edition with that venv, opens each chapter in headless chromium, runs the menu
    Run → Run All Cells, waits until every code cell has run and the kernel is idle, saves the notebook;
 4. reads the saved notebook back and reports, per chapter, the cells whose output is an error, how many cells
@@ -50,10 +51,13 @@ def make_venv(edition: Path, offline: bool) -> None:
     """The student's venv in `edition`/.venv."""
     subprocess.run([sys.executable, "-m", "venv", ".venv"], cwd=edition, check=True)
     python = edition / ".venv" / "bin" / "python"
-    if offline:  # this Python's site-packages as a plain path: its .pth files (the editable install) are not run
-        site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        Path(site, "installed_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if offline:
+        site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+            editable = entry.name.startswith(("__editable__", "mini_llm_course"))  # this checkout's own install
+            if not editable and not (site / entry.name).exists():
+                (site / entry.name).symlink_to(entry)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0", "-e", "."], cwd=edition, check=True)
 
 
@@ -129,6 +133,7 @@ def main() -> int:
     edition = args.keep or Path(tempfile.mkdtemp(prefix="browser-run-all-")) / "edition"
     if not edition.exists():
         write_edition(edition)
+    if not (edition / ".venv").exists():
         make_venv(edition, offline=not args.online)
     python = edition / ".venv" / "bin" / "python"
     port, token = free_port(), secrets.token_hex(16)
