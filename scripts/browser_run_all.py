@@ -11,8 +11,9 @@ A manual check, not part of the test suite (it needs chromium and playwright: `a
 2. makes its venv as the edition's README tells a student (`python3 -m venv .venv`, then `pip install torch==2.13.0
    -e .` in it). Offline (the default), nothing is downloaded: this Python's installed packages are linked into the
    new venv's site-packages (not this checkout's editable install, which would bring solutions/ back), so pip
-   finds torch and the other requirements installed and only installs the edition itself. (Links, not a .pth
-   line: the judge's worker runs Python with -S and puts the venv's site-packages on sys.path itself);
+   finds torch and the other requirements installed and only installs the edition itself (and JupyterLab's
+   assets are linked into its share/jupyter). Links, not a .pth line: the judge's worker runs Python with -S and
+   puts the venv's site-packages on sys.path itself;
 3. starts JupyterLab in the edition with that venv, opens each chapter in headless chromium, runs the menu
    Run → Run All Cells, waits until every code cell has run and the kernel is idle, saves the notebook;
 4. reads the saved notebook back and reports, per chapter, the cells whose output is an error, how many cells
@@ -58,6 +59,12 @@ def make_venv(edition: Path, offline: bool) -> None:
             editable = entry.name.startswith(("__editable__", "mini_llm_course"))  # this checkout's own install
             if not editable and not (site / entry.name).exists():
                 (site / entry.name).symlink_to(entry)
+        for data in ("share/jupyter", "etc/jupyter"):  # JupyterLab's assets and its server extension's settings
+            for entry in (Path(sys.prefix) / data).glob("*"):
+                target = edition / ".venv" / data / entry.name
+                if entry.name != "kernels" and not target.exists():  # the kernel: the new venv's own python
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.symlink_to(entry)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0", "-e", "."], cwd=edition, check=True)
 
 
