@@ -19,6 +19,10 @@ A module that is not passed yet is a stand-in whose functions and classes raise 
 started with `start("04_mixed_batch")` (course/notebook.py) a cell that meets one does not fail: it shows its
 stored output, under one line naming the exercise, and the chapter goes on; with your modules in use, the chapter
 says at its end whether your outputs equal the stored ones.
+
+What a chapter runs as it is, never yours (a benchmark of benchmarks/, the references' batched attention kernel or
+tensor-parallel loader, a file such as docs/serving.json), comes through `reference("benchmarks.throughput")` or
+`repository_file("docs/serving.json")`: where a copy lacks it, NotInThisCopy stands in the same way.
 """
 
 from __future__ import annotations
