@@ -77,21 +77,21 @@ def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, lis
     out: dict[str, list] = {}
     every = _case_list(ex, None)
     wanted = list(ex.public_cases) or [c.name for c in every[:2]]
-    for case in [c for c in every if c.name in wanted]:
-        run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
-                   dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
-        fatal = run.start()
-        if fatal:
-            raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
-        run.worker.set_deadline(600)
-        rec = Recorder(run.worker)
-        try:
+    run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
+               dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
+    try:
+        for case in [c for c in every if c.name in wanted]:  # one worker for them all, as grading runs them
+            fatal = run.start() if run.worker is None else None
+            if fatal:
+                raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
+            run.worker.set_deadline(600)
+            rec = Recorder(run.worker)
             result = harness.run_case(case, RemoteModule(rec, None))
-        finally:
-            run.stop()
-        if not result.passed:
-            raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")
-        out[case.name] = rec.log
+            if not result.passed:
+                raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")
+            out[case.name] = rec.log
+    finally:
+        run.stop()
     return out
 
 
