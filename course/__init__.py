@@ -19,6 +19,10 @@ A module that is not passed yet is a stand-in whose functions and classes raise 
 started with `start("04_mixed_batch")` (course/notebook.py) a cell that meets one does not fail: it shows its
 stored output, under one line naming the exercise, and the chapter goes on; with your modules in use, the chapter
 says at its end whether your outputs equal the stored ones.
+
+What a chapter runs as it is, never yours (a benchmark of benchmarks/, the references' batched attention kernel or
+tensor-parallel loader, a file such as docs/serving.json), comes through `reference("benchmarks.throughput")` or
+`repository_file("docs/serving.json")`: where a copy lacks it, NotInThisCopy stands in the same way.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ PARTS = {"kv_cache_manager": ("block_pool", "prefix_cache"),
          "model_runner": ("batch", "paged_kv_cache", "paged_attention"),
          "scheduler": ("scheduler", "preemption")}
 PARTS["engine"] = ("engine", *PARTS["kv_cache_manager"], *PARTS["model_runner"], *PARTS["scheduler"])
+ON_THE_ENGINE = ("async_engine", "spec_decode", "tensor_parallel")  # the exercise modules built on the engine
 
 
 def _every_reference_shipped() -> bool:
@@ -83,6 +88,22 @@ class NotPassedYet(ExerciseNeeded):
         return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), which you have not passed yet"
 
 
+class NotInThisCopy(RuntimeError):
+    """What a cell runs is in the course's repository but not in this copy (a benchmark, a reference)."""
+
+    def __init__(self, name: str, path: str) -> None:
+        super().__init__(f"{name} is in {path}, which your copy of the course does not have")
+        self.name, self.path = name, path
+
+    def line(self) -> str:
+        """The one line a chapter prints instead of failing."""
+        what = f"needs {self.path}" if self.name == self.path else f"runs {self.name}, from {self.path}"
+        return f"this cell {what}, which your copy does not have"
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
 @dataclass(frozen=True)
 class Choice:
     module: str  # e.g. "block_pool"
@@ -118,7 +139,7 @@ def choices() -> dict[str, Choice]:
         passed = bool(hit) and hit["failed"] == 0 and hit["passed"] > 0
         out[name] = Choice(name, ex.id, passed, importlib.util.find_spec(ex.reference) is not None,
                            passed and bool(hit.get("public_only")))
-    for name in PARTS["engine"]:  # an exercise this copy does not release: its stub, maybe its reference
+    for name in (*PARTS["engine"], *ON_THE_ENGINE):  # an exercise this copy does not release: maybe its reference
         out.setdefault(name, Choice(name, None, False, importlib.util.find_spec(f"solutions.{name}") is not None))
     return out
 
@@ -161,6 +182,35 @@ def needs(*modules: str) -> None:
             raise NotPassedYet(found._choice, module, module)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def reference(name: str) -> ModuleType:
+    """Module `name` (e.g. "benchmarks.throughput", "solutions.tensor_parallel"): code a chapter runs as it is,
+    never the learner's, where this copy has it; else a stand-in whose every name raises NotInThisCopy."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not name.startswith(e.name):  # a module it imports is missing: not the copy's doing
+            raise
+        return _NotInThisCopy(name)
+
+
+def repository_file(path: str) -> Path:
+    """The course repository's file `path` (e.g. "docs/serving.json"); NotInThisCopy where this copy lacks it."""
+    found = ROOT / path
+    if not found.is_file():
+        raise NotInThisCopy(path, path)
+    return found
+
+
+class _NotInThisCopy(ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotInThisCopy(name, self.__name__.replace(".", "/") + ".py")
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Assembling the engine from the per-module choices
 
@@ -199,7 +249,19 @@ class _StandIn(ModuleType):
         def stop(*args, **kwargs):
             raise NotPassedYet(choice, name, module)
 
-        return type(name, (), {"__init__": stop}) if name[:1].isupper() else stop
+        return _StandInClass(name, (), {"__init__": stop, "_stand_in": (choice, module)}) if name[:1].isupper() \
+            else stop
+
+
+class _StandInClass(type):
+    """A stand-in's class: subclassing it works; creating one, or reading an attribute it does not define (such as
+    an engine's scheduler_cls), raises NotPassedYet."""
+
+    def __getattr__(cls, attr: str):
+        if attr.startswith("__") or attr == "_stand_in":
+            raise AttributeError(attr)
+        choice, module = cls._stand_in
+        raise NotPassedYet(choice, f"{cls.__name__}.{attr}", module)
 
 
 @functools.lru_cache(maxsize=None)

@@ -108,6 +108,9 @@ _MAP = {  # name: (column, row, chapter, exercise)
     "model runner": (1, 3, 4, ""),
     "engine loop +\nsampling": (2, 3, 6, "130"),
     "preemption": (2, 2, 7, "131"),
+    "tensor parallel\n(sharded layers)": (1, 4, 12, "135"),
+    "speculative\ndecoding": (2, 4, 11, "134"),
+    "online loop +\nserver": (3, 3, 10, "133"),
 }
 _MAP_EDGES = [  # (from, to, route): "h" straight across, "v" straight down, "hv" down, across, down
     ("mini_llm model +\ncontiguous KV cache", "model runner", "gap"),
@@ -120,6 +123,9 @@ _MAP_EDGES = [  # (from, to, route): "h" straight across, "v" straight down, "hv
     ("batch layout\n(query_start_loc)", "model runner", "v"),
     ("model runner", "engine loop +\nsampling", "h"),
     ("block pool", "prefix cache", "side"),
+    ("model runner", "tensor parallel\n(sharded layers)", "v"),
+    ("engine loop +\nsampling", "speculative\ndecoding", "v"),
+    ("engine loop +\nsampling", "online loop +\nserver", "h"),
 ]
 
 
@@ -127,7 +133,7 @@ def course_map() -> list[tuple[str, str]]:
     """The parts the course builds, by chapter and graded exercise, and which part feeds which; returns the
     arrows drawn, (from, to) with one-line names."""
     w, h, dx, dy = 2.6, 0.8, 3.6, 1.25
-    fig, ax = _figure(10, 6.2)
+    fig, ax = _figure(12.5, 6.2)
     centre = {}
     for name, (col, row, chapter, ex) in _MAP.items():
         x, y = col * dx, -row * dy
@@ -156,8 +162,8 @@ def course_map() -> list[tuple[str, str]]:
             ax.plot([xa - w / 2 - 0.02, x_side, x_side], [ya, ya, yb], color="gray", lw=1.2)
             ax.annotate("", xy=(xb - w / 2 - 0.02, yb), xytext=(x_side, yb), arrowprops=arrow)
     ax.text(w / 2, -4 * dy - 0.45, "memory", ha="center", fontsize=11, weight="bold")
-    ax.text(1.5 * dx + w / 2, -4 * dy - 0.45, "compute", ha="center", fontsize=11, weight="bold")
-    ax.set_xlim(-0.6, 2 * dx + w + 0.2)
+    ax.text(2 * dx + w / 2, -4 * dy - 0.45, "compute", ha="center", fontsize=11, weight="bold")
+    ax.set_xlim(-0.6, 3 * dx + w + 0.2)
     ax.set_ylim(-4 * dy - 0.7, h + 0.25)
     ax.axis("off")
     ax.set_title("What the course builds (chapter · graded exercise); an arrow from A to B: B is built on A")

@@ -4,7 +4,8 @@ cells that run on your modules are compared with them.
 `course.start("04_mixed_batch")` (each chapter's setup cell) installs two IPython hooks for the chapter's
 kernel:
 
-* a cell that calls a function or class of a module you have not passed yet (course.NotPassedYet), or that uses
+* a cell that calls a function or class of a module you have not passed yet (course.NotPassedYet), that needs
+  a file of the course's repository your copy does not have (course.NotInThisCopy), or that uses
   a name such a cell would have defined, stops there without an error: it shows the chapter's stored output of
   that cell under one line, `(stored output: this cell runs build_batch, exercise 128, which you have not passed
   yet)`, and "Run All" goes on with the next cell;
@@ -178,7 +179,7 @@ def _republish(outputs: list[dict]) -> None:
 
 def _handler(session: ChapterSession):
     def handle(shell, etype, value, tb, tb_offset=None):
-        if isinstance(value, course.NotPassedYet):
+        if isinstance(value, (course.NotPassedYet, course.NotInThisCopy)):
             session.reason = value.line()
             session.skip(session.reason)
         elif isinstance(value, NameError) and session.reason:

@@ -8,7 +8,8 @@ from the reference: the worked example and a few basic cases, runnable with `pyt
 README written for students, the glossary, the scripts that made the embedded model and the package files. References (solutions/) only of the exercises
 given with --with-solutions, and the same in the chapters: each "Solution to exercise N" section of another
 exercise is cut (its text, code and stored outputs), so is any other stored output that shows a reference's source,
-and chapter 09, which measures the reference engine with benchmarks/, ships only with every reference. Never
+and a chapter's text that names a file of the repository the copy lacks (benchmarks/, docs/performance.md, a
+reference) says so where it names it. Never
 judge/hidden/, nbgrader/, tests/, docs/instructors.md, nor the instructor's secret seed, which this command
 creates (once) on the instructor's machine so that the random hidden cases differ from anything a student can run.
 """
@@ -29,9 +30,6 @@ from .sandbox import student_files
 from .public import diagnostic as _diagnostic
 from .remote import Session
 
-# Chapters that run solutions/, benchmarks/ or scripts/ directly: shipped only with every reference.
-NEEDS_EVERY_REFERENCE = ("09_performance.ipynb", "10_serving.ipynb", "11_speculative_decoding.ipynb",
-                         "12_tensor_parallel.ipynb")
 SOLUTION_HEADING = re.compile(r"^(#+) Solutions? to exercises? (\d+)")
 AUTHORS_HEADING = "## For chapter authors"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
@@ -77,21 +75,21 @@ def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, lis
     out: dict[str, list] = {}
     every = _case_list(ex, None)
     wanted = list(ex.public_cases) or [c.name for c in every[:2]]
-    for case in [c for c in every if c.name in wanted]:
-        run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
-                   dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
-        fatal = run.start()
-        if fatal:
-            raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
-        run.worker.set_deadline(600)
-        rec = Recorder(run.worker)
-        try:
+    run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
+               dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
+    try:
+        for case in [c for c in every if c.name in wanted]:  # one worker for them all, as grading runs them
+            fatal = run.start() if run.worker is None else None
+            if fatal:
+                raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
+            run.worker.set_deadline(600)
+            rec = Recorder(run.worker)
             result = harness.run_case(case, RemoteModule(rec, None))
-        finally:
-            run.stop()
-        if not result.passed:
-            raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")
-        out[case.name] = rec.log
+            if not result.passed:
+                raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")
+            out[case.name] = rec.log
+    finally:
+        run.stop()
     return out
 
 
@@ -198,15 +196,34 @@ def shipped_markdown(text: str, folder: Path) -> str:
 
 def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
     """chapters/ as the edition has them (see the module docstring)."""
-    every = len(with_solutions) == len(load_exercises())
-    shutil.copytree(ROOT / "chapters", out / "chapters", ignore=shutil.ignore_patterns(
-        "__pycache__", "*.pyc", ".ipynb_checkpoints", *([] if every else NEEDS_EVERY_REFERENCE)))
+    shutil.copytree(ROOT / "chapters", out / "chapters", ignore=IGNORE)
     bodies = reference_bodies([ex for ex in load_exercises().values() if ex not in with_solutions])
     for path in sorted((out / "chapters").glob("*.ipynb")):
         nb = strip_notebook(json.loads(path.read_text()), {ex.id for ex in with_solutions}, bodies)
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     readme = out / "chapters" / "README.md"
     readme.write_text(shipped_markdown(readme.read_text(), out / "chapters"))
+
+
+NOT_IN_COPY = "> Your copy of the course does not have "
+REPOSITORY_FILE = re.compile(r"(?<![\w/.-])((?:benchmarks|docs|nbgrader|scripts|solutions|tests)/[\w/.-]*\w\."
+                             r"(?:py|md|ipynb|json|sh|csv))")
+
+
+def note_missing_files(out: Path) -> None:
+    """Under each markdown cell of the chapters that names files of the repository the copy lacks, one line that
+    says so (a chapter's code reaches them through course.reference and course.repository_file)."""
+    for path in sorted((out / "chapters").glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        for cell in nb["cells"]:
+            text = "".join(cell["source"])
+            missing = [] if cell["cell_type"] != "markdown" else sorted(
+                {f for f in REPOSITORY_FILE.findall(text) if not (out / f).exists()})
+            if missing:
+                names = ", ".join(f"`{f}`" for f in missing)
+                cell["source"] = (f"{text}\n\n{NOT_IN_COPY}{names}: {'it is' if len(missing) == 1 else 'they are'} in "
+                                  "the course's repository.")
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exercise]) -> list[str]:
@@ -239,6 +256,7 @@ def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exer
     for ex in with_solutions:
         rel = ex.reference.replace(".", "/") + ".py"
         shutil.copy2(ROOT / rel, out / rel)
+    note_missing_files(out)
     return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
 

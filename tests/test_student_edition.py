@@ -1,5 +1,10 @@
 """The student edition (`python -m judge.edition`): no hidden test, no reference of an exercise released without
-its solution, no secret seed; its public cases run on a student's copy (the stub fails them, a right file passes)."""
+its solution, no secret seed; its public cases run on a student's copy (the stub fails them, a right file passes);
+its chapters run at every stage.
+
+Two editions are written once for the whole file (writing one records the public cases on the references): every
+exercise released without solutions (the tests that change it work on a copy), and 125, 128, 129 with the solutions
+of 125 and 128. Everything runs as a student's Python does: the edition alone on sys.path."""
 
 from __future__ import annotations
 
@@ -18,26 +23,69 @@ import judge
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
+EVERY = ",".join(str(i) for i in range(125, 136))
 
-# Run the edition's CLI as a student's Python would: the edition first on sys.path, and without the finder of
-# this checkout's editable install (which would bring judge.hidden back from here).
-RUN = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]; "
-       "sys.path.insert(0, sys.argv[1]); from judge.cli import run; sys.exit(run(sys.argv[2:]))")
+# A student's Python: the edition alone on sys.path. This sitecustomize drops the import finder of this checkout's
+# editable install (pip install -e .), which would otherwise find solutions/ and judge/hidden/ here.
+SITECUSTOMIZE = "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]\n"
 
 
-def test_the_edition_holds_what_students_receive_and_nothing_else(tmp_path):
-    out, config = tmp_path / "edition", tmp_path / "config"
-    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+def _write_edition(folder: Path, released: str, solutions: str = "") -> tuple[Path, Path]:
+    """(the edition, the instructor's config folder, which holds the secret seed)."""
+    out, config = folder / "edition", folder / "config"
+    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(folder / "cache"))
     env.pop("JUDGE_SECRET_SEED", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "125,128",
-                        "--with-solutions", "125"], capture_output=True, text=True, env=env, timeout=600)
+    args = ["--released", released] + (["--with-solutions", solutions] if solutions else [])
+    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), *args], capture_output=True, text=True,
+                       env=env, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
+    return out, config
+
+
+@pytest.fixture(scope="module")
+def bare_edition(tmp_path_factory) -> Path:
+    """Every exercise released, no solution: what the tests below read (a test that writes works on a copy)."""
+    return _write_edition(tmp_path_factory.mktemp("bare"), EVERY)[0]
+
+
+@pytest.fixture(scope="module")
+def partial_edition(tmp_path_factory) -> tuple[Path, Path]:
+    return _write_edition(tmp_path_factory.mktemp("partial"), "125,128,129", "125,128")
+
+
+def _student(edition: Path, tmp_path: Path) -> dict:
+    """A student's environment for `edition`: its own judge cache, the edition alone on sys.path."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_IMPL", "JUDGE_SECRET_SEED")}
+    env.update(PYTHONPATH=os.pathsep.join([str(edition), str(site)]), JUDGE_CACHE_DIR=str(tmp_path / "cache"),
+               XDG_CONFIG_HOME=str(tmp_path / "student-config"), MPLBACKEND="Agg", OMP_NUM_THREADS="1",
+               MINI_LLM_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def _judge(edition: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    """`python practice/judge.py ARGS` in the edition."""
+    return subprocess.run([sys.executable, "practice/judge.py", *args], capture_output=True, text=True, cwd=edition,
+                          env=env, timeout=600)
+
+
+def _copy(edition: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(edition, tmp_path / "edition"))
+
+
+def test_the_edition_holds_what_students_receive_and_nothing_else(partial_edition, tmp_path):
+    out, config = partial_edition
+    env = _student(out, tmp_path)
     files = {str(f.relative_to(out)) for f in out.rglob("*") if f.is_file()}
     assert not any(f.startswith("judge/hidden") for f in files)
-    assert {f for f in files if f.startswith("solutions/")} == {"solutions/__init__.py", "solutions/block_pool.py"}
-    assert {f for f in files if f.startswith("judge/exercises/ex")} == {"judge/exercises/ex125_block_pool.py",
-                                                                       "judge/exercises/ex128_batch_layout.py"}
+    assert {f for f in files if f.startswith("solutions/")} == {"solutions/__init__.py", "solutions/block_pool.py",
+                                                                "solutions/batch.py"}
+    assert {f for f in files if f.startswith("judge/exercises/ex")} == {
+        "judge/exercises/ex125_block_pool.py", "judge/exercises/ex128_batch_layout.py",
+        "judge/exercises/ex129_scheduler.py"}
     assert {"judge/public/batch_layout.json", "judge/public/block_pool.json", "practice/batch.py",
             "framework/engine.py", "mini_llm/__init__.py"} <= files
     assert not any(f.startswith(("nbgrader/", "tests/")) or f == "docs/instructors.md" for f in files)
@@ -46,50 +94,41 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(tmp_path):
     secret = (config / "mini-llm-judge" / "secret_seed").read_text().strip()
     assert len(secret) == 32 and not any(secret in (out / f).read_text(errors="replace") for f in files)
 
-    def judge_cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", RUN, str(out), *args], capture_output=True, text=True,
-                              cwd=out, env=env, timeout=300)
+    def judge_cli(*args: str) -> str:
+        return _judge(out, env, *args).stdout
 
     n128 = len(judge.get_exercise(128).public_cases)
     stub = judge_cli("128")
-    assert stub.stdout.splitlines()[-1] == f"0 passed, {n128} failed", stub.stdout + stub.stderr
-    assert "not implemented yet" in stub.stdout
-    right = judge_cli("128", "--impl", str(ROOT / "tests/judge_cases/batch_layout/right_pure_python_lists.py"),
-                      "--unisolated")
-    assert right.stdout.splitlines()[-1] == f"{n128} passed, 0 failed", right.stdout + right.stderr
-    wrong = judge_cli("128", "--impl", str(ROOT / "tests/judge_cases/batch_layout/wrong_positions_from_zero.py"),
-                      "--unisolated")
-    assert "batch.positions[5]: expected 6, got 0" in wrong.stdout, wrong.stdout
-    assert "input: build_batch([([11, 12, 13, 14, 15], 0, [7, 2], True)," in wrong.stdout, wrong.stdout
+    assert stub.splitlines()[-1] == f"0 passed, {n128} failed", stub
+    assert "not implemented yet" in stub
+    right = judge_cli("128", "--impl", str(CASES / "batch_layout/right_pure_python_lists.py"), "--unisolated")
+    assert right.splitlines()[-1] == f"{n128} passed, 0 failed", right
+    wrong = judge_cli("128", "--impl", str(CASES / "batch_layout/wrong_positions_from_zero.py"), "--unisolated")
+    assert "batch.positions[5]: expected 6, got 0" in wrong, wrong
+    assert "input: build_batch([([11, 12, 13, 14, 15], 0, [7, 2], True)," in wrong, wrong
     # contract-level replay: a NamedTuple batch with extra fields is right, a dict of lists is not
-    right = judge_cli("128", "--impl", str(ROOT / "tests/judge_cases/batch_layout/right_namedtuple_extra_field.py"),
-                      "--unisolated")
-    assert right.stdout.splitlines()[-1] == f"{n128} passed, 0 failed", right.stdout
+    right = judge_cli("128", "--impl", str(CASES / "batch_layout/right_namedtuple_extra_field.py"), "--unisolated")
+    assert right.splitlines()[-1] == f"{n128} passed, 0 failed", right
     for rel in ("block_pool/right_array_ref_cnt_error_subclass.py", "block_pool/right_own_free_queue.py"):
-        right = judge_cli("125", "--impl", str(ROOT / "tests/judge_cases" / rel), "--unisolated")
+        right = judge_cli("125", "--impl", str(CASES / rel), "--unisolated")
         n125 = len(judge.get_exercise(125).public_cases)
-        assert right.stdout.splitlines()[-1] == f"{n125} passed, 0 failed", right.stdout
-    shown = "".join(judge_cli(ex, "--impl", str(ROOT / "tests/judge_cases" / rel), "--unisolated").stdout
+        assert right.splitlines()[-1] == f"{n125} passed, 0 failed", right
+    shown = "".join(judge_cli(ex, "--impl", str(CASES / rel), "--unisolated")
                     for ex, rel in (("125", "block_pool/wrong_lifo.py"), ("128", "batch_layout/wrong_returns_dict.py")))
     assert "pool = BlockPool(4); pool.allocate(3)" in shown, shown
     assert not any(word in shown for word in ("__handle__", "null", "true", "false")), shown
 
 
-def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(tmp_path):
-    """130 released without the references it runs on (scheduler, KV-cache manager, runner): on the student's copy
-    their own practice modules stand in, said in a note; with the other exercises still stubs the public cases say
-    which one is missing, and once they are written a right engine passes and a wrong one does not."""
-    out, config = tmp_path / "edition", tmp_path / "config"
-    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "130"], capture_output=True,
-                       text=True, env=env, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
+def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(bare_edition, tmp_path):
+    """130 without the references it runs on (scheduler, KV-cache manager, runner): on the student's copy their own
+    practice modules stand in, said in a note; with the other exercises still stubs the public cases say which one
+    is missing, and once they are written a right engine passes and a wrong one does not."""
+    out = _copy(bare_edition, tmp_path)
+    env = _student(out, tmp_path)
     assert {f.name for f in (out / "solutions").iterdir()} == {"__init__.py"}
 
     def judge_cli(*args: str) -> str:
-        return subprocess.run([sys.executable, "-c", RUN, str(out), "130", *args], capture_output=True, text=True,
-                              cwd=out, env=env, timeout=300).stdout
+        return _judge(out, env, "130", *args).stdout
 
     n130 = len(judge.get_exercise(130).public_cases)
     stub = judge_cli()
@@ -98,7 +137,7 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(tmp_p
     for module in ("block_pool", "prefix_cache", "paged_kv_cache", "paged_attention", "batch", "scheduler",
                    "preemption"):  # the student has done the other exercises
         (out / "practice" / f"{module}.py").write_text((ROOT / "solutions" / f"{module}.py").read_text())
-    cases = ROOT / "tests" / "judge_cases" / "inference_loop"
+    cases = CASES / "inference_loop"
     right = judge_cli("--impl", str(cases / "right_rows_by_index_streamed.py"), "--unisolated")
     assert right.splitlines()[-1] == f"{n130} passed, 0 failed", right
     wrong = judge_cli("--impl", str(cases / "wrong_items_after_update.py"), "--unisolated")
@@ -109,41 +148,32 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(tmp_p
     assert re.search(r"^FAIL  several requests share each forward pass", loop, re.MULTILINE), loop
 
 
-def test_133_public_cases_replay_on_the_students_copy(tmp_path):
-    """133 released alone: with the engine's modules written (here: the references copied into practice/), the
-    public cases pass a right loop written differently from the reference and reject a wrong one."""
-    out, config = tmp_path / "edition", tmp_path / "config"
-    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "133"], capture_output=True,
-                       text=True, env=env, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
+def test_133_public_cases_replay_on_the_students_copy(bare_edition, tmp_path):
+    """133 without its reference: with the engine's modules written (here: the references copied into practice/),
+    the public cases pass a right loop written differently from the reference and reject a wrong one."""
+    out = _copy(bare_edition, tmp_path)
+    env = _student(out, tmp_path)
     assert not (out / "solutions" / "async_engine.py").exists()
     for module in ("block_pool", "prefix_cache", "paged_kv_cache", "paged_attention", "batch", "scheduler",
                    "preemption", "engine", "kv_cache_manager", "model_runner"):
         (out / "practice" / f"{module}.py").write_text((ROOT / "solutions" / f"{module}.py").read_text())
 
     def judge_cli(*args: str) -> str:
-        return subprocess.run([sys.executable, "-c", RUN, str(out), "133", *args], capture_output=True, text=True,
-                              cwd=out, env=env, timeout=300).stdout
+        return _judge(out, env, "133", *args).stdout
 
     assert judge_cli().splitlines()[-1] == "0 passed, 2 failed"
-    cases = ROOT / "tests" / "judge_cases" / "online_loop"
+    cases = CASES / "online_loop"
     right = judge_cli("--impl", str(cases / "right_dedicated_thread.py"), "--unisolated")
     assert right.splitlines()[-1] == "2 passed, 0 failed", right
     wrong = judge_cli("--impl", str(cases / "wrong_step_on_loop_thread.py"), "--unisolated")
     assert wrong.splitlines()[-1] == "0 passed, 2 failed", wrong
 
 
-# A student's Python: the edition alone on sys.path. This sitecustomize drops the import finder of this checkout's
-# editable install (pip install -e .), which would otherwise find solutions/ and judge/hidden/ here.
-SITECUSTOMIZE = "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]\n"
-
 # Stages in exercise order: the exercises done in the stage (id, module, a correct variant), then the chapters run
 # once they passed. Each chapter runs once untouched and once after the last exercise most of its cells need
-# (chapter 00 needs the whole engine). Without references, the judge runs an exercise on the student's own other
-# modules, so 129 waits for 131 (its scheduler calls preemption's helpers, and 131 is graded inside the scheduler)
-# and for 132 (a public case of 129 has prefix-cache hits): the three are one stage.
+# (chapters 00 and 09 need the whole engine). Without references, the judge runs an exercise on the student's own
+# other modules, so 129 waits for 131 (its scheduler calls preemption's helpers, and 131 is graded inside the
+# scheduler) and for 132 (a public case of 129 has prefix-cache hits): the three are one stage.
 STAGES = [
     ([(125, "block_pool", "block_pool/right_deque.py")], ["02_block_pool"]),
     ([(126, "paged_kv_cache", "slot_mapping/right_loops.py"),
@@ -153,12 +183,25 @@ STAGES = [
       (131, "preemption", "preemption/right_pop_then_requeue.py"),
       (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py")], ["05_scheduler"]),
     ([(130, "engine", "inference_loop/right_rows_by_index_streamed.py")],
-     ["06_inference_loop", "07_preemption", "08_prefix_caching", "00_life_of_a_request"]),
+     ["06_inference_loop", "07_preemption", "08_prefix_caching", "00_life_of_a_request", "09_performance"]),
+    # Chapter 12 is left out: what it runs on top of 135 (each rank's loader) is the reference's, not in the copy.
+    ([(133, "async_engine", "online_loop/right_dedicated_thread.py"),
+      (134, "spec_decode", "spec_decode/right_loop_appending.py"),
+      (135, "tensor_parallel", "tensor_parallel/right_functional.py")], ["10_serving", "11_speculative_decoding"]),
 ]
 # What a student keeps of a stub when filling it in, and a fixture (written for the judge's driver, which plugs the
-# rest in itself) lacks: the scheduler's link to preemption, used when the scheduler runs under the engine of 130.
-KEPT_FROM_STUB = {"scheduler": "\n\nfrom . import preemption  # noqa: E402\nScheduler.preemption = preemption\n"}
+# rest in itself) lacks: the scheduler's link to preemption, used when the scheduler runs under the engine of 130;
+# the engine's parts and its LLM, which chapter 10's server runs (python -m course.serve --impl practice).
+KEPT_FROM_STUB = {"scheduler": "\n\nfrom . import preemption  # noqa: E402\nScheduler.preemption = preemption\n",
+                  "engine": "\n\nfrom framework.engine import LLMBase  # noqa: E402\n"
+                            "from .kv_cache_manager import KVCacheManager  # noqa: E402\n"
+                            "from .model_runner import ModelRunner  # noqa: E402\n"
+                            "from .scheduler import Scheduler  # noqa: E402\n\n"
+                            "LLMEngine.scheduler_cls, LLMEngine.runner_cls = Scheduler, ModelRunner\n"
+                            "LLMEngine.kv_cache_manager_cls = KVCacheManager\n\n\n"
+                            "class LLM(LLMBase):\n    engine_cls = LLMEngine\n"}
 WRONG = (125, "block_pool", "block_pool/wrong_lifo.py")  # a wrong variant that the public cases catch
+RESET = "%reset -f"  # between two chapters run in one kernel: each starts from an empty namespace
 
 
 def _bodies_in(text: str, bodies: list[str]) -> list[str]:
@@ -168,9 +211,9 @@ def _bodies_in(text: str, bodies: list[str]) -> list[str]:
     return [b.splitlines()[0] for b in bodies if b in lines]
 
 
-def _notebook_texts(nb) -> list[str]:
-    """The sources and the text of every output of a notebook."""
-    texts = ["".join(c["source"]) for c in nb["cells"]]
+def _notebook_texts(nb, kinds: tuple[str, ...] = ("markdown", "code")) -> list[str]:
+    """The sources of a notebook's cells of these kinds, and the text of every output."""
+    texts = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] in kinds]
     for cell in nb["cells"]:
         for out in cell.get("outputs", []):
             parts = [out.get("text", "")] + list(out.get("data", {}).values()) + [out.get("traceback", "")]
@@ -179,58 +222,52 @@ def _notebook_texts(nb) -> list[str]:
 
 
 def _mentioned_files(text: str) -> set[str]:
-    """Paths of this repository that a text mentions (`judge/README.md`, `solutions/engine.py`, ...)."""
+    """Paths of this repository that a text mentions (`judge/README.md`, `solutions/engine.py`, ...), except those a
+    note of the edition says the copy lacks."""
+    from judge.edition import NOT_IN_COPY
+
     tops = "|".join(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return set(re.findall(rf"(?<![\w/.-])((?:{tops})/[\w/.-]*\w\.(?:py|md|ipynb|json|sh|csv))", text))
+    found = re.compile(rf"(?<![\w/.-])((?:{tops})/[\w/.-]*\w\.(?:py|md|ipynb|json|sh|csv))")
+    noted = {f for line in text.splitlines() if line.startswith(NOT_IN_COPY) for f in found.findall(line)}
+    return set(found.findall(text)) - noted
 
 
-def _edition(tmp_path: Path, released: str, solutions: str = "") -> tuple[Path, dict]:
-    out = tmp_path / "edition"
-    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    args = ["--released", released] + (["--with-solutions", solutions] if solutions else [])
-    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), *args], capture_output=True, text=True,
-                       env=env, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    student = {k: v for k, v in env.items() if k != "COURSE_IMPL"}
-    student.update(PYTHONPATH=os.pathsep.join([str(out), str(site)]), MPLBACKEND="Agg", OMP_NUM_THREADS="1",
-                   MINI_LLM_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
-    return out, student
-
-
-def test_a_second_edition_shows_exactly_the_released_solutions(tmp_path):
+def test_a_second_edition_shows_exactly_the_released_solutions(partial_edition):
     from judge import load_exercises
     from judge.edition import reference_bodies
 
-    out, _ = _edition(tmp_path, "125,128,129", "125,128")
+    out, _ = partial_edition
     exercises = load_exercises()
     shown, hidden = reference_bodies([exercises[125], exercises[128]]), reference_bodies(
         [ex for i, ex in exercises.items() if i not in (125, 128)])
     texts = {p.name: _notebook_texts(json.loads(p.read_text())) for p in (out / "chapters").glob("*.ipynb")}
+    assert set(texts) == {p.name for p in (ROOT / "chapters").glob("*.ipynb")}  # every chapter, 09-12 included
     found = {name for name, t in texts.items() if any(_bodies_in(x, shown) for x in t)}
     assert found == {"02_block_pool.ipynb", "04_mixed_batch.ipynb"}, found
     leaked = {name: b for name, t in texts.items() for x in t for b in _bodies_in(x, hidden)}
     assert not leaked, leaked
-    assert "09_performance.ipynb" not in texts  # it runs the reference engine and benchmarks/
     headings = [x.splitlines()[0] for t in texts.values() for x in t if x.startswith("## Solution")]
     assert sorted(headings) == sorted(["## Solution to exercise 125: the reference `BlockPool`",
                                        "## Solution to exercise 128: the reference `build_batch`"]
-                                      + [f"## Solution to exercise {i}" for i in (126, 127, 129, 130, 131, 132)])
-    for name in ("09_performance", "10_serving", "11_speculative_decoding", "12_tensor_parallel"):
-        assert f"{name}.ipynb" not in texts  # they run references, benchmarks/ or scripts/ directly
+                                      + [f"## Solution to exercise {i}" for i in (126, 127, 129, 130, 131, 132, 133,
+                                                                                  134)])  # chapter 12 has none
 
 
-def _run_chapter(edition: Path, name: str, env: dict) -> list[str]:
-    """Run All, in a Jupyter kernel of this Python, as a student's JupyterLab does: the text of each code cell."""
+def _run_chapters(edition: Path, names: list[str], env: dict) -> dict[str, list[str]]:
+    """Run All of each chapter, one after the other in one Jupyter kernel of this Python (an empty namespace for
+    each): per chapter, the text of each code cell. The kernel starts once, the modules are imported once."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    path = edition / "chapters" / f"{name}.ipynb"
-    nb = nbformat.read(path, as_version=4)
+    books = [nbformat.read(edition / "chapters" / f"{name}.ipynb", as_version=4) for name in names]
+    combined = nbformat.v4.new_notebook(metadata=books[0].metadata)
+    spans = []
+    for name, nb in zip(names, books):
+        if combined.cells:
+            combined.cells.append(nbformat.v4.new_code_cell(RESET))
+        spans.append((name, len(combined.cells), len(combined.cells) + len(nb.cells)))
+        combined.cells.extend(nb.cells)
     share = edition.parent / "jupyter"
     spec = share / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
@@ -239,21 +276,24 @@ def _run_chapter(edition: Path, name: str, env: dict) -> list[str]:
     saved = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(share)
     try:
-        NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": str(path.parent)}}).execute(env=dict(env, JUPYTER_PATH=str(share)))
+        NotebookClient(combined, timeout=300, kernel_name="python3", record_timing=False,
+                       resources={"metadata": {"path": str(edition / "chapters")}}).execute(
+            env=dict(env, JUPYTER_PATH=str(share)))
     except CellExecutionError as e:
         plain = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the kernel colours its tracebacks
-        pytest.fail(f"{name} failed in the edition:\n{plain[-3000:]}", pytrace=False)
+        failed = [name for name, lo, hi in spans if any(o.get("output_type") == "error" for c in combined.cells[lo:hi]
+                                                        for o in c.get("outputs", []))]
+        pytest.fail(f"{failed} failed in the edition:\n{plain[-3000:]}", pytrace=False)
     finally:
         if saved is None:
             os.environ.pop("JUPYTER_PATH", None)
         else:
             os.environ["JUPYTER_PATH"] = saved
-    return ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
-            for c in nb.cells if c.cell_type == "code"]
+    return {name: ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+                   for c in combined.cells[lo:hi] if c.cell_type == "code"] for name, lo, hi in spans}
 
 
-def test_a_student_works_through_the_edition(tmp_path):
+def test_a_student_works_through_the_edition(bare_edition, tmp_path):
     """The edition without solutions, in a student's environment: untouched, every chapter runs to the end with no
     reference source in any output; a wrong file stays 'not passed yet'; after each exercise (a correct variant)
     the judge passes it, and the chapters it completes run on it and reproduce their stored outputs."""
@@ -262,16 +302,19 @@ def test_a_student_works_through_the_edition(tmp_path):
     from judge.edition import reference_bodies
 
     t0 = time.perf_counter()
-    out, env = _edition(tmp_path, "125,126,127,128,129,130,131,132")
-    timings = [f"edition written {time.perf_counter() - t0:.0f}s"]
+    out = _copy(bare_edition, tmp_path)
+    env = _student(out, tmp_path)
+    timings = []
     bodies = reference_bodies(list(load_exercises().values()))
     files = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".ipynb", ".json", ".toml")]
     for p in files:
         text = p.read_text()
-        texts = _notebook_texts(json.loads(text)) if p.suffix == ".ipynb" else [text]
+        nb = json.loads(text) if p.suffix == ".ipynb" else None
+        texts = _notebook_texts(nb) if nb else [text]
         assert not [b for t in texts for b in _bodies_in(t, bodies)], f"{p} holds reference source"
-        if p.suffix in (".md", ".ipynb"):  # READMEs, statements, chapters
-            missing = {f for t in texts for f in _mentioned_files(t) if not (out / f).exists()}
+        if p.suffix in (".md", ".ipynb"):  # READMEs, statements, chapters' text and outputs (code: course.reference)
+            read = _notebook_texts(nb, ("markdown",)) if nb else texts
+            missing = {f for t in read for f in _mentioned_files(t) if not (out / f).exists()}
             assert not missing, f"{p.relative_to(out)} mentions files the edition lacks: {sorted(missing)}"
 
     modules = sorted((ex, module) for done_in_stage, _ in STAGES for ex, module, _ in done_in_stage)
@@ -280,27 +323,24 @@ def test_a_student_works_through_the_edition(tmp_path):
         return " · ".join(f"{module}: yours ({ex} public cases ✓)" if ex in done else
                           f"{module}: stored outputs ({ex} not passed yet)" for ex, module in modules)
 
-    def chapter(name: str, done: set[int]) -> list[str]:
+    def chapters(names: list[str], done: set[int]) -> dict[str, list[str]]:
         start = time.perf_counter()
-        texts = _run_chapter(out, name, env)
-        timings.append(f"{name} {time.perf_counter() - start:.0f}s")
-        assert texts[0].splitlines()[0] == banner(done), f"{name}: {texts[0].splitlines()[0]}"
-        assert not [b for t in texts for b in _bodies_in(t, bodies)], f"{name} printed reference source"
-        return texts
+        ran = _run_chapters(out, names, env)
+        timings.append(f"{len(names)} chapters {time.perf_counter() - start:.0f}s")
+        for name, texts in ran.items():
+            assert texts[0].splitlines()[0] == banner(done), f"{name}: {texts[0].splitlines()[0]}"
+            assert not [b for t in texts for b in _bodies_in(t, bodies)], f"{name} printed reference source"
+        return ran
 
-    def judge_cli(ex: int) -> subprocess.CompletedProcess:
+    def judge_cli(*ids: int) -> subprocess.CompletedProcess:
         start = time.perf_counter()
-        graded = subprocess.run([sys.executable, "practice/judge.py", str(ex)], cwd=out, env=env, capture_output=True,
-                                text=True, timeout=600)
-        timings.append(f"judge {ex} {time.perf_counter() - start:.0f}s")
+        graded = _judge(out, env, *map(str, ids))
+        timings.append(f"judge {ids} {time.perf_counter() - start:.0f}s")
         return graded
 
-    start = time.perf_counter()
-    for name in sorted(p.stem for p in (out / "chapters").glob("*.ipynb")):
-        texts = chapter(name, set())
+    for name, texts in chapters(sorted(p.stem for p in (out / "chapters").glob("*.ipynb")), set()).items():
         if name not in ("01_kv_cache",):  # chapter 01 runs no exercise module
-            assert any(t.startswith("(stored output: this cell runs ") for t in texts), name
-    timings.append(f"untouched {time.perf_counter() - start:.0f}s")
+            assert any(t.startswith("(stored output: this cell ") for t in texts), name
 
     ex, module, variant = WRONG
     shutil.copy(CASES / variant, out / "practice" / f"{module}.py")
@@ -310,17 +350,14 @@ def test_a_student_works_through_the_edition(tmp_path):
     assert shown.stdout.splitlines()[0] == banner(set()), shown.stdout + shown.stderr
 
     done: set[int] = set()
-    for done_in_stage, chapters in STAGES:
+    for done_in_stage, names in STAGES:
         for ex, module, variant in done_in_stage:
             text = (CASES / variant).read_text() + KEPT_FROM_STUB.get(module, "")
             (out / "practice" / f"{module}.py").write_text(text)
-        for ex, module, variant in done_in_stage:
-            graded = judge_cli(ex)
-            assert graded.returncode == 0 and graded.stdout.splitlines()[-1].endswith(" passed, 0 failed"), \
-                f"{variant}:\n{graded.stdout}"
-            done.add(ex)
-        for name in chapters:
-            texts = chapter(name, done)
+        graded = judge_cli(*(ex for ex, _, _ in done_in_stage))
+        assert graded.returncode == 0 and graded.stdout.splitlines()[-1].endswith(" passed, 0 failed"), graded.stdout
+        done |= {ex for ex, _, _ in done_in_stage}
+        for name, texts in chapters(names, done).items():
             verdict = texts[-1].splitlines()[-1]
             if not re.fullmatch(r"your [\w, ]+ reproduces? all \d+ checked outputs of this chapter", verdict):
                 cells = [int(i) for i in re.findall(r"\d+", verdict.split("code cells [")[-1].split("]")[0])]
@@ -332,24 +369,18 @@ def test_a_student_works_through_the_edition(tmp_path):
     print(f"\n{time.perf_counter() - t0:.0f}s in all: " + "; ".join(timings))
 
 
-def test_exercise_135_released_alone_runs_its_public_cases(tmp_path):
+def test_exercise_135_released_alone_runs_its_public_cases(bare_edition, tmp_path):
     """135's driver ships with the edition and its public cases replay on the student's copy: the stub says not
     implemented, a right file passes, a wrong one fails."""
-    out = tmp_path / "edition"
-    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "135"], capture_output=True,
-                       text=True, env=env, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
+    out, env = bare_edition, _student(bare_edition, tmp_path)
     assert (out / "judge/drivers/tensor_parallel.py").is_file() and not (out / "solutions/tensor_parallel.py").exists()
 
     def judge_cli(*args: str) -> str:
-        return subprocess.run([sys.executable, "-c", RUN, str(out), "135", *args], capture_output=True, text=True,
-                              cwd=out, env=env, timeout=300).stdout
+        return _judge(out, env, "135", *args).stdout
 
     stub = judge_cli()
     assert stub.splitlines()[-1] == "0 passed, 4 failed" and "not implemented yet" in stub, stub
-    cases = ROOT / "tests" / "judge_cases" / "tensor_parallel"
+    cases = CASES / "tensor_parallel"
     for right in ("right_functional.py", "right_mini_llm_modules.py"):
         got = judge_cli("--impl", str(cases / right), "--unisolated")
         assert got.splitlines()[-1] == "4 passed, 0 failed", got
@@ -357,23 +388,17 @@ def test_exercise_135_released_alone_runs_its_public_cases(tmp_path):
     assert not wrong.splitlines()[-1].endswith(" 0 failed"), wrong
 
 
-def test_spec_decode_released_alone_grades_its_public_cases(tmp_path):
-    """134 released by itself: no solutions/spec_decode.py in the edition; the stub fails its public cases, a
+def test_spec_decode_released_alone_grades_its_public_cases(bare_edition, tmp_path):
+    """134 without its reference: no solutions/spec_decode.py in the edition; the stub fails its public cases, a
     right verify_and_update passes them and a wrong one does not."""
-    out, config = tmp_path / "edition", tmp_path / "config"
-    env = dict(os.environ, XDG_CONFIG_HOME=str(config), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    p = subprocess.run([sys.executable, "-m", "judge.edition", str(out), "--released", "134"], capture_output=True,
-                       text=True, env=env, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
+    out, env = bare_edition, _student(bare_edition, tmp_path)
     assert not (out / "solutions" / "spec_decode.py").exists() and (out / "judge/public/spec_decode.json").is_file()
 
     def judge_cli(*args: str) -> str:
-        return subprocess.run([sys.executable, "-c", RUN, str(out), "134", *args], capture_output=True, text=True,
-                              cwd=out, env=env, timeout=300).stdout
+        return _judge(out, env, "134", *args).stdout
 
     assert judge_cli().splitlines()[-1] == "0 passed, 5 failed"
-    cases = ROOT / "tests" / "judge_cases" / "spec_decode"
+    cases = CASES / "spec_decode"
     right = judge_cli("--impl", str(cases / "right_loop_appending.py"), "--unisolated")
     assert right.splitlines()[-1] == "5 passed, 0 failed", right
     wrong = judge_cli("--impl", str(cases / "wrong_no_bonus_token.py"), "--unisolated")
