@@ -1,13 +1,24 @@
 """Public drivers: code the worker runs for exercises whose learner code needs objects built beside it (a
 scheduler with its KV-cache manager and requests, an engine with its model). Each function takes the learner's
 module first, then plain arguments from the grader, and returns plain data (what the learner's objects did).
-They hold no expected value: the grader computes those with the references. Shipped to students."""
+They hold no expected value: the grader computes those with the references. Shipped to students.
+
+The parts of the course the learner's code calls but does not write (the scheduler under an engine, the model
+runner) run in the grader, on the references: the worker holds none. A driver gives the learner's code public
+stand-ins for them (judge/drivers/stand_ins.py), which reach the grader's part, a *host* the case registered
+(`register_host`), with `host_call`: plain data out, plain data back, while the grader waits for the driver's
+reply. In the grader (the reference's twin, code graded in-process) the same call is served directly."""
 
 from __future__ import annotations
 
 import functools
+import inspect
+import itertools
+import json
 import operator
-from typing import Any
+from typing import Any, Callable
+
+from judge import wire
 
 
 @functools.lru_cache(maxsize=2)
@@ -68,3 +79,83 @@ def load_model(path: str | None = None):
     from mini_llm.settings import EMBEDDED_MODEL
 
     return _model_at(str(path or option("model") or EMBEDDED_MODEL))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Callbacks: the stand-ins in the worker calling the parts the grader runs
+
+
+class CallbackRefused(Exception):
+    """A callback the grader does not serve (no such host or operation, arguments that are not the plain data the
+    stand-ins send): whoever sent it forged it, and it is the submission's `protocol` verdict."""
+
+
+_hosts: dict[int, Any] = {}  # host number -> an object whose `ops` maps operation names to functions
+_numbers = itertools.count(1)
+
+
+def register_host(host: Any) -> int:
+    """In the grader: make `host.ops` callable by the stand-ins; the number to give the driver."""
+    number = next(_numbers)
+    _hosts[number] = host
+    return number
+
+
+def forget_hosts() -> None:
+    _hosts.clear()
+
+
+def serve_callback(host: Any, name: Any, args: Any) -> dict:
+    """In the grader: run operation `name` of host number `host` on `args` (decoded plain data). {"value": its
+    result, encoded} or {"error": the exception it raised} (bad values of the right kinds: the learner's error);
+    CallbackRefused for anything the stand-ins never send."""
+    target = _hosts.get(host) if type(host) is int else None
+    op = target.ops.get(name) if target is not None and type(name) is str else None
+    if op is None or not isinstance(args, list):
+        raise CallbackRefused(f"no operation {str(name)[:40]!r} of host {str(host)[:20]}")
+    try:
+        inspect.signature(op).bind(*args)
+    except TypeError:
+        raise CallbackRefused(f"{name} called with {len(args)} argument(s)") from None
+    try:
+        value = op(*args)
+    except CallbackRefused:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the part's own error on the learner's values, raised in their code
+        return {"error": {"type": type(exc).__name__, "module": type(exc).__module__, "message": wire.cut(str(exc))}}
+    return {"value": wire.encode(value)}
+
+
+def _in_process(host: int, name: str, args: list) -> dict:
+    """The channel in the grader: the host called directly, on the plain data that would have crossed."""
+    crossed = json.loads(json.dumps(wire.encode(args)))
+    return json.loads(json.dumps(serve_callback(host, name, wire.decode(crossed))))
+
+
+channel: Callable[[int, str, list], dict] = _in_process  # the worker sets its pipes' (judge/_worker.py)
+
+
+def host_call(host: int, name: str, *args: Any) -> Any:
+    """A stand-in's call of operation `name` of the grader's host `host`: its plain result, or the exception it
+    raised, raised here (a builtin or framework.errors class of the same name, else RuntimeError)."""
+    answer = channel(host, name, list(args))
+    if "error" in answer:
+        raise _rebuilt(answer["error"])
+    return wire.decode(answer.get("value"))
+
+
+def _rebuilt(err: Any) -> Exception:
+    import builtins
+
+    from framework import errors
+
+    err = err if isinstance(err, dict) else {}
+    name, message = str(err.get("type")), str(err.get("message", ""))
+    home = {"builtins": builtins, "framework.errors": errors}.get(str(err.get("module")))
+    cls = getattr(home, name, None) if home is not None else None
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001 - a class with another constructor
+            pass
+    return RuntimeError(f"{name}: {message}")

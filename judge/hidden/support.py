@@ -17,7 +17,7 @@ import mini_llm
 import torch
 from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
                                      used_blocks_ok)
-from judge.drivers import load_model as load_checkpoint
+from judge.drivers import CallbackRefused, load_model as load_checkpoint
 from judge.harness import (CaseFailure, LearnerRaised, int_values, option, raised_failure, rng as seeded,  # noqa: F401
                            short, shrink)
 from judge.remote import _exception, driver
@@ -403,3 +403,165 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
         raise CaseFailure(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
     raise CaseFailure(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
                       "integers")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The parts an engine under test calls, run here for its stand-ins (judge/drivers/stand_ins.py)
+
+
+def _int(value: Any, low: int, high: int, what: str) -> int:
+    """An int the stand-ins sent; CallbackRefused (the submission's protocol verdict) if it is not one, ValueError
+    (the learner's error) if it is out of [low, high]."""
+    if type(value) is not int:
+        raise CallbackRefused(f"{what} is not an int")
+    if not low <= value <= high:
+        raise ValueError(f"{what} is {value}, outside [{low}, {high}]")
+    return value
+
+
+def _ints(value: Any, low: int, high: int, what: str, most: int) -> list[int]:
+    if not isinstance(value, list) or len(value) > most:
+        raise CallbackRefused(f"{what} is not a list of at most {most} ints")
+    return [_int(v, low, high, f"{what}[{i}]") for i, v in enumerate(value)]
+
+
+def _name(value: Any) -> str:
+    if type(value) is not str or len(value) > 100:
+        raise CallbackRefused("a name that is not a short str")
+    return value
+
+
+class EngineHost:
+    """The reference scheduler, KV-cache manager and model runner of one engine under test, with a mirror of each
+    of its requests (by name, "#0", "#1", ...). Every operation first sets the mirrors from the state the worker
+    sent (checked: plain values of the right kinds, else CallbackRefused; values out of range are a ValueError
+    raised in the learner's code), runs the reference, and answers the state its parts left."""
+
+    MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, the host accepts
+
+    def __init__(self, config: dict, chunks_first: bool = False) -> None:
+        from framework.engine import EngineConfig
+        from framework.request import Request
+        from solutions.kv_cache_manager import KVCacheManager
+        from solutions.model_runner import ModelRunner
+        from solutions.scheduler import Scheduler
+
+        c = self.config = EngineConfig(**config)
+        self.request_cls, self.runner_cls = Request, ModelRunner
+        self.kv = KVCacheManager(c.num_blocks, c.block_size, c.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv, c.token_budget, c.max_num_seqs, c.enable_chunked_prefill)
+        self.chunks_first = chunks_first
+        self.runner = None  # built at the first forward pass
+        self.vocab = load_model().cfg.vocab_size
+        self.requests: dict[str, Any] = {}
+        self.ops = {"add_request": self.add_request, "schedule": self.schedule, "finish": self.finish,
+                    "free": self.free, "evict": self.evict, "execute_model": self.execute_model}
+
+    # -- the state
+
+    def _apply(self, state: Any) -> None:
+        if not isinstance(state, dict) or not all(isinstance(state.get(k), list)
+                                                  for k in ("requests", "running", "waiting")):
+            raise CallbackRefused("a state that is not the stand-ins'")
+        for rec in state["requests"]:
+            if not isinstance(rec, list) or len(rec) != 5:
+                raise CallbackRefused("a request's state that is not the stand-ins'")
+            name, num_computed, outputs, status, reason = rec
+            r = self.requests.get(_name(name))
+            if r is None:
+                raise CallbackRefused("a request the grader never added")
+            outputs = _ints(outputs, 0, self.vocab - 1, f"request {r.request_id}: output token", self.MAX_TOKENS)
+            num_computed = _int(num_computed, 0, len(r.prompt_token_ids) + len(outputs),
+                                f"request {r.request_id}: num_computed_tokens")
+            if status not in [s.value for s in RequestStatus] or not (reason is None or type(reason) is str):
+                raise CallbackRefused("a status or finish reason that is not the stand-ins'")
+            r.output_token_ids, r.num_computed_tokens = outputs, num_computed
+            r.status, r.finish_reason = RequestStatus(status), None if reason is None else reason[:100]
+        running, waiting = ([self._request(n) for n in state[k]] for k in ("running", "waiting"))
+        if len({id(r) for r in running + waiting}) != len(running) + len(waiting):
+            raise ValueError("a request is twice in the scheduler's queues (running and waiting)")
+        self.scheduler.running[:] = running
+        self.scheduler.waiting = deque(waiting)
+
+    def _request(self, name: Any):
+        r = self.requests.get(_name(name))
+        if r is None:
+            raise CallbackRefused("a request the grader never added")
+        return r
+
+    def _state(self) -> dict:
+        state = {"requests": [[n, r.num_computed_tokens, list(r.block_table), r.status.value, r.finish_reason,
+                               r.num_cached_tokens, r.num_preemptions] for n, r in self.requests.items()],
+                 "running": [self._names[id(r)] for r in self.scheduler.running],
+                 "waiting": [self._names[id(r)] for r in self.scheduler.waiting],
+                 "free": self.kv.num_free_blocks}
+        if self.kv.prefix_cache is not None:
+            state["ref_cnt"] = list(self.kv.block_pool.ref_cnt)
+        return state
+
+    @property
+    def _names(self) -> dict[int, str]:
+        return {id(r): n for n, r in self.requests.items()}
+
+    def _answer(self, value: Any = None) -> dict:
+        return {"state": self._state(), "value": value}
+
+    # -- the operations
+
+    def add_request(self, state: Any, request_id: Any, prompt: Any, max_tokens: Any) -> dict:
+        self._apply(state)
+        prompt = _ints(prompt, 0, self.vocab - 1, "a prompt token", self.MAX_TOKENS)
+        if not prompt:
+            raise ValueError("a request needs at least one prompt token")
+        r = self.request_cls(prompt, SamplingParams(max_tokens=_int(max_tokens, 1, self.MAX_TOKENS, "max_tokens")),
+                             request_id=_name(request_id))
+        self.scheduler.add_request(r)
+        name = f"#{len(self.requests)}"
+        self.requests[name] = r
+        return self._answer(name)
+
+    def schedule(self, state: Any) -> dict:
+        self._apply(state)
+        out = self.scheduler.schedule()
+        if self.chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
+            out.scheduled.sort(key=lambda s: s.completes_prompt)
+        names = self._names
+        return self._answer({"scheduled": [[names[id(s.request)], s.num_new_tokens] for s in out.scheduled],
+                             "preempted": [names[id(r)] for r in out.preempted]})
+
+    def finish(self, state: Any, name: Any, reason: Any) -> dict:
+        self._apply(state)
+        if type(reason) is not str:
+            raise CallbackRefused("a finish reason that is not a str")
+        self.scheduler.finish(self._request(name), reason[:100])
+        return self._answer()
+
+    def free(self, state: Any, name: Any) -> dict:
+        self._apply(state)
+        self.kv.free(self._request(name))
+        return self._answer()
+
+    def evict(self, state: Any, block: Any) -> dict:
+        self._apply(state)
+        if self.kv.prefix_cache is not None:
+            self.kv.prefix_cache.evict(_int(block, 0, self.config.num_blocks - 1, "block id"))
+        return self._answer()
+
+    def execute_model(self, items: Any) -> Any:
+        c = self.config
+        if not isinstance(items, list) or len(items) > self.MAX_TOKENS:
+            raise CallbackRefused("items that are not a list")
+        plain, total = [], 0
+        for it in items:
+            if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
+                raise CallbackRefused("an item that is not the stand-ins'")
+            tokens = _ints(it[0], 0, self.vocab - 1, "an item's token id", self.MAX_TOKENS)
+            table = _ints(it[2], 0, c.num_blocks - 1, "an item's block id", c.num_blocks)
+            start = _int(it[1], 0, c.num_blocks * c.block_size, "an item's num_computed")
+            total += len(tokens)
+            plain.append((tokens, start, table, it[3]))
+        if total > self.MAX_TOKENS:
+            raise ValueError(f"a forward pass of {total} tokens")
+        if self.runner is None:
+            self.runner = self.runner_cls(load_model(), c.num_blocks, c.block_size)
+        return self.runner.execute_model(plain)
