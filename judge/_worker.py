@@ -247,7 +247,7 @@ class Worker:
         code back) is answered first."""
         if not self.serving:
             raise RuntimeError("the judge's parts can be called only while the judge runs your code")
-        self.send({"t": "callback", "id": self.serving[-1], "host": host, "name": name, "args": wire.encode(args)})
+        self.send({"t": "callback", "id": self.serving[-1], "host": host, "name": name, "args": args})
         for line in iter(self.read, b""):
             try:
                 msg = json.loads(line)

@@ -12,7 +12,6 @@ reply. In the grader (the reference's twin, code graded in-process) the same cal
 from __future__ import annotations
 
 import functools
-import inspect
 import itertools
 import json
 import operator
@@ -35,13 +34,16 @@ def learner_error(exc: BaseException) -> dict:
     from judge import harness
     from judge._worker import _error
 
-    return _error(exc, harness._STATE.get("learner_file"))
+    relayed = getattr(exc, "_judge_record", None)  # raised by the learner's code the grader's part called back
+    return relayed if isinstance(relayed, dict) else _error(exc, harness._STATE.get("learner_file"))
 
 
 def plain_ints(value: Any) -> list[int] | None:
     """The integers of a list, tuple, deque, 1-D integer tensor or array, or of any other sequence of ints (an
     `array.array`, a range, ...), as a list of ints; None if `value` is none of those. Imports torch only for a
     tensor the learner made (pure-Python exercises stay quick to grade)."""
+    if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
+        return list(value)
     if _array_module(value):
         from judge.harness import int_values
 
@@ -106,42 +108,46 @@ def forget_hosts() -> None:
 
 
 def serve_callback(host: Any, name: Any, args: Any) -> dict:
-    """In the grader: run operation `name` of host number `host` on `args` (decoded plain data). {"value": its
-    result, encoded} or {"error": the exception it raised} (bad values of the right kinds: the learner's error);
-    CallbackRefused for anything the stand-ins never send."""
+    """In the grader: run operation `name` of host number `host` on `args` (JSON as received: the host checks
+    every value before a reference sees it). {"value": its result, JSON} or {"error": the exception it raised}
+    (bad values of the right kinds: the learner's error); CallbackRefused for anything the stand-ins never send."""
     target = _hosts.get(host) if type(host) is int else None
     op = target.ops.get(name) if target is not None and type(name) is str else None
     if op is None or not isinstance(args, list):
         raise CallbackRefused(f"no operation {str(name)[:40]!r} of host {str(host)[:20]}")
-    try:
-        inspect.signature(op).bind(*args)
-    except TypeError:
-        raise CallbackRefused(f"{name} called with {len(args)} argument(s)") from None
+    if len(args) != op.__code__.co_argcount - 1:  # a host's operations are methods without defaults
+        raise CallbackRefused(f"{name} called with {len(args)} argument(s)")
     try:
         value = op(*args)
     except CallbackRefused:
         raise
     except Exception as exc:  # noqa: BLE001 - the part's own error on the learner's values, raised in their code
+        relayed = getattr(exc, "record", None)  # the learner's code, called back by the part, raised it
+        if isinstance(relayed, dict):
+            return {"error": {**relayed, "relayed": True}}
         return {"error": {"type": type(exc).__name__, "module": type(exc).__module__, "message": wire.cut(str(exc))}}
-    return {"value": wire.encode(value)}
+    return {"value": value}
 
 
 def _in_process(host: int, name: str, args: list) -> dict:
-    """The channel in the grader: the host called directly, on the plain data that would have crossed."""
-    crossed = json.loads(json.dumps(wire.encode(args)))
-    return json.loads(json.dumps(serve_callback(host, name, wire.decode(crossed))))
+    """The channel in the grader: the host called directly, on the JSON that would have crossed."""
+    return json.loads(json.dumps(serve_callback(host, name, json.loads(json.dumps(args)))))
 
 
 channel: Callable[[int, str, list], dict] = _in_process  # the worker sets its pipes' (judge/_worker.py)
 
 
 def host_call(host: int, name: str, *args: Any) -> Any:
-    """A stand-in's call of operation `name` of the grader's host `host`: its plain result, or the exception it
-    raised, raised here (a builtin or framework.errors class of the same name, else RuntimeError)."""
+    """A stand-in's call of operation `name` of the grader's host `host` (`args`: JSON-able): its result as JSON,
+    or the exception it raised, raised here (a builtin or framework.errors class of the same name, else
+    RuntimeError)."""
     answer = channel(host, name, list(args))
     if "error" in answer:
-        raise _rebuilt(answer["error"])
-    return wire.decode(answer.get("value"))
+        exc = _rebuilt(answer["error"])
+        if answer["error"].get("relayed"):
+            exc._judge_record = {k: v for k, v in answer["error"].items() if k != "relayed"}
+        raise exc
+    return answer.get("value")
 
 
 def _rebuilt(err: Any) -> Exception:

@@ -65,9 +65,9 @@ def plain_item(item: Any) -> dict:
 
 
 def _components(host: int) -> tuple[type, type, type]:
-    from judge.drivers.stand_ins import parts
+    from judge.drivers.stand_ins import engine_parts
 
-    scheduler, kv_manager, runner = parts(host)
+    scheduler, kv_manager, runner = engine_parts(host)
 
     class RecordingScheduler(scheduler):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:

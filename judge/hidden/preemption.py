@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
-from judge.hidden.support import (Config, Plan, Workload, World, check_blocks, check_workloads, first_difference,
-                                  learner_failure, random_workloads, script, snapshot, spec_new, spec_running)
+from judge.drivers import register_host
+from judge.hidden.support import (Config, KVHost, Plan, Workload, World, check_blocks, check_workloads,
+                                  first_difference, learner_failure, random_workloads, script, snapshot, spec_new,
+                                  spec_running)
 from judge.remote import driver
 from solutions import scheduler as ref
 from framework.scheduler import ScheduledRequest, SchedulerOutput
@@ -80,7 +82,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
     else:
         text += f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
         exp_ret = ref.Scheduler.allocate_or_preempt(want.sched, want.requests[rid], n, out)
-    res = driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
+    res = driver(impl, "scheduler").call(register_host(KVHost(w.config)), w.plain(), fn, rid, n, list(scheduled))
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
     exp_plan, exp_pre = plan_of(out)
@@ -197,8 +199,7 @@ def _(impl):
 
 
 def _end_to_end(impl) -> None:
-    from judge.hidden.support import alone, load_model
-    from judge.harness import option
+    from judge.hidden.support import alone, generate_small_cache, load_model
     from framework.sampling import SamplingParams
 
     model = load_model()
@@ -208,7 +209,7 @@ def _end_to_end(impl) -> None:
     prompts = [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
     text = (f"LLMEngine(model, EngineConfig(num_blocks=14, block_size=4, token_budget=16, max_num_seqs=4)) with "
             f"your preemption; generate({prompts}, SamplingParams(max_tokens=12, ignore_eos=True))")
-    res = driver(impl, "scheduler").generate_small_cache(prompts, 12, config, option("model"))
+    res = generate_small_cache(impl, prompts, 12, config)
     if "error" in res:
         raise learner_failure(res["error"], LEARNER_FNS, text)
     if res["unfinished"]:

@@ -17,9 +17,10 @@ import mini_llm
 import torch
 from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
                                      used_blocks_ok)
-from judge.drivers import CallbackRefused, load_model as load_checkpoint
+from judge.drivers import CallbackRefused, load_model as load_checkpoint, register_host
 from judge.harness import (CaseFailure, LearnerRaised, int_values, option, raised_failure, rng as seeded,  # noqa: F401
                            short, shrink)
+from judge import wire
 from judge.remote import _exception, driver
 from solutions import scheduler as ref
 from framework.request import RequestStatus
@@ -162,8 +163,11 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
     reference does on `w` at every step, else the failure."""
     drv = driver(impl, "scheduler")
     text = script(w)
+    host = KVHost(w.config) if graded == "schedule" else SchedulerHost(w.config, drv)
     try:
-        got = drv.new_world(w.plain(), graded)
+        got = drv.new_world(register_host(host), w.plain(), graded)
+        if graded != "schedule":
+            host.preemption.world = got
     except TypeError as exc:
         return CaseFailure(str(exc), hint="keep `class Scheduler(SchedulerBase):` and write schedule")
     want = World(ref.Scheduler, w)
@@ -406,12 +410,15 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The parts an engine under test calls, run here for its stand-ins (judge/drivers/stand_ins.py)
+# The parts the learner's code calls, run here for its stand-ins (judge/drivers/stand_ins.py)
+
+MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, a host accepts
+MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it (the model's vocabulary for 130)
 
 
 def _int(value: Any, low: int, high: int, what: str) -> int:
     """An int the stand-ins sent; CallbackRefused (the submission's protocol verdict) if it is not one, ValueError
-    (the learner's error) if it is out of [low, high]."""
+    (raised in the learner's code) if it is out of [low, high]."""
     if type(value) is not int:
         raise CallbackRefused(f"{what} is not an int")
     if not low <= value <= high:
@@ -419,149 +426,328 @@ def _int(value: Any, low: int, high: int, what: str) -> int:
     return value
 
 
-def _ints(value: Any, low: int, high: int, what: str, most: int) -> list[int]:
+def _ints(value: Any, low: int, high: int, what: str, most: int = MAX_TOKENS) -> list[int]:
     if not isinstance(value, list) or len(value) > most:
         raise CallbackRefused(f"{what} is not a list of at most {most} ints")
-    return [_int(v, low, high, f"{what}[{i}]") for i, v in enumerate(value)]
+    return [_int(v, low, high, what) for v in value]
 
 
-def _name(value: Any) -> str:
-    if type(value) is not str or len(value) > 100:
-        raise CallbackRefused("a name that is not a short str")
+def _text(value: Any) -> str | None:
+    if value is not None and (type(value) is not str or len(value) > 100):
+        raise CallbackRefused("a name or reason that is not a short str")
     return value
 
 
-class EngineHost:
-    """The reference scheduler, KV-cache manager and model runner of one engine under test, with a mirror of each
-    of its requests (by name, "#0", "#1", ...). Every operation first sets the mirrors from the state the worker
-    sent (checked: plain values of the right kinds, else CallbackRefused; values out of range are a ValueError
-    raised in the learner's code), runs the reference, and answers the state its parts left."""
+class RequestHost:
+    """The grader's side of one link: a copy of each of the worker's requests (by the link's names), a KV-cache
+    manager of the reference, and `scheduler`, whose queues are the worker's. Every operation first sets the
+    copies from the state the worker sent, checked (plain values of the right kinds, else CallbackRefused; values
+    out of range are a ValueError raised in the learner's code), runs the reference, and answers the state its
+    parts left. Subclasses add `scheduler` and their operations to `ops`."""
 
-    MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, the host accepts
+    def __init__(self, num_blocks: int, block_size: int, prefix: bool, max_id: int = MAX_ID) -> None:
+        from solutions.kv_cache_manager import KVCacheManager
+
+        self.kv = KVCacheManager(num_blocks, block_size, prefix)
+        self.num_blocks, self.max_id = num_blocks, max_id
+        self.scheduler: Any = None
+        self.requests: dict[str, Any] = {}
+        self.new: list[str] = []  # named here since the last answer (the worker makes its own copy)
+        self.synced: dict[str, list] = {}  # what the worker holds of each request (sent or received last)
+        self.synced_queues: list[list[str]] | None = None
+        self.synced_pool: list | None = None
+        self.ops: dict[str, Callable] = {"get_computed_blocks": self.get_computed_blocks,
+                                         "allocate_slots": self.allocate_slots, "free": self.free,
+                                         "evict": self.evict}
+
+    # -- the state
+
+    def apply(self, state: Any) -> None:
+        from framework.request import Request
+
+        if not isinstance(state, dict) or not isinstance(state.get("requests"), list) or \
+                not isinstance(state.get("new", []), list):
+            raise CallbackRefused("a state that is not the stand-ins'")
+        for rec in state.get("new", []):
+            if not isinstance(rec, list) or len(rec) != 4 or rec[0] in self.requests:
+                raise CallbackRefused("a new request that is not the stand-ins'")
+            name, request_id, prompt, max_tokens = _text(rec[0]), _text(rec[1]), rec[2], rec[3]
+            prompt = _ints(prompt, 0, self.max_id - 1, f"a prompt token of request {request_id}")
+            if not prompt:
+                raise ValueError(f"request {request_id} has no prompt token")
+            params = SamplingParams(max_tokens=_int(max_tokens, 1, MAX_TOKENS, "max_tokens"), ignore_eos=True)
+            self.requests[name] = Request(prompt, params, request_id=request_id)
+        for rec in state["requests"]:
+            if not isinstance(rec, list) or len(rec) != 8:
+                raise CallbackRefused("a request's state that is not the stand-ins'")
+            r = self.request(rec[0])
+            outputs = _ints(rec[2], 0, self.max_id - 1, f"request {r.request_id}: an output token")
+            table = _ints(rec[3], 0, self.num_blocks - 1, f"request {r.request_id}: a block id", self.num_blocks)
+            nc = _int(rec[1], 0, len(r.prompt_token_ids) + len(outputs), f"request {r.request_id}: num_computed_tokens")
+            if rec[4] not in [s.value for s in RequestStatus]:
+                raise CallbackRefused("a status that is not a RequestStatus")
+            r.num_computed_tokens, r.output_token_ids, r.block_table = nc, outputs, table
+            r.status, r.finish_reason = RequestStatus(rec[4]), _text(rec[5])
+            r.num_cached_tokens = _int(rec[6], 0, MAX_TOKENS, f"request {r.request_id}: num_cached_tokens")
+            r.num_preemptions = _int(rec[7], 0, MAX_TOKENS, f"request {r.request_id}: num_preemptions")
+            self.synced[rec[0]] = self._fields(r)
+        if "running" in state and self.scheduler is not None:
+            if not isinstance(state["running"], list) or not isinstance(state.get("waiting"), list):
+                raise CallbackRefused("queues that are not lists")
+            running, waiting = [self.request(n) for n in state["running"]], [self.request(n) for n in state["waiting"]]
+            if len({id(r) for r in running + waiting}) != len(running) + len(waiting):
+                raise ValueError("a request is twice in the scheduler's queues (running and waiting)")
+            self.scheduler.running[:] = running
+            self.scheduler.waiting.clear()
+            self.scheduler.waiting.extend(waiting)
+            self.synced_queues = [list(state["running"]), list(state["waiting"])]
+
+    def request(self, name: Any):
+        r = self.requests.get(_text(name))
+        if r is None:
+            raise CallbackRefused("a request the grader was never shown")
+        return r
+
+    def name_of(self, r: Any) -> str:
+        for name, known in self.requests.items():
+            if known is r:
+                return name
+        name = f"g{len(self.requests)}"
+        self.requests[name] = r
+        self.new.append(name)
+        return name
+
+    @staticmethod
+    def _fields(r: Any) -> list:
+        return [r.num_computed_tokens, list(r.output_token_ids), list(r.block_table), r.status.value,
+                r.finish_reason, r.num_cached_tokens, r.num_preemptions]
+
+    def state(self) -> dict:
+        """What changed since the last exchange: new requests, requests whose state differs, queues, the pool."""
+        s, out = self.scheduler, {}
+        if s is not None:
+            queues = [[self.name_of(r) for r in s.running], [self.name_of(r) for r in s.waiting]]
+            if queues != self.synced_queues:
+                out["running"], out["waiting"] = self.synced_queues = queues
+        pool = [self.kv.num_free_blocks, list(self.kv.block_pool.ref_cnt)]
+        if pool != self.synced_pool:
+            out["free"], out["ref_cnt"] = self.synced_pool = pool
+        out["new"], self.new = [[n, self.requests[n].request_id, list(self.requests[n].prompt_token_ids),
+                                 self.requests[n].sampling_params.max_tokens] for n in self.new], []
+        out["requests"] = []
+        for name, r in self.requests.items():
+            fields = self._fields(r)
+            if self.synced.get(name) != fields:
+                self.synced[name] = fields
+                out["requests"].append([name, *fields])
+        return out
+
+    def answer(self, value: Any = None) -> dict:
+        return {"state": self.state(), "value": value}
+
+    def plan(self, plan: Any):
+        """A SchedulerOutput of the copies from the names the worker sent."""
+        from framework.scheduler import ScheduledRequest, SchedulerOutput
+
+        if not isinstance(plan, dict) or not isinstance(plan.get("scheduled"), list) or \
+                not isinstance(plan.get("preempted"), list):
+            raise CallbackRefused("a SchedulerOutput that is not the stand-ins'")
+        out = SchedulerOutput()
+        for pair in plan["scheduled"]:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise CallbackRefused("a scheduled entry that is not [name, tokens]")
+            out.scheduled.append(ScheduledRequest(self.request(pair[0]), _int(pair[1], -MAX_TOKENS, MAX_TOKENS,
+                                                                                "num_new_tokens")))
+        out.preempted = [self.request(n) for n in plan["preempted"]]
+        return out
+
+    def plain_plan(self, out: Any) -> dict:
+        return {"scheduled": [[self.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
+                "preempted": [self.name_of(r) for r in out.preempted]}
+
+    # -- the KV-cache manager's operations
+
+    def get_computed_blocks(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        return self.answer(self.kv.get_computed_blocks(self.request(name)))
+
+    def allocate_slots(self, state: Any, name: Any, num_new_tokens: Any, computed: Any) -> dict:
+        self.apply(state)
+        n = _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS, "num_new_tokens")
+        blocks = _ints(computed, 0, self.num_blocks - 1, "a computed block", self.num_blocks)
+        return self.answer(bool(self.kv.allocate_slots(self.request(name), n, blocks)))
+
+    def free(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        self.kv.free(self.request(name))
+        return self.answer()
+
+    def evict(self, state: Any, block: Any) -> dict:
+        self.apply(state)
+        if self.kv.prefix_cache is not None:
+            self.kv.prefix_cache.evict(_int(block, 0, self.num_blocks - 1, "block id"))
+        return self.answer()
+
+
+class EngineHost(RequestHost):
+    """The reference scheduler, KV-cache manager and model runner of one engine under test (exercise 130)."""
 
     def __init__(self, config: dict, chunks_first: bool = False) -> None:
         from framework.engine import EngineConfig
-        from framework.request import Request
-        from solutions.kv_cache_manager import KVCacheManager
         from solutions.model_runner import ModelRunner
         from solutions.scheduler import Scheduler
 
         c = self.config = EngineConfig(**config)
-        self.request_cls, self.runner_cls = Request, ModelRunner
-        self.kv = KVCacheManager(c.num_blocks, c.block_size, c.enable_prefix_caching)
+        super().__init__(c.num_blocks, c.block_size, c.enable_prefix_caching, load_model().cfg.vocab_size)
         self.scheduler = Scheduler(self.kv, c.token_budget, c.max_num_seqs, c.enable_chunked_prefill)
-        self.chunks_first = chunks_first
-        self.runner = None  # built at the first forward pass
-        self.vocab = load_model().cfg.vocab_size
-        self.requests: dict[str, Any] = {}
-        self.ops = {"add_request": self.add_request, "schedule": self.schedule, "finish": self.finish,
-                    "free": self.free, "evict": self.evict, "execute_model": self.execute_model}
+        self.chunks_first, self.runner_cls, self.runner = chunks_first, ModelRunner, None
+        self.ops.update(add_request=self.add_request, schedule=self.schedule, finish=self.finish,
+                        execute_model=self.execute_model)
 
-    # -- the state
-
-    def _apply(self, state: Any) -> None:
-        if not isinstance(state, dict) or not all(isinstance(state.get(k), list)
-                                                  for k in ("requests", "running", "waiting")):
-            raise CallbackRefused("a state that is not the stand-ins'")
-        for rec in state["requests"]:
-            if not isinstance(rec, list) or len(rec) != 5:
-                raise CallbackRefused("a request's state that is not the stand-ins'")
-            name, num_computed, outputs, status, reason = rec
-            r = self.requests.get(_name(name))
-            if r is None:
-                raise CallbackRefused("a request the grader never added")
-            outputs = _ints(outputs, 0, self.vocab - 1, f"request {r.request_id}: output token", self.MAX_TOKENS)
-            num_computed = _int(num_computed, 0, len(r.prompt_token_ids) + len(outputs),
-                                f"request {r.request_id}: num_computed_tokens")
-            if status not in [s.value for s in RequestStatus] or not (reason is None or type(reason) is str):
-                raise CallbackRefused("a status or finish reason that is not the stand-ins'")
-            r.output_token_ids, r.num_computed_tokens = outputs, num_computed
-            r.status, r.finish_reason = RequestStatus(status), None if reason is None else reason[:100]
-        running, waiting = ([self._request(n) for n in state[k]] for k in ("running", "waiting"))
-        if len({id(r) for r in running + waiting}) != len(running) + len(waiting):
-            raise ValueError("a request is twice in the scheduler's queues (running and waiting)")
-        self.scheduler.running[:] = running
-        self.scheduler.waiting = deque(waiting)
-
-    def _request(self, name: Any):
-        r = self.requests.get(_name(name))
-        if r is None:
-            raise CallbackRefused("a request the grader never added")
-        return r
-
-    def _state(self) -> dict:
-        state = {"requests": [[n, r.num_computed_tokens, list(r.block_table), r.status.value, r.finish_reason,
-                               r.num_cached_tokens, r.num_preemptions] for n, r in self.requests.items()],
-                 "running": [self._names[id(r)] for r in self.scheduler.running],
-                 "waiting": [self._names[id(r)] for r in self.scheduler.waiting],
-                 "free": self.kv.num_free_blocks}
-        if self.kv.prefix_cache is not None:
-            state["ref_cnt"] = list(self.kv.block_pool.ref_cnt)
-        return state
-
-    @property
-    def _names(self) -> dict[int, str]:
-        return {id(r): n for n, r in self.requests.items()}
-
-    def _answer(self, value: Any = None) -> dict:
-        return {"state": self._state(), "value": value}
-
-    # -- the operations
-
-    def add_request(self, state: Any, request_id: Any, prompt: Any, max_tokens: Any) -> dict:
-        self._apply(state)
-        prompt = _ints(prompt, 0, self.vocab - 1, "a prompt token", self.MAX_TOKENS)
-        if not prompt:
-            raise ValueError("a request needs at least one prompt token")
-        r = self.request_cls(prompt, SamplingParams(max_tokens=_int(max_tokens, 1, self.MAX_TOKENS, "max_tokens")),
-                             request_id=_name(request_id))
-        self.scheduler.add_request(r)
-        name = f"#{len(self.requests)}"
-        self.requests[name] = r
-        return self._answer(name)
+    def add_request(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        self.scheduler.add_request(self.request(name))
+        return self.answer()
 
     def schedule(self, state: Any) -> dict:
-        self._apply(state)
+        self.apply(state)
         out = self.scheduler.schedule()
         if self.chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
             out.scheduled.sort(key=lambda s: s.completes_prompt)
-        names = self._names
-        return self._answer({"scheduled": [[names[id(s.request)], s.num_new_tokens] for s in out.scheduled],
-                             "preempted": [names[id(r)] for r in out.preempted]})
+        return self.answer(self.plain_plan(out))
 
     def finish(self, state: Any, name: Any, reason: Any) -> dict:
-        self._apply(state)
+        self.apply(state)
         if type(reason) is not str:
             raise CallbackRefused("a finish reason that is not a str")
-        self.scheduler.finish(self._request(name), reason[:100])
-        return self._answer()
-
-    def free(self, state: Any, name: Any) -> dict:
-        self._apply(state)
-        self.kv.free(self._request(name))
-        return self._answer()
-
-    def evict(self, state: Any, block: Any) -> dict:
-        self._apply(state)
-        if self.kv.prefix_cache is not None:
-            self.kv.prefix_cache.evict(_int(block, 0, self.config.num_blocks - 1, "block id"))
-        return self._answer()
+        self.scheduler.finish(self.request(name), reason[:100])
+        return self.answer()
 
     def execute_model(self, items: Any) -> Any:
         c = self.config
-        if not isinstance(items, list) or len(items) > self.MAX_TOKENS:
+        if not isinstance(items, list) or len(items) > MAX_TOKENS:
             raise CallbackRefused("items that are not a list")
         plain, total = [], 0
         for it in items:
             if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
                 raise CallbackRefused("an item that is not the stand-ins'")
-            tokens = _ints(it[0], 0, self.vocab - 1, "an item's token id", self.MAX_TOKENS)
+            tokens = _ints(it[0], 0, self.max_id - 1, "an item's token id")
             table = _ints(it[2], 0, c.num_blocks - 1, "an item's block id", c.num_blocks)
             start = _int(it[1], 0, c.num_blocks * c.block_size, "an item's num_computed")
             total += len(tokens)
             plain.append((tokens, start, table, it[3]))
-        if total > self.MAX_TOKENS:
+        if total > MAX_TOKENS:
             raise ValueError(f"a forward pass of {total} tokens")
         if self.runner is None:
             self.runner = self.runner_cls(load_model(), c.num_blocks, c.block_size)
-        return self.runner.execute_model(plain)
+        return wire.encode(self.runner.execute_model(plain))
+
+
+class KVHost(RequestHost):
+    """The reference KV-cache manager of a scheduler world (129, and 131's single calls), and the reference
+    preemption (131's answer) for 129's learner scheduler, whose queues are the copies here."""
+
+    def __init__(self, c: Config) -> None:
+        from framework.scheduler import SchedulerBase
+        from solutions import preemption
+
+        super().__init__(c.num_blocks, c.block_size, c.prefix)
+        self.scheduler = type("Shell", (SchedulerBase,), {"preemption": preemption})(self.kv, c.token_budget,
+                                                                                     c.max_num_seqs, c.chunked)
+        self.ops.update(allocate_or_preempt=self.allocate_or_preempt, preempt=self.preempt)
+
+    def allocate_or_preempt(self, state: Any, name: Any, num_new_tokens: Any, plan: Any) -> dict:
+        self.apply(state)
+        out = self.plan(plan)
+        ok = self.scheduler.allocate_or_preempt(self.request(name), _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS,
+                                                                         "num_new_tokens"), out)
+        return self.answer([bool(ok), self.plain_plan(out)])
+
+    def preempt(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        self.scheduler.preempt(self.request(name))
+        return self.answer()
+
+
+class LearnerRaised131(Exception):
+    """The learner's preemption raised in the worker, called by a scheduler here: its record travels on."""
+
+    def __init__(self, record: dict) -> None:
+        super().__init__(str(record.get("message", "")))
+        self.record = record
+
+
+class LearnerPreemption:
+    """`preemption` of a reference scheduler here (131): the learner's allocate_or_preempt and preempt, called in
+    the worker (`judge.drivers.scheduler.preemption_call`) on a copy of the host's requests and queues, whose
+    state comes back here."""
+
+    def __init__(self, host: RequestHost, drv: Any) -> None:
+        self.host, self.drv, self.world = host, drv, None  # world: set once the worker has built it
+
+    def _call(self, fn: str, request: Any, n: int = 0, out: Any = None) -> Any:
+        h = self.host
+        plan = h.plain_plan(out) if out is not None else {"scheduled": [], "preempted": []}
+        reply = self.drv.preemption_call(self.world, fn, h.state(), h.name_of(request), n, plan)
+        if "error" in reply:
+            raise LearnerRaised131(reply["error"])
+        h.apply(reply["state"])
+        ret, plan = reply["value"]
+        if out is not None:
+            new = h.plan(plan)
+            out.scheduled, out.preempted[:] = new.scheduled, new.preempted
+        return ret
+
+    def allocate_or_preempt(self, scheduler: Any, request: Any, num_new_tokens: int, out: Any) -> Any:
+        return self._call("allocate_or_preempt", request, num_new_tokens, out)
+
+    def preempt(self, scheduler: Any, request: Any) -> None:
+        self._call("preempt", request)
+
+
+class SchedulerHost(RequestHost):
+    """131's workloads: the reference scheduler (129's answer) here, calling the learner's preemption there."""
+
+    def __init__(self, c: Config, drv: Any) -> None:
+        super().__init__(c.num_blocks, c.block_size, c.prefix)
+        self.preemption = LearnerPreemption(self, drv)
+        self.scheduler = type("Scheduler", (ref.Scheduler,), {"preemption": self.preemption})(
+            self.kv, c.token_budget, c.max_num_seqs, c.chunked)
+        self.ops.update(schedule=self.schedule)
+
+    def schedule(self, state: Any) -> dict:
+        self.apply(state)
+        return self.answer(self.plain_plan(self.scheduler.schedule()))
+
+
+def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config: dict) -> dict[str, Any]:
+    """131 end to end: the reference engine here with the learner's preemption (called in the worker), on the
+    embedded model, with a KV cache too small for every request at once. Each request's output tokens and
+    preemptions, or the learner's error."""
+    from solutions.engine import EngineConfig, LLMEngine
+
+    cfg = EngineConfig(**config)
+    c = Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs)
+    drv = driver(impl, "scheduler")
+    host = RequestHost(c.num_blocks, c.block_size, False)
+    preemption = LearnerPreemption(host, drv)
+
+    class Engine(LLMEngine):
+        scheduler_cls = type("Scheduler", (ref.Scheduler,), {"preemption": preemption})
+
+    engine = Engine(load_model(), cfg, eos_token_id=None)
+    host.kv, host.scheduler = engine.kv_cache_manager, engine.scheduler
+    preemption.world = drv.preemption_world(register_host(host), config)
+    requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    steps = 0
+    while engine.has_unfinished_requests() and steps < 300:
+        steps += 1
+        try:
+            engine.step()
+        except Exception as exc:  # noqa: BLE001 - the step fails (StepError) when the learner's code raised
+            cause = exc.__cause__ if isinstance(exc.__cause__, LearnerRaised131) else exc
+            if isinstance(cause, LearnerRaised131):
+                return {"error": cause.record}
+            raise
+    return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
+            "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}
