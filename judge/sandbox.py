@@ -169,9 +169,11 @@ def _system_binds() -> list[str]:
 
 
 def missing_references(ex: Exercise, root: Path = ROOT) -> list[str]:
-    """The references the exercise needs that this copy does not hold (a student edition): the worker runs the
-    learner's own practice module of the same name in their place (judge/_worker.py, PracticeStandIns)."""
-    return [m for m in needed_references(ex) if not (root / (m.replace(".", "/") + ".py")).is_file()]
+    """The references the exercise needs that this copy does not hold (a student edition): the learner's own
+    practice module of the same name runs in their place (judge/_worker.py, PracticeStandIns), in the worker or,
+    for the parts the grader runs (`part_references`), in the grader."""
+    needed = [*needed_references(ex), *(m for m in ex.part_references if m != ex.reference)]
+    return [m for m in dict.fromkeys(needed) if not (root / (m.replace(".", "/") + ".py")).is_file()]
 
 
 def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:

@@ -245,3 +245,52 @@ def test_a_malformed_value_is_a_wire_error(value):
 def test_exception_records_are_received_bounded():
     rec = wire.received_error({"type": "E" * 10**6, "module": ["x"], "message": "m" * 10**6, "traceback": 5})
     assert rec["type"] == "LearnerError" and len(rec["message"]) < 2 * wire.TEXT_LIMIT and "traceback" not in rec
+
+
+# -- no answer inside a sandbox that runs another exercise's student code (issue 24, item 3)
+
+EXFILTRATE_130 = ATTACKS / "exercise_130" / "exfiltrate_references.py"  # graded as 130, not in the 128 class
+# The references still in the worker of these exercises (their parts are not yet run by the grader).
+STILL_IN_THE_WORKER = {
+    126: {"batch", "model_runner", "paged_attention"}, 127: {"batch", "paged_kv_cache"},
+    133: {"engine", "scheduler", "kv_cache_manager", "model_runner", "block_pool", "prefix_cache", "preemption",
+          "batch", "paged_attention", "paged_kv_cache"},
+    134: {"engine", "scheduler", "kv_cache_manager", "block_pool", "prefix_cache", "model_runner", "batch",
+          "paged_attention", "paged_kv_cache", "preemption"},
+}
+
+
+def _reference_lines() -> set[str]:
+    return {ln.strip() for p in (ROOT / "solutions").glob("*.py") for ln in p.read_text().splitlines()
+            if len(ln.strip()) > 25}
+
+
+@needs_bwrap
+def test_an_engine_that_searches_the_130_sandbox_finds_no_reference():
+    """A right engine that searches the isolated worker's file system, sys.modules and every object for the
+    references (and raises what it found into its report) finds none; graded unisolated, with the checkout on
+    sys.path, the same search finds them: it is not blind."""
+    cases = ["one request: step by step"]
+    isolated = judge.grade(130, EXFILTRATE_130, isolated=True, cases=cases)
+    assert isolated.ok, isolated.text()
+    assert not [ln for ln in _reference_lines() if ln in isolated.text()]
+    self_study = judge.grade(130, EXFILTRATE_130, cases=cases)
+    assert not self_study.ok and "FOUND importable: solutions" in self_study.text(), self_study.text()
+
+
+def test_the_sandbox_binds_a_reference_only_where_the_grader_does_not_yet_run_the_parts():
+    for ex in judge.load_exercises().values():
+        binds = sandbox.course_binds(ex)
+        bound = {Path(a).stem for a in binds if a.startswith(f"{sandbox.COURSE}/solutions/")} - {"__init__"}
+        assert bound == STILL_IN_THE_WORKER.get(ex.id, set()), (ex.id, bound)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("ex_id", [129, 130, 131])
+def test_no_solutions_module_is_importable_in_the_isolated_worker(ex_id, tmp_path):
+    """A submission that raises at import when `solutions` is importable gets only the API error."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import importlib.util\nif importlib.util.find_spec('solutions') is not None:\n"
+                     "    raise ImportError('solutions is importable here')\n")
+    report = judge.grade(ex_id, probe, isolated=True)
+    assert "does not define" in (report.fatal or ""), report.text()

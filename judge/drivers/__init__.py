@@ -94,13 +94,19 @@ class CallbackRefused(Exception):
 
 _hosts: dict[int, Any] = {}  # host number -> an object whose `ops` maps operation names to functions
 _numbers = itertools.count(1)
+OPENER = 0  # the host that makes the others (judge/drivers/hosts.py, Opener), for the drivers that ask
 
 
 def register_host(host: Any) -> int:
-    """In the grader: make `host.ops` callable by the stand-ins; the number to give the driver."""
+    """In the grader: make `host.ops` callable by the stand-ins; the number to give the driver (or that the
+    opener, host 0, answers a driver that asked for a host)."""
     number = next(_numbers)
     _hosts[number] = host
     return number
+
+
+def drop_host(number: int) -> None:
+    _hosts.pop(number, None)
 
 
 def forget_hosts() -> None:
@@ -111,6 +117,10 @@ def serve_callback(host: Any, name: Any, args: Any) -> dict:
     """In the grader: run operation `name` of host number `host` on `args` (JSON as received: the host checks
     every value before a reference sees it). {"value": its result, JSON} or {"error": the exception it raised}
     (bad values of the right kinds: the learner's error); CallbackRefused for anything the stand-ins never send."""
+    if host == OPENER and type(host) is int and OPENER not in _hosts:
+        from judge.drivers.hosts import Opener
+
+        _hosts[OPENER] = Opener()
     target = _hosts.get(host) if type(host) is int else None
     op = target.ops.get(name) if target is not None and type(name) is str else None
     if op is None or not isinstance(args, list):

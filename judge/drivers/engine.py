@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from framework.engine import EngineConfig, LLMEngineBase
 from framework.request import Request
 from framework.sampling import SamplingParams
-from judge.drivers import learner_error, load_model
+from judge.drivers import OPENER, host_call, learner_error, load_model
 from judge.harness import int_values, short
 
 
@@ -185,18 +185,20 @@ def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
 # What the grader calls (the learner's module comes first)
 
 
-def new_engine(impl: ModuleType, host: int, config: dict, eos: int | None, tokenizer: bool = False,
-               step_limit: int = 400) -> dict:
-    """{"run": the engine under test} or {"problem": ...} / {"error": ...} when it cannot be built. `host`: the
-    grader's scheduler, KV-cache manager and model runner for it (`judge.hidden.support.EngineHost`)."""
+def new_engine(impl: ModuleType, config: dict, eos: int | None, chunks_first: bool = False,
+               tokenizer: bool = False, step_limit: int = 400) -> dict:
+    """{"run": the engine under test} or {"problem": ...} / {"error": ...} when it cannot be built. Its scheduler,
+    KV-cache manager and model runner run in the grader (judge/drivers/hosts.py, EngineHost), asked for here."""
     learner = getattr(impl, "LLMEngine", None)
     if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
         return {"problem": "LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
                            "starter file"}
-    cls = _checked_class(learner, host)
-    try:
-        engine = cls(load_model(), EngineConfig(**config), BracketTokenizer() if tokenizer else None,
-                     eos_token_id=eos)
+    sizes = ("num_blocks", "block_size", "token_budget", "max_num_seqs", "enable_chunked_prefill",
+             "enable_prefix_caching")
+    try:  # in a student edition the grader's parts may be the student's own stubs, which raise here
+        c = EngineConfig(**config)
+        cls = _checked_class(learner, host_call(OPENER, "engine", {k: getattr(c, k) for k in sizes}, chunks_first))
+        engine = cls(load_model(), c, BracketTokenizer() if tokenizer else None, eos_token_id=eos)
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
     run = Run(engine, step_limit)

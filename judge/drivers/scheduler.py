@@ -217,10 +217,13 @@ def graded_scheduler(impl: ModuleType, graded: str, link: Any) -> type:
     return type("Graded", (bound(RemoteScheduler, link),), {"preemption": impl})
 
 
-def _remote_kv(host: int, w: Workload) -> Any:
+def _remote_kv(w: Workload, host: int | None = None) -> Any:
+    """A stand-in KV-cache manager for the world of `w`, on the grader's `host` (None: a KVHost asked for)."""
+    from judge.drivers import OPENER, host_call
     from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
 
     c = w.config
+    host = host_call(OPENER, "kv", asdict(c)) if host is None else host
     return bound(RemoteKVCacheManager, Link(host))(c.num_blocks, c.block_size, c.prefix)
 
 
@@ -228,10 +231,11 @@ def _remote_kv(host: int, w: Workload) -> Any:
 # What the grader calls (the learner's module comes first)
 
 
-def new_world(impl: ModuleType, host: int, workload: dict, graded: str) -> World:
-    """The world of a workload on the grader's host `host` (its KV-cache manager, and the part not graded)."""
+def new_world(impl: ModuleType, workload: dict, graded: str, host: int | None = None) -> World:
+    """The world of a workload, its KV-cache manager (and the part not graded) in the grader: on `host`, or on a
+    KVHost asked for here (129)."""
     w = Workload.from_plain(workload)
-    kv = _remote_kv(host, w)
+    kv = _remote_kv(w, host)
     return World(graded_scheduler(impl, graded, kv.link), w, kv)
 
 
@@ -261,11 +265,11 @@ def step(impl: ModuleType, world: World, step: int) -> dict[str, Any]:
     return result
 
 
-def call(impl: ModuleType, host: int, workload: dict, fn: str, rid: str, n: int, scheduled: list[str]) -> dict:
+def call(impl: ModuleType, workload: dict, fn: str, rid: str, n: int, scheduled: list[str]) -> dict[str, Any]:
     """131: the learner's `fn` ('preempt' or 'allocate_or_preempt') once on request `rid` of a hand-built state
     (the requests in `scheduled` already scheduled in this step, one token each)."""
     w = Workload.from_plain(workload)
-    world = World(type("Graded", (SchedulerBase,), {"preemption": impl}), w, _remote_kv(host, w))
+    world = World(type("Graded", (SchedulerBase,), {"preemption": impl}), w, _remote_kv(w))
     out = SchedulerOutput()
     for other in scheduled:
         r = world.requests[other]

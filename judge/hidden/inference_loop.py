@@ -1,7 +1,7 @@
 """Hidden tests of exercise 130 (LLMEngine.step and LLMEngine.generate).
 
 The learner's engine runs in the worker on the REFERENCE scheduler, KV-cache manager and model runner (so that 130
-can be graded whatever else the learner has written), which run HERE (`support.EngineHost`): the worker holds only
+can be graded whatever else the learner has written), which run HERE (judge/drivers/hosts.py): the worker holds only
 public stand-ins that send plain data (judge/drivers/stand_ins.py), so no reference is in the worker. The public
 driver judge/drivers/engine.py records every step: what the scheduler scheduled, the items of each forward pass and the greedy token of each row
 of logits, what step returned, and every request's state after it. Here, in the grader, each record is checked
@@ -22,8 +22,7 @@ from framework.sampling import SamplingParams
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.drivers import register_host
-from judge.hidden.support import EngineHost, alone, learner_failure, load_model, random_prompts
+from judge.hidden.support import alone, learner_failure, load_model, random_prompts
 from judge.remote import LocalDriver, driver
 from solutions import engine as ref
 
@@ -156,8 +155,8 @@ class Engine:
         self.arrivals: list[str] = []  # request ids in order of arrival
         self.log: list[list[dict]] = []
         self.sizes: list[int] = []
-        args = (config, eos, tokenizer is not None, step_limit)
-        reply = self.drv.new_engine(register_host(EngineHost(config, chunks_first)), *args)
+        args = (config, eos, chunks_first, tokenizer is not None, step_limit)
+        reply = self.drv.new_engine(*args)
         if "problem" in reply:
             raise CaseFailure(reply["problem"], hint="keep `class LLMEngine(LLMEngineBase):` and write step and "
                                                      "generate")
@@ -165,7 +164,7 @@ class Engine:
             raise raised(reply["error"], "LLMEngine(...)")
         self.run = reply["run"]
         self.twin = LocalDriver(ref, "engine")  # the reference engine, here, driven the same way
-        self.twin_run = self.twin.new_engine(register_host(EngineHost(config, chunks_first)), *args)["run"]
+        self.twin_run = self.twin.new_engine(*args)["run"]
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin
         _ENGINES.append(self)

@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
-from judge.drivers import register_host
-from judge.hidden.support import (Config, KVHost, Plan, Workload, World, check_blocks, check_workloads,
+from judge.hidden.support import (Config, Plan, Workload, World, check_blocks, check_workloads,
                                   first_difference, learner_failure, random_workloads, script, snapshot, spec_new,
                                   spec_running)
 from judge.remote import driver
@@ -82,7 +81,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
     else:
         text += f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
         exp_ret = ref.Scheduler.allocate_or_preempt(want.sched, want.requests[rid], n, out)
-    res = driver(impl, "scheduler").call(register_host(KVHost(w.config)), w.plain(), fn, rid, n, list(scheduled))
+    res = driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
     exp_plan, exp_pre = plan_of(out)

@@ -17,10 +17,10 @@ import mini_llm
 import torch
 from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
                                      used_blocks_ok)
-from judge.drivers import CallbackRefused, load_model as load_checkpoint, register_host
+from judge.drivers import load_model as load_checkpoint, register_host
+from judge.drivers.hosts import RequestHost
 from judge.harness import (CaseFailure, LearnerRaised, int_values, option, raised_failure, rng as seeded,  # noqa: F401
                            short, shrink)
-from judge import wire
 from judge.remote import _exception, driver
 from solutions import scheduler as ref
 from framework.request import RequestStatus
@@ -163,10 +163,10 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
     reference does on `w` at every step, else the failure."""
     drv = driver(impl, "scheduler")
     text = script(w)
-    host = KVHost(w.config) if graded == "schedule" else SchedulerHost(w.config, drv)
+    host = SchedulerHost(w.config, drv) if graded == "preemption" else None
     try:
-        got = drv.new_world(register_host(host), w.plain(), graded)
-        if graded != "schedule":
+        got = drv.new_world(w.plain(), graded, register_host(host) if host else None)
+        if host:
             host.preemption.world = got
     except TypeError as exc:
         return CaseFailure(str(exc), hint="keep `class Scheduler(SchedulerBase):` and write schedule")
@@ -410,263 +410,8 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The parts the learner's code calls, run here for its stand-ins (judge/drivers/stand_ins.py)
-
-MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, a host accepts
-MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it (the model's vocabulary for 130)
-
-
-def _int(value: Any, low: int, high: int, what: str) -> int:
-    """An int the stand-ins sent; CallbackRefused (the submission's protocol verdict) if it is not one, ValueError
-    (raised in the learner's code) if it is out of [low, high]."""
-    if type(value) is not int:
-        raise CallbackRefused(f"{what} is not an int")
-    if not low <= value <= high:
-        raise ValueError(f"{what} is {value}, outside [{low}, {high}]")
-    return value
-
-
-def _ints(value: Any, low: int, high: int, what: str, most: int = MAX_TOKENS) -> list[int]:
-    if not isinstance(value, list) or len(value) > most:
-        raise CallbackRefused(f"{what} is not a list of at most {most} ints")
-    return [_int(v, low, high, what) for v in value]
-
-
-def _text(value: Any) -> str | None:
-    if value is not None and (type(value) is not str or len(value) > 100):
-        raise CallbackRefused("a name or reason that is not a short str")
-    return value
-
-
-class RequestHost:
-    """The grader's side of one link: a copy of each of the worker's requests (by the link's names), a KV-cache
-    manager of the reference, and `scheduler`, whose queues are the worker's. Every operation first sets the
-    copies from the state the worker sent, checked (plain values of the right kinds, else CallbackRefused; values
-    out of range are a ValueError raised in the learner's code), runs the reference, and answers the state its
-    parts left. Subclasses add `scheduler` and their operations to `ops`."""
-
-    def __init__(self, num_blocks: int, block_size: int, prefix: bool, max_id: int = MAX_ID) -> None:
-        from solutions.kv_cache_manager import KVCacheManager
-
-        self.kv = KVCacheManager(num_blocks, block_size, prefix)
-        self.num_blocks, self.max_id = num_blocks, max_id
-        self.scheduler: Any = None
-        self.requests: dict[str, Any] = {}
-        self.new: list[str] = []  # named here since the last answer (the worker makes its own copy)
-        self.synced: dict[str, list] = {}  # what the worker holds of each request (sent or received last)
-        self.synced_queues: list[list[str]] | None = None
-        self.synced_pool: list | None = None
-        self.ops: dict[str, Callable] = {"get_computed_blocks": self.get_computed_blocks,
-                                         "allocate_slots": self.allocate_slots, "free": self.free,
-                                         "evict": self.evict}
-
-    # -- the state
-
-    def apply(self, state: Any) -> None:
-        from framework.request import Request
-
-        if not isinstance(state, dict) or not isinstance(state.get("requests"), list) or \
-                not isinstance(state.get("new", []), list):
-            raise CallbackRefused("a state that is not the stand-ins'")
-        for rec in state.get("new", []):
-            if not isinstance(rec, list) or len(rec) != 4 or rec[0] in self.requests:
-                raise CallbackRefused("a new request that is not the stand-ins'")
-            name, request_id, prompt, max_tokens = _text(rec[0]), _text(rec[1]), rec[2], rec[3]
-            prompt = _ints(prompt, 0, self.max_id - 1, f"a prompt token of request {request_id}")
-            if not prompt:
-                raise ValueError(f"request {request_id} has no prompt token")
-            params = SamplingParams(max_tokens=_int(max_tokens, 1, MAX_TOKENS, "max_tokens"), ignore_eos=True)
-            self.requests[name] = Request(prompt, params, request_id=request_id)
-        for rec in state["requests"]:
-            if not isinstance(rec, list) or len(rec) != 8:
-                raise CallbackRefused("a request's state that is not the stand-ins'")
-            r = self.request(rec[0])
-            outputs = _ints(rec[2], 0, self.max_id - 1, f"request {r.request_id}: an output token")
-            table = _ints(rec[3], 0, self.num_blocks - 1, f"request {r.request_id}: a block id", self.num_blocks)
-            nc = _int(rec[1], 0, len(r.prompt_token_ids) + len(outputs), f"request {r.request_id}: num_computed_tokens")
-            if rec[4] not in [s.value for s in RequestStatus]:
-                raise CallbackRefused("a status that is not a RequestStatus")
-            r.num_computed_tokens, r.output_token_ids, r.block_table = nc, outputs, table
-            r.status, r.finish_reason = RequestStatus(rec[4]), _text(rec[5])
-            r.num_cached_tokens = _int(rec[6], 0, MAX_TOKENS, f"request {r.request_id}: num_cached_tokens")
-            r.num_preemptions = _int(rec[7], 0, MAX_TOKENS, f"request {r.request_id}: num_preemptions")
-            self.synced[rec[0]] = self._fields(r)
-        if "running" in state and self.scheduler is not None:
-            if not isinstance(state["running"], list) or not isinstance(state.get("waiting"), list):
-                raise CallbackRefused("queues that are not lists")
-            running, waiting = [self.request(n) for n in state["running"]], [self.request(n) for n in state["waiting"]]
-            if len({id(r) for r in running + waiting}) != len(running) + len(waiting):
-                raise ValueError("a request is twice in the scheduler's queues (running and waiting)")
-            self.scheduler.running[:] = running
-            self.scheduler.waiting.clear()
-            self.scheduler.waiting.extend(waiting)
-            self.synced_queues = [list(state["running"]), list(state["waiting"])]
-
-    def request(self, name: Any):
-        r = self.requests.get(_text(name))
-        if r is None:
-            raise CallbackRefused("a request the grader was never shown")
-        return r
-
-    def name_of(self, r: Any) -> str:
-        for name, known in self.requests.items():
-            if known is r:
-                return name
-        name = f"g{len(self.requests)}"
-        self.requests[name] = r
-        self.new.append(name)
-        return name
-
-    @staticmethod
-    def _fields(r: Any) -> list:
-        return [r.num_computed_tokens, list(r.output_token_ids), list(r.block_table), r.status.value,
-                r.finish_reason, r.num_cached_tokens, r.num_preemptions]
-
-    def state(self) -> dict:
-        """What changed since the last exchange: new requests, requests whose state differs, queues, the pool."""
-        s, out = self.scheduler, {}
-        if s is not None:
-            queues = [[self.name_of(r) for r in s.running], [self.name_of(r) for r in s.waiting]]
-            if queues != self.synced_queues:
-                out["running"], out["waiting"] = self.synced_queues = queues
-        pool = [self.kv.num_free_blocks, list(self.kv.block_pool.ref_cnt)]
-        if pool != self.synced_pool:
-            out["free"], out["ref_cnt"] = self.synced_pool = pool
-        out["new"], self.new = [[n, self.requests[n].request_id, list(self.requests[n].prompt_token_ids),
-                                 self.requests[n].sampling_params.max_tokens] for n in self.new], []
-        out["requests"] = []
-        for name, r in self.requests.items():
-            fields = self._fields(r)
-            if self.synced.get(name) != fields:
-                self.synced[name] = fields
-                out["requests"].append([name, *fields])
-        return out
-
-    def answer(self, value: Any = None) -> dict:
-        return {"state": self.state(), "value": value}
-
-    def plan(self, plan: Any):
-        """A SchedulerOutput of the copies from the names the worker sent."""
-        from framework.scheduler import ScheduledRequest, SchedulerOutput
-
-        if not isinstance(plan, dict) or not isinstance(plan.get("scheduled"), list) or \
-                not isinstance(plan.get("preempted"), list):
-            raise CallbackRefused("a SchedulerOutput that is not the stand-ins'")
-        out = SchedulerOutput()
-        for pair in plan["scheduled"]:
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise CallbackRefused("a scheduled entry that is not [name, tokens]")
-            out.scheduled.append(ScheduledRequest(self.request(pair[0]), _int(pair[1], -MAX_TOKENS, MAX_TOKENS,
-                                                                                "num_new_tokens")))
-        out.preempted = [self.request(n) for n in plan["preempted"]]
-        return out
-
-    def plain_plan(self, out: Any) -> dict:
-        return {"scheduled": [[self.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
-                "preempted": [self.name_of(r) for r in out.preempted]}
-
-    # -- the KV-cache manager's operations
-
-    def get_computed_blocks(self, state: Any, name: Any) -> dict:
-        self.apply(state)
-        return self.answer(self.kv.get_computed_blocks(self.request(name)))
-
-    def allocate_slots(self, state: Any, name: Any, num_new_tokens: Any, computed: Any) -> dict:
-        self.apply(state)
-        n = _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS, "num_new_tokens")
-        blocks = _ints(computed, 0, self.num_blocks - 1, "a computed block", self.num_blocks)
-        return self.answer(bool(self.kv.allocate_slots(self.request(name), n, blocks)))
-
-    def free(self, state: Any, name: Any) -> dict:
-        self.apply(state)
-        self.kv.free(self.request(name))
-        return self.answer()
-
-    def evict(self, state: Any, block: Any) -> dict:
-        self.apply(state)
-        if self.kv.prefix_cache is not None:
-            self.kv.prefix_cache.evict(_int(block, 0, self.num_blocks - 1, "block id"))
-        return self.answer()
-
-
-class EngineHost(RequestHost):
-    """The reference scheduler, KV-cache manager and model runner of one engine under test (exercise 130)."""
-
-    def __init__(self, config: dict, chunks_first: bool = False) -> None:
-        from framework.engine import EngineConfig
-        from solutions.model_runner import ModelRunner
-        from solutions.scheduler import Scheduler
-
-        c = self.config = EngineConfig(**config)
-        super().__init__(c.num_blocks, c.block_size, c.enable_prefix_caching, load_model().cfg.vocab_size)
-        self.scheduler = Scheduler(self.kv, c.token_budget, c.max_num_seqs, c.enable_chunked_prefill)
-        self.chunks_first, self.runner_cls, self.runner = chunks_first, ModelRunner, None
-        self.ops.update(add_request=self.add_request, schedule=self.schedule, finish=self.finish,
-                        execute_model=self.execute_model)
-
-    def add_request(self, state: Any, name: Any) -> dict:
-        self.apply(state)
-        self.scheduler.add_request(self.request(name))
-        return self.answer()
-
-    def schedule(self, state: Any) -> dict:
-        self.apply(state)
-        out = self.scheduler.schedule()
-        if self.chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
-            out.scheduled.sort(key=lambda s: s.completes_prompt)
-        return self.answer(self.plain_plan(out))
-
-    def finish(self, state: Any, name: Any, reason: Any) -> dict:
-        self.apply(state)
-        if type(reason) is not str:
-            raise CallbackRefused("a finish reason that is not a str")
-        self.scheduler.finish(self.request(name), reason[:100])
-        return self.answer()
-
-    def execute_model(self, items: Any) -> Any:
-        c = self.config
-        if not isinstance(items, list) or len(items) > MAX_TOKENS:
-            raise CallbackRefused("items that are not a list")
-        plain, total = [], 0
-        for it in items:
-            if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
-                raise CallbackRefused("an item that is not the stand-ins'")
-            tokens = _ints(it[0], 0, self.max_id - 1, "an item's token id")
-            table = _ints(it[2], 0, c.num_blocks - 1, "an item's block id", c.num_blocks)
-            start = _int(it[1], 0, c.num_blocks * c.block_size, "an item's num_computed")
-            total += len(tokens)
-            plain.append((tokens, start, table, it[3]))
-        if total > MAX_TOKENS:
-            raise ValueError(f"a forward pass of {total} tokens")
-        if self.runner is None:
-            self.runner = self.runner_cls(load_model(), c.num_blocks, c.block_size)
-        return wire.encode(self.runner.execute_model(plain))
-
-
-class KVHost(RequestHost):
-    """The reference KV-cache manager of a scheduler world (129, and 131's single calls), and the reference
-    preemption (131's answer) for 129's learner scheduler, whose queues are the copies here."""
-
-    def __init__(self, c: Config) -> None:
-        from framework.scheduler import SchedulerBase
-        from solutions import preemption
-
-        super().__init__(c.num_blocks, c.block_size, c.prefix)
-        self.scheduler = type("Shell", (SchedulerBase,), {"preemption": preemption})(self.kv, c.token_budget,
-                                                                                     c.max_num_seqs, c.chunked)
-        self.ops.update(allocate_or_preempt=self.allocate_or_preempt, preempt=self.preempt)
-
-    def allocate_or_preempt(self, state: Any, name: Any, num_new_tokens: Any, plan: Any) -> dict:
-        self.apply(state)
-        out = self.plan(plan)
-        ok = self.scheduler.allocate_or_preempt(self.request(name), _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS,
-                                                                         "num_new_tokens"), out)
-        return self.answer([bool(ok), self.plain_plan(out)])
-
-    def preempt(self, state: Any, name: Any) -> dict:
-        self.apply(state)
-        self.scheduler.preempt(self.request(name))
-        return self.answer()
+# 131: a reference scheduler here calling the learner's preemption in the worker (the hosts of the other parts
+# are public: judge/drivers/hosts.py)
 
 
 class LearnerRaised131(Exception):

@@ -41,6 +41,8 @@ def _search():
             continue
         if "/solutions/" in where or module.startswith("solutions"):
             FOUND.append(f"object {getattr(obj, '__qualname__', type(obj).__name__)} from {where}")
+    if FOUND:  # enough to carry out already
+        return
     deadline = time.monotonic() + 20
     for dirpath, dirnames, filenames in os.walk("/"):
         if time.monotonic() > deadline or len(FOUND) > 40:
