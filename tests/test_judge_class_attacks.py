@@ -252,7 +252,6 @@ def test_exception_records_are_received_bounded():
 EXFILTRATE_130 = ATTACKS / "exercise_130" / "exfiltrate_references.py"  # graded as 130, not in the 128 class
 # The references still in the worker of these exercises (their parts are not yet run by the grader).
 STILL_IN_THE_WORKER = {
-    126: {"batch", "model_runner", "paged_attention"}, 127: {"batch", "paged_kv_cache"},
     133: {"engine", "scheduler", "kv_cache_manager", "model_runner", "block_pool", "prefix_cache", "preemption",
           "batch", "paged_attention", "paged_kv_cache"},
     134: {"engine", "scheduler", "kv_cache_manager", "block_pool", "prefix_cache", "model_runner", "batch",
