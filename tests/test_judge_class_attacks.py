@@ -254,8 +254,6 @@ EXFILTRATE_130 = ATTACKS / "exercise_130" / "exfiltrate_references.py"  # graded
 STILL_IN_THE_WORKER = {
     133: {"engine", "scheduler", "kv_cache_manager", "model_runner", "block_pool", "prefix_cache", "preemption",
           "batch", "paged_attention", "paged_kv_cache"},
-    134: {"engine", "scheduler", "kv_cache_manager", "block_pool", "prefix_cache", "model_runner", "batch",
-          "paged_attention", "paged_kv_cache", "preemption"},
 }
 
 
@@ -285,7 +283,7 @@ def test_the_sandbox_binds_a_reference_only_where_the_grader_does_not_yet_run_th
 
 
 @needs_bwrap
-@pytest.mark.parametrize("ex_id", [129, 130, 131])
+@pytest.mark.parametrize("ex_id", [126, 127, 129, 130, 131, 134])
 def test_no_solutions_module_is_importable_in_the_isolated_worker(ex_id, tmp_path):
     """A submission that raises at import when `solutions` is importable gets only the API error."""
     probe = tmp_path / "probe.py"
