@@ -1,8 +1,8 @@
 """The graded process. Started by judge.runner (`python -I -B -S -u -c ...`, under bubblewrap when grading a class);
 never run it by hand.
 
-It holds the learner's module and nothing secret: no hidden case, no expected value, no reference of the graded
-exercise, no key. The grader sends requests (call this function or method of the learner's code, or of a public
+It holds the learner's module and nothing secret: no hidden case, no expected value, no reference (the parts the
+learner's code calls that other exercises write run in the grader: judge/drivers/hosts.py), no key. The grader sends requests (call this function or method of the learner's code, or of a public
 driver in judge/drivers/, with these plain arguments; read this attribute) on one pipe, and it answers each with
 plain data on another (see judge/wire.py). Verdicts are computed by the grader, from that data only: whatever the
 learner's code writes on these pipes is at most a wrong answer.
@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import sys
+import threading
 from typing import Any
 
 from judge import wire
@@ -156,6 +157,7 @@ class Worker:
         self.module: Any = None
         self.learner_file: str | None = None
         self.serving: list[Any] = []  # ids of the requests being answered, the innermost last
+        self.lock = threading.RLock()  # one callback on the pipes at a time (the learner's code may use threads)
 
     def load(self) -> None:
         from judge.loader import SetupError, check_api, load_file
@@ -245,18 +247,19 @@ class Worker:
         judge/drivers/stand_ins.py) while it waits for the reply to the request being answered; its answer,
         {"value": ...} or {"error": ...}. A request the grader sends meanwhile (the host calling the learner's
         code back) is answered first."""
-        if not self.serving:
-            raise RuntimeError("the judge's parts can be called only while the judge runs your code")
-        self.send({"t": "callback", "id": self.serving[-1], "host": host, "name": name, "args": args})
-        for line in iter(self.read, b""):
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if msg.get("t") == "answer":
-                return msg
-            self.answer(msg)
-        raise EOFError("the grader closed the request pipe")
+        with self.lock:
+            if not self.serving:
+                raise RuntimeError("the judge's parts can be called only while the judge runs your code")
+            self.send({"t": "callback", "id": self.serving[-1], "host": host, "name": name, "args": args})
+            for line in iter(self.read, b""):
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("t") == "answer":
+                    return msg
+                self.answer(msg)
+            raise EOFError("the grader closed the request pipe")
 
 
 def main() -> None:

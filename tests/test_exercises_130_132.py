@@ -89,20 +89,19 @@ def test_130_grades_step_and_generate_on_reference_components(model_dir):
     report = judge.grade_inprocess(130, load_file(FIXTURES[130] / "right_reference_style.py"),
                                    cases=["several requests"], options={"model": model_dir})
     assert report.ok, report.text()
-    from judge.drivers import engine as engine_driver, register_host, stand_ins
-    from judge.hidden.support import EngineHost
+    from judge import drivers
+    from judge.drivers import engine as engine_driver, stand_ins
     from solutions.kv_cache_manager import KVCacheManager
     from solutions.model_runner import ModelRunner
     from solutions.scheduler import Scheduler
 
-    config = {"num_blocks": 8, "block_size": 4}
-    host = EngineHost(config)
-    built = engine_driver.new_engine(load_file(FIXTURES[130] / "right_reference_style.py"), register_host(host),
-                                     config, None)
+    built = engine_driver.new_engine(load_file(FIXTURES[130] / "right_reference_style.py"),
+                                     {"num_blocks": 8, "block_size": 4}, None)
     engine = built["run"].engine
     assert isinstance(engine.scheduler, stand_ins.RemoteScheduler)
     assert isinstance(engine.runner, stand_ins.RemoteModelRunner)
     assert isinstance(engine.kv_cache_manager, stand_ins.RemoteKVCacheManager)
+    host = drivers._hosts[engine.scheduler.link.host]  # the grader's side (here, in this process)
     assert type(host.scheduler) is Scheduler and type(host.kv) is KVCacheManager
     engine.add_request([1, 2, 3, 4, 5], engine_driver.params_of({"max_tokens": 2}))
     engine.step()

@@ -250,11 +250,6 @@ def test_exception_records_are_received_bounded():
 # -- no answer inside a sandbox that runs another exercise's student code (issue 24, item 3)
 
 EXFILTRATE_130 = ATTACKS / "exercise_130" / "exfiltrate_references.py"  # graded as 130, not in the 128 class
-# The references still in the worker of these exercises (their parts are not yet run by the grader).
-STILL_IN_THE_WORKER = {
-    133: {"engine", "scheduler", "kv_cache_manager", "model_runner", "block_pool", "prefix_cache", "preemption",
-          "batch", "paged_attention", "paged_kv_cache"},
-}
 
 
 def _reference_lines() -> set[str]:
@@ -275,15 +270,15 @@ def test_an_engine_that_searches_the_130_sandbox_finds_no_reference():
     assert not self_study.ok and "FOUND importable: solutions" in self_study.text(), self_study.text()
 
 
-def test_the_sandbox_binds_a_reference_only_where_the_grader_does_not_yet_run_the_parts():
-    for ex in judge.load_exercises().values():
-        binds = sandbox.course_binds(ex)
-        bound = {Path(a).stem for a in binds if a.startswith(f"{sandbox.COURSE}/solutions/")} - {"__init__"}
-        assert bound == STILL_IN_THE_WORKER.get(ex.id, set()), (ex.id, bound)
+def test_the_sandbox_binds_no_reference():
+    binds = sandbox.course_binds()
+    seen = [binds[i + 2] for i, a in enumerate(binds) if a == "--ro-bind"]
+    assert f"{sandbox.COURSE}/judge/drivers" in seen  # the public parts are there
+    assert not [d for d in seen if d.startswith((f"{sandbox.COURSE}/solutions", f"{sandbox.COURSE}/judge/hidden"))]
 
 
 @needs_bwrap
-@pytest.mark.parametrize("ex_id", [126, 127, 129, 130, 131, 134])
+@pytest.mark.parametrize("ex_id", [126, 127, 129, 130, 131, 133, 134])
 def test_no_solutions_module_is_importable_in_the_isolated_worker(ex_id, tmp_path):
     """A submission that raises at import when `solutions` is importable gets only the API error."""
     probe = tmp_path / "probe.py"

@@ -14,13 +14,16 @@ as in the worker. Shipped to students: it holds no answer.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from collections import deque
 from typing import Any, Callable
 
+import torch
+
 from framework.request import Request, RequestStatus
-from framework.sampling import SamplingParams
+from framework.sampling import SamplingParams, make_generator
 from judge import wire
 from judge.drivers import CallbackRefused, drop_host, load_model, register_host
 from judge.registry import ROOT
@@ -54,6 +57,19 @@ def _ints(value: Any, low: int, high: int, what: str, most: int = MAX_TOKENS) ->
     if not isinstance(value, list) or len(value) > most:
         raise CallbackRefused(f"{what} is not a list of at most {most} ints")
     return [_int(v, low, high, what) for v in value]
+
+
+def _params(value: Any) -> SamplingParams:
+    """The SamplingParams of a new request, from the stand-ins' dict of its fields (ValueError: a bad value)."""
+    kinds = {"max_tokens": (int,), "temperature": (int, float), "top_k": (int,), "top_p": (int, float),
+             "stop": (list,), "ignore_eos": (bool,), "seed": (int, type(None))}
+    if not isinstance(value, dict) or set(value) != set(kinds) or \
+            any(type(value[k]) not in t for k, t in kinds.items()):
+        raise CallbackRefused("sampling parameters that are not the stand-ins'")
+    if len(value["stop"]) > 16 or any(type(s) is not str or len(s) > 200 for s in value["stop"]):
+        raise CallbackRefused("stop strings that are not a few short strs")
+    _int(value["max_tokens"], 1, MAX_TOKENS, "max_tokens")
+    return SamplingParams(**value)
 
 
 def _text(value: Any) -> str | None:
@@ -91,14 +107,14 @@ class RequestHost:
         for rec in state.get("new", []):
             if not isinstance(rec, list) or len(rec) != 4 or rec[0] in self.requests:
                 raise CallbackRefused("a new request that is not the stand-ins'")
-            name, request_id, prompt, max_tokens = _text(rec[0]), _text(rec[1]), rec[2], rec[3]
+            name, request_id, prompt, params = _text(rec[0]), _text(rec[1]), rec[2], _params(rec[3])
             prompt = _ints(prompt, 0, self.max_id - 1, f"a prompt token of request {request_id}")
             if not prompt:
                 raise ValueError(f"request {request_id} has no prompt token")
-            params = SamplingParams(max_tokens=_int(max_tokens, 1, MAX_TOKENS, "max_tokens"), ignore_eos=True)
-            self.requests[name] = Request(prompt, params, request_id=request_id)
+            self.requests[name] = Request(prompt, params, request_id=request_id,
+                                          generator=make_generator(params, torch.device("cpu")))
         for rec in state["requests"]:
-            if not isinstance(rec, list) or len(rec) != 8:
+            if not isinstance(rec, list) or len(rec) != 9:
                 raise CallbackRefused("a request's state that is not the stand-ins'")
             r = self.request(rec[0])
             outputs = _ints(rec[2], 0, self.max_id - 1, f"request {r.request_id}: an output token")
@@ -110,6 +126,9 @@ class RequestHost:
             r.status, r.finish_reason = RequestStatus(rec[4]), _text(rec[5])
             r.num_cached_tokens = _int(rec[6], 0, MAX_TOKENS, f"request {r.request_id}: num_cached_tokens")
             r.num_preemptions = _int(rec[7], 0, MAX_TOKENS, f"request {r.request_id}: num_preemptions")
+            if rec[8] is not None and type(rec[8]) is not str:
+                raise CallbackRefused("an error that is not a str")
+            r.error = None if rec[8] is None else rec[8][:wire.TEXT_LIMIT]
             self.synced[rec[0]] = self._fields(r)
         if "running" in state and self.scheduler is not None:
             if not isinstance(state["running"], list) or not isinstance(state.get("waiting"), list):
@@ -140,7 +159,7 @@ class RequestHost:
     @staticmethod
     def _fields(r: Any) -> list:
         return [r.num_computed_tokens, list(r.output_token_ids), list(r.block_table), r.status.value,
-                r.finish_reason, r.num_cached_tokens, r.num_preemptions]
+                r.finish_reason, r.num_cached_tokens, r.num_preemptions, r.error]
 
     def state(self) -> dict:
         """What changed since the last exchange: new requests, requests whose state differs, queues, the pool."""
@@ -153,7 +172,7 @@ class RequestHost:
         if pool != self.synced_pool:
             out["free"], out["ref_cnt"] = self.synced_pool = pool
         out["new"], self.new = [[n, self.requests[n].request_id, list(self.requests[n].prompt_token_ids),
-                                 self.requests[n].sampling_params.max_tokens] for n in self.new], []
+                                 dataclasses.asdict(self.requests[n].sampling_params)] for n in self.new], []
         out["requests"] = []
         for name, r in self.requests.items():
             fields = self._fields(r)
@@ -289,6 +308,66 @@ class KVHost(RequestHost):
         return self.answer()
 
 
+class EngineLoopHost(RequestHost):
+    """The reference engine of exercise 133's online loop (130's answer, with the reference scheduler, KV-cache
+    manager and runner), stepping copies of the worker's requests: the learner's AsyncLLM drives a stand-in engine
+    (judge/drivers/async_engine.py) whose `step` is this one. The runner raises InjectedFailure at forward pass
+    `fail_at`, so that the step fails as the engine's own would."""
+
+    def __init__(self, config: dict, fail_at: int | None) -> None:
+        from framework.engine import EngineConfig
+        from judge.drivers.async_engine import InjectedFailure
+        from judge.drivers.engine import BracketTokenizer
+
+        class FailingRunner(reference("model_runner").ModelRunner):
+            calls = 0
+
+            def execute_model(self, items):
+                self.calls += 1
+                if self.calls == fail_at:
+                    raise InjectedFailure(f"injected failure at forward pass {fail_at}")
+                return super().execute_model(items)
+
+        engine_cls = type("LLMEngine", (reference("engine").LLMEngine,), {"runner_cls": FailingRunner})
+        self.engine = engine_cls(load_model(), EngineConfig(**config), BracketTokenizer())
+        c = self.engine.config
+        super().__init__(c.num_blocks, c.block_size, c.enable_prefix_caching, load_model().cfg.vocab_size)
+        self.kv, self.scheduler = self.engine.kv_cache_manager, self.engine.scheduler
+        self.ops.update(add_request=self.add_request, step=self.step)
+
+    def add_request(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        self.scheduler.add_request(self.request(name))
+        return self.answer()
+
+    def step(self, state: Any) -> dict:
+        """{"scheduled": names, "outputs": [[name, new tokens], ...]}, or with "failed": the StepError's message,
+        the names of its requests and its cause."""
+        from framework.engine import StepError
+
+        self.apply(state)
+        scheduled: list[str] = []
+        schedule = self.scheduler.schedule
+
+        def recorded():
+            out = schedule()
+            scheduled.extend(self.name_of(s.request) for s in out.scheduled)
+            return out
+
+        self.scheduler.schedule = recorded
+        names = {r.request_id: n for n, r in self.requests.items()}
+        try:
+            outputs = self.engine.step()
+        except StepError as exc:
+            failed = {"message": str(exc), "names": [names[i] for i in exc.request_ids if i in names],
+                      "cause": str(exc.__cause__)}
+            return self.answer({"scheduled": scheduled, "failed": failed})
+        finally:
+            del self.scheduler.schedule
+        return self.answer({"scheduled": scheduled, "outputs": [[names[o.request_id], list(o.new_token_ids)]
+                                                                for o in outputs]})
+
+
 class Opener:
     """Host 0: makes the hosts the drivers ask for, on configurations checked to be small; the oldest is dropped
     when MAX_HOSTS are open (a case uses a few at a time: its engines and their twins, a workload's world)."""
@@ -296,7 +375,7 @@ class Opener:
     LIMITS = {"num_blocks": 4096, "block_size": 256, "token_budget": MAX_TOKENS, "max_num_seqs": 1024}
 
     def __init__(self) -> None:
-        self.ops = {"engine": self.engine, "kv": self.kv, "kernels": self.kernels}
+        self.ops = {"engine": self.engine, "engine_loop": self.engine_loop, "kv": self.kv, "kernels": self.kernels}
         self.opened: deque[int] = deque()
 
     def _open(self, host: Any) -> int:
@@ -323,6 +402,13 @@ class Opener:
             raise CallbackRefused("chunks_first is not a bool")
         c = self._config(config, ("enable_chunked_prefill", "enable_prefix_caching"))
         return self._open(EngineHost(c, chunks_first))
+
+    def engine_loop(self, config: Any, fail_at: Any) -> int:
+        """An EngineLoopHost (exercise 133) for an engine built with EngineConfig(**config)."""
+        if fail_at is not None and type(fail_at) is not int:
+            raise CallbackRefused("fail_at is not an int")
+        c = self._config(config, ("enable_chunked_prefill", "enable_prefix_caching"))
+        return self._open(EngineLoopHost(c, fail_at))
 
     def kernels(self) -> int:
         """A KernelHost (exercises 126 and 127)."""

@@ -5,7 +5,7 @@ judge/hidden/support.py) and sends back what it did, applied here to the worker'
 
 One `Link` is one world of parts in the grader. It names the worker's requests ("#0", "#1", ... as it first sees
 each) and, with every call, sends the state of each one as the learner's code left it (`num_computed_tokens`,
-`output_token_ids`, `block_table`, status, finish reason, `num_cached_tokens`, `num_preemptions`) and the queues
+`output_token_ids`, `block_table`, status, finish reason, `num_cached_tokens`, `num_preemptions`, error) and the queues
 of the scheduler it watches, where they differ from what the grader's copies hold; the grader's answer is the
 same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real `Request`s, a real `SchedulerOutput`, real logits.
 A value the learner left of the wrong kind is refused here, in their code, with a TypeError.
@@ -13,6 +13,7 @@ A value the learner left of the wrong kind is refused here, in their code, with 
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from typing import Any
 
@@ -70,18 +71,18 @@ class Link:
         return out
 
     def apply(self, state: dict) -> None:
-        for name, request_id, prompt, max_tokens in state.get("new", ()):  # made by the grader's parts
-            r = Request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True), request_id=request_id)
+        for name, request_id, prompt, params in state.get("new", ()):  # made by the grader's parts
+            r = Request(prompt, SamplingParams(**params), request_id=request_id)
             self.requests[name], self.names[r] = r, name
         for name, *fields in state["requests"]:
             r = self.requests.get(name)
             if r is not None:
-                nc, outputs, table, status, reason, num_cached, num_preemptions = fields
+                nc, outputs, table, status, reason, num_cached, num_preemptions, r.error = fields
                 _set_list(r, "output_token_ids", outputs)
                 _set_list(r, "block_table", table)
                 r.num_computed_tokens, r.status, r.finish_reason = nc, RequestStatus(status), reason
                 r.num_cached_tokens, r.num_preemptions = num_cached, num_preemptions
-                self.synced[name] = fields
+                self.synced[name] = [list(f) if isinstance(f, list) else f for f in fields]  # not the request's
         if self.scheduler is not None and "running" in state:  # in place: the learner's code may hold them
             self.synced_queues = [state["running"], state["waiting"]]
             for queue, names in zip((self.scheduler.running, self.scheduler.waiting), self.synced_queues):
@@ -128,11 +129,12 @@ def _set_list(r: Request, attr: str, value: list[int]) -> None:
 
 
 def _identity(r: Request) -> list:
-    """[request_id, prompt_token_ids, max_tokens]: what the host's copy of a request is made from."""
-    prompt, max_tokens = plain_ints(r.prompt_token_ids), r.sampling_params.max_tokens
-    if prompt is None or isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-        raise TypeError(f"request {r.request_id}: prompt_token_ids must be a list of ints, max_tokens an int")
-    return [str(r.request_id)[:100], prompt, max_tokens]
+    """[request_id, prompt_token_ids, sampling params]: what the host's copy of a request is made from."""
+    prompt, params = plain_ints(r.prompt_token_ids), r.sampling_params
+    if prompt is None or not isinstance(params, SamplingParams):
+        raise TypeError(f"request {r.request_id}: prompt_token_ids must be a list of ints, sampling_params a "
+                        "SamplingParams")
+    return [str(r.request_id)[:100], prompt, dataclasses.asdict(params)]
 
 
 def _request_state(r: Request) -> list:
@@ -146,10 +148,10 @@ def _request_state(r: Request) -> list:
         raise TypeError(f"request {r.request_id}: output_token_ids and block_table must be lists of ints")
     if not isinstance(r.status, RequestStatus):
         raise TypeError(f"request {r.request_id}: status is {r.status!r:.40}, it must be a RequestStatus")
-    reason = r.finish_reason
-    if reason is not None and not isinstance(reason, str):
-        raise TypeError(f"request {r.request_id}: finish_reason is {reason!r:.40}, it must be a str or None")
-    return [values[0], outputs, table, r.status.value, reason, values[1], values[2]]
+    reason, error = r.finish_reason, r.error
+    if not all(v is None or isinstance(v, str) for v in (reason, error)):
+        raise TypeError(f"request {r.request_id}: finish_reason and error must be a str or None")
+    return [values[0], outputs, table, r.status.value, reason, values[1], values[2], error]
 
 
 class _PoolView:
