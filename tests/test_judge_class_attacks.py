@@ -286,3 +286,13 @@ def test_no_solutions_module_is_importable_in_the_isolated_worker(ex_id, tmp_pat
                      "    raise ImportError('solutions is importable here')\n")
     report = judge.grade(ex_id, probe, isolated=True)
     assert "does not define" in (report.fatal or ""), report.text()
+
+
+@pytest.mark.parametrize("kind", ["host", "operation", "arguments", "state"])
+def test_a_forged_callback_is_the_protocol_verdict(kind, tmp_path):
+    """A step that calls the grader's parts as the stand-ins never do (no such host or operation, arguments of
+    the wrong kinds) ends its submission with `protocol`; the grader is unharmed."""
+    forged = tmp_path / f"forged_{kind}.py"
+    forged.write_text((ATTACKS / "exercise_130" / "forged_callbacks.py").read_text())
+    report = judge.grade(130, forged, cases=["one request: step by step", "several requests"], time_limit=20)
+    assert [r.verdict for r in report.results] == ["protocol", "not run"], report.text()
