@@ -179,7 +179,8 @@ class WorkerProcess(Session):
             raise self.violation(f"callbacks nested more than {MAX_CALLBACK_DEPTH} deep")
         self.callback_depth += 1
         try:
-            answer = serve_callback(msg.get("host"), msg.get("name"), msg.get("args"))  # JSON, checked by the host
+            answer = serve_callback(msg.get("host"), msg.get("name"), msg.get("args"),  # JSON, checked by the host
+                                    self.ex.part_references)
         except CallbackRefused as err:
             raise self.violation(f"a call of the judge's parts it does not serve ({wire.cut(str(err), 200)})") from None
         finally:

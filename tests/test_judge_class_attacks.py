@@ -288,10 +288,10 @@ def test_no_solutions_module_is_importable_in_the_isolated_worker(ex_id, tmp_pat
     assert "does not define" in (report.fatal or ""), report.text()
 
 
-@pytest.mark.parametrize("kind", ["host", "operation", "arguments", "state"])
+@pytest.mark.parametrize("kind", ["host", "operation", "arguments", "state", "oracle"])
 def test_a_forged_callback_is_the_protocol_verdict(kind, tmp_path):
     """A step that calls the grader's parts as the stand-ins never do (no such host or operation, arguments of
-    the wrong kinds) ends its submission with `protocol`; the grader is unharmed."""
+    the wrong kinds, a part that runs 130's own answer) ends its submission with `protocol`."""
     forged = tmp_path / f"forged_{kind}.py"
     forged.write_text((ATTACKS / "exercise_130" / "forged_callbacks.py").read_text())
     report = judge.grade(130, forged, cases=["one request: step by step", "several requests"], time_limit=20)

@@ -11,6 +11,7 @@ reply. In the grader (the reference's twin, code graded in-process) the same cal
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import itertools
 import json
@@ -95,6 +96,10 @@ class CallbackRefused(Exception):
 _hosts: dict[int, Any] = {}  # host number -> an object whose `ops` maps operation names to functions
 _numbers = itertools.count(1)
 OPENER = 0  # the host that makes the others (judge/drivers/hosts.py, Opener), for the drivers that ask
+# The references the hosts may use while serving a callback: the graded exercise's `part_references`, so that no
+# submission can use the grader's parts to run its own answer (None: the grader's own call, or trusted code).
+allowed_references: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "allowed_references", default=None)
 
 
 def register_host(host: Any) -> int:
@@ -113,10 +118,11 @@ def forget_hosts() -> None:
     _hosts.clear()
 
 
-def serve_callback(host: Any, name: Any, args: Any) -> dict:
+def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | None = None) -> dict:
     """In the grader: run operation `name` of host number `host` on `args` (JSON as received: the host checks
-    every value before a reference sees it). {"value": its result, JSON} or {"error": the exception it raised}
-    (bad values of the right kinds: the learner's error); CallbackRefused for anything the stand-ins never send."""
+    every value before a reference sees it), using only the references `allowed` (None: any). {"value": its
+    result, JSON} or {"error": the exception it raised} (bad values of the right kinds: the learner's error);
+    CallbackRefused for anything the stand-ins never send, or a part the graded exercise does not run on."""
     if host == OPENER and type(host) is int and OPENER not in _hosts:
         from judge.drivers.hosts import Opener
 
@@ -127,6 +133,7 @@ def serve_callback(host: Any, name: Any, args: Any) -> dict:
         raise CallbackRefused(f"no operation {str(name)[:40]!r} of host {str(host)[:20]}")
     if len(args) != op.__code__.co_argcount - 1:  # a host's operations are methods without defaults
         raise CallbackRefused(f"{name} called with {len(args)} argument(s)")
+    token = allowed_references.set(allowed)
     try:
         value = op(*args)
     except CallbackRefused:
@@ -136,6 +143,8 @@ def serve_callback(host: Any, name: Any, args: Any) -> dict:
         if isinstance(relayed, dict):
             return {"error": {**relayed, "relayed": True}}
         return {"error": {"type": type(exc).__name__, "module": type(exc).__module__, "message": wire.cut(str(exc))}}
+    finally:
+        allowed_references.reset(token)
     return {"value": value}
 
 

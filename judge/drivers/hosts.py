@@ -25,15 +25,20 @@ import torch
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams, make_generator
 from judge import wire
-from judge.drivers import CallbackRefused, drop_host, load_model, register_host
+from judge.drivers import CallbackRefused, allowed_references, drop_host, load_model, register_host
 from judge.registry import ROOT
 
 MAX_HOSTS = 64  # hosts the drivers asked for kept at once: opening another drops the oldest
 
 
 def reference(part: str) -> Any:
-    """The module `solutions.<part>`; in a student edition without it, the student's practice/<part>.py."""
+    """The module `solutions.<part>`; in a student edition without it, the student's practice/<part>.py.
+    CallbackRefused while serving a submission's callback if it is not one of the graded exercise's parts."""
     from judge._worker import PracticeStandIns
+
+    allowed = allowed_references.get()
+    if allowed is not None and f"solutions.{part}" not in allowed:
+        raise CallbackRefused(f"solutions.{part} is not a part the graded exercise runs on")
 
     if not any(isinstance(f, PracticeStandIns) for f in sys.meta_path):
         sys.meta_path.append(PracticeStandIns(str(ROOT)))
@@ -291,11 +296,11 @@ class KVHost(RequestHost):
 
         c = config
         super().__init__(c["num_blocks"], c["block_size"], c["prefix"])
-        shell = type("Shell", (SchedulerBase,), {"preemption": reference("preemption")})
-        self.scheduler = shell(self.kv, c["token_budget"], c["max_num_seqs"], c["chunked"])
+        self.scheduler = SchedulerBase(self.kv, c["token_budget"], c["max_num_seqs"], c["chunked"])
         self.ops.update(allocate_or_preempt=self.allocate_or_preempt, preempt=self.preempt)
 
     def allocate_or_preempt(self, state: Any, name: Any, num_new_tokens: Any, plan: Any) -> dict:
+        self.scheduler.preemption = reference("preemption")  # only 129's: 131's answer
         self.apply(state)
         out = self.plan(plan)
         ok = self.scheduler.allocate_or_preempt(self.request(name), _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS,
@@ -303,6 +308,7 @@ class KVHost(RequestHost):
         return self.answer([bool(ok), self.plain_plan(out)])
 
     def preempt(self, state: Any, name: Any) -> dict:
+        self.scheduler.preemption = reference("preemption")
         self.apply(state)
         self.scheduler.preempt(self.request(name))
         return self.answer()

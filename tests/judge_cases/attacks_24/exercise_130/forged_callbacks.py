@@ -1,6 +1,7 @@
 """Attack on 130's callbacks: an engine whose step asks the grader's parts for what the stand-ins never ask (a
-host that does not exist, an operation it does not have, arguments of the wrong kinds). Each is the protocol
-verdict that ends the submission, and the grader goes on (the next submission is graded as usual)."""
+host that does not exist, an operation it does not have, arguments of the wrong kinds), or for a part that is its
+own answer (133's host steps the reference engine: 130's answer, an oracle). Each is the protocol verdict that
+ends the submission, and the grader goes on (the next submission is graded as usual)."""
 
 import os
 
@@ -15,6 +16,9 @@ FORGED = {  # which forgery this copy sends: the test writes a copy per kind
                                                                "token_budget": 8, "max_num_seqs": 2,
                                                                "chunked": True, "prefix": False}),
                                        "free", {"requests": [["#0", "x"]]}, "#0"),
+    "oracle": lambda: drivers.host_call(0, "engine_loop", {"num_blocks": 8, "block_size": 4, "token_budget": 8,
+                                                          "max_num_seqs": 2, "enable_chunked_prefill": True,
+                                                          "enable_prefix_caching": False}, None),
 }
 KIND = os.path.basename(__file__).rsplit(".", 1)[0].rpartition("_")[2]
 
