@@ -29,6 +29,8 @@ from judge.drivers import CallbackRefused, allowed_references, drop_host, load_m
 from judge.registry import ROOT
 
 MAX_HOSTS = 64  # hosts the drivers asked for kept at once: opening another drops the oldest
+MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, a host accepts
+MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it (the model's vocabulary for 130)
 
 
 def reference(part: str) -> Any:
@@ -39,13 +41,9 @@ def reference(part: str) -> Any:
     allowed = allowed_references.get()
     if allowed is not None and f"solutions.{part}" not in allowed:
         raise CallbackRefused(f"solutions.{part} is not a part the graded exercise runs on")
-
     if not any(isinstance(f, PracticeStandIns) for f in sys.meta_path):
         sys.meta_path.append(PracticeStandIns(str(ROOT)))
     return importlib.import_module(f"solutions.{part}")
-
-MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, a host accepts
-MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it (the model's vocabulary for 130)
 
 
 def _int(value: Any, low: int, high: int, what: str) -> int:
