@@ -8,7 +8,9 @@ ends within the caps, every report is within its size cap, printable (no termina
 any line of the reference and of the hidden inputs the recording submission printed. The attacks on nbgrader's
 side go through `nbgrader autograde` with a 2 GB limit too: each exported with its honest part, the feedback
 bounded. Also: the grader's memory budget stops a submission and the next one starts clean; a non-editable install
-is refused before anything runs.
+is refused before anything runs; no worker holds a reference (a 130 engine that searches its sandbox's disk and
+memory finds none, no exercise's worker can import `solutions`, the sandbox binds none), and a callback the stand-ins
+never send (or one asking for a part that runs the graded exercise's own answer) is the protocol verdict.
 
 The CLI part needs bubblewrap; it is skipped, saying so, only where it cannot run (CI installs it).
 """
