@@ -8,8 +8,9 @@ its `num_new_tokens`, a request that completed its pending tokens gets a dummy o
 
 129: the learner's `Scheduler.schedule` on the framework's shell, with the reference preemption (131's answer).
 131: the learner's `preempt` and `allocate_or_preempt` inside the reference scheduler (129's answer).
-The references (the KV-cache manager, and the part not graded) run in the grader: the worker's World holds
-stand-ins (judge/drivers/stand_ins.py) for them, which send plain data there.
+The references run in the grader: 129's World holds stand-ins (judge/drivers/stand_ins.py) for its KV-cache
+manager and preemption, which send plain data there; 131's workloads run their World in the grader, on the
+references, which calls the learner's functions here (`preemption_call`, on a copy of the requests).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from framework.kv_cache_manager import blocks_needed
 from judge.drivers import learner_error
+from judge.remote import WorkerLost
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
@@ -203,40 +205,37 @@ def blocks(world: World) -> dict[str, Any]:
             "held": [b for r in world.requests.values() for b in r.block_table]}
 
 
-def graded_scheduler(impl: ModuleType, graded: str, link: Any) -> type:
+def graded_scheduler(impl: ModuleType, link: Any) -> type:
     """129: the learner's schedule on the framework's shell, with the grader's preemption (131's answer, run
-    there). 131: the grader's schedule (129's answer, run there), calling the learner's preemption here."""
-    from judge.drivers.stand_ins import RemotePreemption, RemoteScheduler, bound
+    there)."""
+    from judge.drivers.stand_ins import RemotePreemption
 
-    if graded == "schedule":
-        learner = getattr(impl, "Scheduler", None)
-        if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
-            raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
-        bases = (learner,) if issubclass(learner, SchedulerBase) else (learner, SchedulerBase)
-        return type("Graded", bases, {"preemption": RemotePreemption(link)})
-    return type("Graded", (bound(RemoteScheduler, link),), {"preemption": impl})
+    learner = getattr(impl, "Scheduler", None)
+    if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
+        raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
+    bases = (learner,) if issubclass(learner, SchedulerBase) else (learner, SchedulerBase)
+    return type("Graded", bases, {"preemption": RemotePreemption(link)})
 
 
-def _remote_kv(w: Workload, host: int | None = None) -> Any:
-    """A stand-in KV-cache manager for the world of `w`, on the grader's `host` (None: a KVHost asked for)."""
+def _remote_kv(w: Workload) -> Any:
+    """A stand-in KV-cache manager for the world of `w`, on a KVHost the grader makes for it."""
     from judge.drivers import OPENER, host_call
     from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
 
     c = w.config
-    host = host_call(OPENER, "kv", asdict(c)) if host is None else host
-    return bound(RemoteKVCacheManager, Link(host))(c.num_blocks, c.block_size, c.prefix)
+    return bound(RemoteKVCacheManager, Link(host_call(OPENER, "kv", asdict(c))))(c.num_blocks, c.block_size, c.prefix)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # What the grader calls (the learner's module comes first)
 
 
-def new_world(impl: ModuleType, workload: dict, graded: str, host: int | None = None) -> World:
-    """The world of a workload, its KV-cache manager (and the part not graded) in the grader: on `host`, or on a
-    KVHost asked for here (129)."""
+def new_world(impl: ModuleType, workload: dict) -> World:
+    """129: the world of a workload on the learner's scheduler, its KV-cache manager and preemption in the grader
+    (131's workloads run their world in the grader, calling `preemption_call` here)."""
     w = Workload.from_plain(workload)
-    kv = _remote_kv(w, host)
-    return World(graded_scheduler(impl, graded, kv.link), w, kv)
+    kv = _remote_kv(w)
+    return World(graded_scheduler(impl, kv.link), w, kv)
 
 
 def pending(impl: ModuleType, world: World, step: int) -> bool:
@@ -249,6 +248,8 @@ def step(impl: ModuleType, world: World, step: int) -> dict[str, Any]:
     before = snapshot(world)
     try:
         out = world.sched.schedule()
+    except WorkerLost:  # 131, run in the grader: the worker calling the learner's preemption died or hung
+        raise
     except BaseException as exc:  # noqa: BLE001 - the learner's exception, for the grader to show
         return {"before": before, "error": learner_error(exc)}
     problem = output_problem(out)

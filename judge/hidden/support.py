@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import random
 from collections import Counter, deque
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import mini_llm
@@ -21,7 +21,7 @@ from judge.drivers import load_model as load_checkpoint, register_host
 from judge.drivers.hosts import RequestHost
 from judge.harness import (CaseFailure, LearnerRaised, int_values, option, raised_failure, rng as seeded,  # noqa: F401
                            short, shrink)
-from judge.remote import _exception, driver
+from judge.remote import LocalDriver, _exception, driver
 from solutions import scheduler as ref
 from framework.request import RequestStatus
 from framework.sampling import SamplingParams
@@ -163,11 +163,11 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
     reference does on `w` at every step, else the failure."""
     drv = driver(impl, "scheduler")
     text = script(w)
-    host = SchedulerHost(w.config, drv) if graded == "preemption" else None
     try:
-        got = drv.new_world(w.plain(), graded, register_host(host) if host else None)
-        if host:
-            host.preemption.world = got
+        if graded == "preemption":  # the world runs here, calling the learner's functions in the worker
+            got, drv = world_calling_learner(w, drv), LocalDriver(None, "scheduler")
+        else:
+            got = drv.new_world(w.plain())
     except TypeError as exc:
         return CaseFailure(str(exc), hint="keep `class Scheduler(SchedulerBase):` and write schedule")
     want = World(ref.Scheduler, w)
@@ -419,7 +419,7 @@ class LearnerRaised131(Exception):
 
     def __init__(self, record: dict) -> None:
         super().__init__(str(record.get("message", "")))
-        self.record = record
+        self.record = self._judge_record = record  # the driver reports the learner's own record
 
 
 class LearnerPreemption:
@@ -450,19 +450,16 @@ class LearnerPreemption:
         self._call("preempt", request)
 
 
-class SchedulerHost(RequestHost):
-    """131's workloads: the reference scheduler (129's answer) here, calling the learner's preemption there."""
-
-    def __init__(self, c: Config, drv: Any) -> None:
-        super().__init__(c.num_blocks, c.block_size, c.prefix)
-        self.preemption = LearnerPreemption(self, drv)
-        self.scheduler = type("Scheduler", (ref.Scheduler,), {"preemption": self.preemption})(
-            self.kv, c.token_budget, c.max_num_seqs, c.chunked)
-        self.ops.update(schedule=self.schedule)
-
-    def schedule(self, state: Any) -> dict:
-        self.apply(state)
-        return self.answer(self.plain_plan(self.scheduler.schedule()))
+def world_calling_learner(w: Workload, drv: Any) -> World:
+    """131's workloads: a world here on the reference scheduler (129's answer) and KV-cache manager, whose
+    preemption is the learner's, called in the worker on a copy of the requests (`LearnerPreemption`)."""
+    c = w.config
+    host = RequestHost(c.num_blocks, c.block_size, c.prefix)
+    preemption = LearnerPreemption(host, drv)
+    world = World(type("Scheduler", (ref.Scheduler,), {"preemption": preemption}), w)
+    host.kv, host.scheduler = world.kv, world.sched
+    preemption.world = drv.preemption_world(register_host(host), asdict(c))
+    return world
 
 
 def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config: dict) -> dict[str, Any]:
