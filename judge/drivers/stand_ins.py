@@ -178,6 +178,8 @@ class RemoteKVCacheManager:
         return self.block_pool.num_free_blocks
 
     def get_computed_blocks(self, request: Request) -> list[int]:
+        if self.prefix_cache is None:  # as framework.kv_cache_manager's: no cache, no hit (and no call)
+            return []
         return self.link.call("get_computed_blocks", self.link.name_of(request))
 
     def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: Any = ()) -> bool:
