@@ -1,8 +1,8 @@
 """The graded process. Started by judge.runner (`python -I -B -S -u -c ...`, under bubblewrap when grading a class);
 never run it by hand.
 
-It holds the learner's module and nothing secret: no hidden case, no expected value, no reference of the graded
-exercise, no key. The grader sends requests (call this function or method of the learner's code, or of a public
+It holds the learner's module and nothing secret: no hidden case, no expected value, no reference (the parts the
+learner's code calls that other exercises write run in the grader: judge/drivers/hosts.py), no key. The grader sends requests (call this function or method of the learner's code, or of a public
 driver in judge/drivers/, with these plain arguments; read this attribute) on one pipe, and it answers each with
 plain data on another (see judge/wire.py). Verdicts are computed by the grader, from that data only: whatever the
 learner's code writes on these pipes is at most a wrong answer.
@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import sys
+import threading
 from typing import Any
 
 from judge import wire
@@ -150,11 +151,13 @@ def _set_limits(memory_mb: int | None) -> None:
 
 
 class Worker:
-    def __init__(self, cfg: dict, send) -> None:
-        self.cfg, self.send = cfg, send
+    def __init__(self, cfg: dict, send, read) -> None:
+        self.cfg, self.send, self.read = cfg, send, read  # read(): the next request line, b"" at the end
         self.handles = Handles()
         self.module: Any = None
         self.learner_file: str | None = None
+        self.serving: list[Any] = []  # ids of the requests being answered, the innermost last
+        self.lock = threading.RLock()  # one callback on the pipes at a time (the learner's code may use threads)
 
     def load(self) -> None:
         from judge.loader import SetupError, check_api, load_file
@@ -217,20 +220,46 @@ class Worker:
             return {"ok": False, "error": _error(exc, self.learner_file)}
         return {"ok": False, "error": {"type": "ProtocolError", "module": "judge", "message": f"unknown op {op!r}"}}
 
-    def serve(self, requests) -> None:
-        for line in requests:
+    def serve(self) -> None:
+        for line in iter(self.read, b""):
             try:
                 req = json.loads(line)
             except ValueError:
                 continue
+            self.answer(req)
+
+    def answer(self, req: dict) -> None:
+        self.serving.append(req.get("id"))
+        try:
             reply = self.handle(req)
-            reply.update(t="reply", id=req.get("id"))
-            try:
-                self.send(reply)
-            except (TypeError, ValueError) as exc:  # a value the encoder refused
-                self.send({"t": "reply", "id": req.get("id"), "ok": False,
-                           "error": {"type": "TypeError", "module": "builtins",
-                                     "message": f"your code returned a value that cannot be graded: {exc}"}})
+        finally:
+            self.serving.pop()
+        reply.update(t="reply", id=req.get("id"))
+        try:
+            self.send(reply)
+        except (TypeError, ValueError) as exc:  # a value the encoder refused
+            self.send({"t": "reply", "id": req.get("id"), "ok": False,
+                       "error": {"type": "TypeError", "module": "builtins",
+                                 "message": f"your code returned a value that cannot be graded: {exc}"}})
+
+    def callback(self, host: int, name: str, args: list) -> dict:
+        """Ask the grader to run `name` of its host `host` (the parts of the course that run there, see
+        judge/drivers/stand_ins.py) while it waits for the reply to the request being answered; its answer,
+        {"value": ...} or {"error": ...}. A request the grader sends meanwhile (the host calling the learner's
+        code back) is answered first."""
+        with self.lock:
+            if not self.serving:
+                raise RuntimeError("the judge's parts can be called only while the judge runs your code")
+            self.send({"t": "callback", "id": self.serving[-1], "host": host, "name": name, "args": args})
+            for line in iter(self.read, b""):
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("t") == "answer":
+                    return msg
+                self.answer(msg)
+            raise EOFError("the grader closed the request pipe")
 
 
 def main() -> None:
@@ -248,7 +277,7 @@ def main() -> None:
 
     _set_limits(cfg.get("memory_mb"))
     import judge
-    from judge import harness
+    from judge import drivers, harness
 
     sys.meta_path.append(PracticeStandIns(os.path.dirname(os.path.dirname(os.path.abspath(judge.__file__)))))
     try:  # the course's own dependency, loaded before the learner's code: the import time limit is for theirs
@@ -259,11 +288,12 @@ def main() -> None:
 
     harness._STATE["options"] = dict(cfg.get("options") or {})
     harness._STATE["memory_mb"] = cfg.get("memory_mb")
-    worker = Worker(cfg, send)
+    worker = Worker(cfg, send, requests.readline)
+    drivers.channel = worker.callback  # the stand-ins reach the grader's parts through this process's pipes
     worker.load()
     harness._STATE["learner_file"] = worker.learner_file
     try:
-        worker.serve(iter(requests.readline, b""))
+        worker.serve()
     finally:
         try:
             sys.stdout.flush()

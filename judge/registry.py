@@ -31,9 +31,11 @@ class Exercise:
     case_timeout: float = 20.0  # default seconds per case (a case may set its own); `time_limit=` overrides
     memory_limit_mb: int = 4096  # address-space limit of the grading process
     total_timeout: float = 600.0  # seconds for one submission, all cases together (the rest are not run)
-    # The cases run in the grader and the learner's code in the worker, which sees only what a student receives
-    # plus these reference modules: the parts the exercise needs to run (for a driver), never its own answer.
-    worker_references: tuple[str, ...] = ()
+    # The cases run in the grader and the learner's code in the worker, which sees only what a student receives.
+    # The references of the parts the learner's code calls (other exercises' answers) run in the grader too
+    # (judge/drivers/hosts.py); in a student edition without one, the student's practice module of the same name
+    # runs there in its place.
+    part_references: tuple[str, ...] = ()
     # the cases a student can run on their copy (the student edition); default: the first two (the worked example)
     public_cases: tuple[str, ...] = ()
 

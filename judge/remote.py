@@ -87,9 +87,13 @@ def _cached_class(cache: dict[str, type], key: str, make: Callable[[], type]) ->
 
 
 def forget() -> None:
-    """Drop the classes made for what a submission's worker sent (the runner calls it after each submission)."""
+    """Drop the classes made for what a submission's worker sent, and the parts the grader ran for its stand-ins
+    (the runner calls it after each submission)."""
+    from .drivers import forget_hosts
+
     _classes.clear()
     _remote_types.clear()
+    forget_hosts()
 
 
 class Session:

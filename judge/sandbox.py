@@ -3,8 +3,8 @@
 Isolated (class grading): under bubblewrap (`bwrap`, the sandbox Flatpak uses), the worker runs as nobody in its
 own user, mount, PID, network, IPC and UTS namespaces, with an empty environment. Its file system is built from
 read-only binds: the system's libraries, the Python installation and the virtual environment's site-packages, and
-in /course only what a student receives (`visible_files`), the references of the parts the graded exercise
-needs to run, and the submission; /tmp is a private tmpfs. Nothing it starts outlives it (bubblewrap is PID 1 of
+in /course only what a student receives (`visible_files`), no reference (the parts an exercise runs on
+are run by the grader), and the submission; /tmp is a private tmpfs. Nothing it starts outlives it (bubblewrap is PID 1 of
 its namespace and dies with the grader), it cannot see the grader's processes, and it has no network.
 
 Unisolated (self-study): a plain subprocess with today's limits (a fresh temporary directory, a clean environment,
@@ -37,7 +37,7 @@ NOT_ISOLATED = ("note: not isolated: your code runs in a plain subprocess with t
                 "(fine for self-study; class grading uses bubblewrap)")
 
 # What a student receives of the repository as it is here: the student edition copies these, and the worker sees
-# only these (and, per exercise, the references it needs: `course_binds`). The edition also writes, filtered, the
+# only these, and no reference (`course_binds`). The edition also writes, filtered, the
 # chapters (without the solutions of unreleased exercises: the worker never sees chapters/) and the judge's
 # `EDITION_JUDGE` folders (the released exercises' metadata and public cases, which hold no secret).
 STUDENT_FILES = ("pyproject.toml", "environment.yml", "practice", "framework", "mini_llm", "course", "docs/glossary.md",
@@ -53,12 +53,6 @@ def student_files(root: Path = ROOT) -> list[Path]:
 def visible_files(root: Path = ROOT) -> list[Path]:
     """What the worker sees of `root` whatever the exercise: the student's files and the edition's judge folders."""
     return student_files(root) + [Path(d) for d in EDITION_JUDGE if (root / d).exists()]
-
-
-def needed_references(ex: Exercise) -> list[str]:
-    """The reference modules the worker may import for this exercise (the parts it needs to run, never its own)."""
-    own = ex.reference
-    return [m for m in ex.worker_references if m != own]
 
 
 def site_packages() -> list[str]:
@@ -173,21 +167,18 @@ def _system_binds() -> list[str]:
 
 
 def missing_references(ex: Exercise, root: Path = ROOT) -> list[str]:
-    """The references the exercise needs that this copy does not hold (a student edition): the worker runs the
-    learner's own practice module of the same name in their place (judge/_worker.py, PracticeStandIns)."""
-    return [m for m in needed_references(ex) if not (root / (m.replace(".", "/") + ".py")).is_file()]
+    """The references of the parts the exercise runs on (`part_references`, run by the grader) that this copy does
+    not hold (a student edition): the learner's own practice module of the same name runs in their place
+    (judge/_worker.py, PracticeStandIns)."""
+    return [m for m in ex.part_references if m != ex.reference
+            and not (root / (m.replace(".", "/") + ".py")).is_file()]
 
 
-def course_binds(ex: Exercise, root: Path = ROOT) -> list[str]:
+def course_binds(root: Path = ROOT) -> list[str]:
+    """What a student receives, in /course: no reference, whatever the exercise (the parts it runs on are the
+    grader's, judge/drivers/hosts.py)."""
     args = ["--dir", COURSE]
     for rel in visible_files(root):
-        args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
-    missing = missing_references(ex, root)
-    refs = [m for m in needed_references(ex) if m not in missing]
-    if needed_references(ex):  # the package, also where every reference is missing: PracticeStandIns fill it
-        args += ["--ro-bind", str(root / "solutions/__init__.py"), f"{COURSE}/solutions/__init__.py"]
-    for mod in refs:  # a reference that imports one not bound here (the graded one) gets the practice module
-        rel = mod.replace(".", "/") + ".py"
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
     return args
 
@@ -206,7 +197,7 @@ def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: lis
     inner = f"{SUBMISSION}/{submission.name}" if submission else None
     args = ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--die-with-parent",
             "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
-            "--clearenv", *_env_args(), *_system_binds(), *course_binds(ex)]
+            "--clearenv", *_env_args(), *_system_binds(), *course_binds()]
     if submission:
         args += ["--ro-bind", str(submission), inner]
     for path in extra_ro:  # e.g. a model checkpoint given with --model

@@ -8,6 +8,9 @@ Whatever the worker writes is the learner's to forge, so the grader takes it wit
 - a message is one line of at most `wire.MAX_MESSAGE` bytes; a line that is not JSON is skipped (learner output
   on the wrong descriptor), but a message the grader did not ask for (a reply to an id it has not sent or has had
   its answer to, anything before the worker's "hello" or after its "ready") is a protocol violation;
+- a callback (the learner's code calling a part the grader runs for it, judge/drivers/stand_ins.py) is served only
+  for a request whose reply is awaited, nested at most `MAX_CALLBACK_DEPTH` deep, on plain data the host checks
+  before any reference sees it (anything else is a violation); its time counts against the same deadline;
 - what one submission makes the grader hold is bounded (`GRADER_MEMORY_MB` above its resident memory when the
   submission started).
 
@@ -34,6 +37,7 @@ OUTPUT_LIMIT = 1_000_000  # bytes of learner output before the worker is stopped
 KEEP_OUTPUT = 1500  # bytes kept from the start and from the end of the learner's output
 GRADER_MEMORY_MB = 768  # growth of the grader's resident memory one submission may cause
 ENDS_SUBMISSION = ("protocol", "grader memory")  # verdicts after which the submission's other cases are not run
+MAX_CALLBACK_DEPTH = 4  # callbacks served while serving one (a host calling the learner's code, which calls back)
 _POLL = 0.05  # seconds between checks of the deadline and of the process while nothing arrives
 
 
@@ -108,6 +112,7 @@ class WorkerProcess(Session):
         self.buf = bytearray()
         self.pending: dict[int, dict | None] = {}  # ids sent -> their reply, None while not there
         self.next_id = 0
+        self.callback_depth = 0
         self.tmp = sandbox.private_tmp("worker")
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
@@ -157,12 +162,30 @@ class WorkerProcess(Session):
     def _take_reply(self) -> None:
         msg = self._read_message()
         rid = msg.get("id")
+        if msg.get("t") == "callback" and type(rid) is int and rid in self.pending and self.pending[rid] is None:
+            return self._serve_callback(msg)
         if msg.get("t") != "reply" or type(rid) is not int or rid not in self.pending or self.pending[rid] is not None:
             raise self.violation(f"a message the grader did not ask for ({_describe(msg)})")
         problem = wire.reply_problem(msg)
         if problem:
             raise self.violation(problem)
         self.pending[rid] = msg
+
+    def _serve_callback(self, msg: dict) -> None:
+        """Answer a stand-in's call of a part the grader runs; a malformed one is a violation."""
+        from .drivers import CallbackRefused, serve_callback
+
+        if self.callback_depth >= MAX_CALLBACK_DEPTH:
+            raise self.violation(f"callbacks nested more than {MAX_CALLBACK_DEPTH} deep")
+        self.callback_depth += 1
+        try:
+            answer = serve_callback(msg.get("host"), msg.get("name"), msg.get("args"),  # JSON, checked by the host
+                                    self.ex.part_references)
+        except CallbackRefused as err:
+            raise self.violation(f"a call of the judge's parts it does not serve ({wire.cut(str(err), 200)})") from None
+        finally:
+            self.callback_depth -= 1
+        self._write({"t": "answer", **answer})
 
     def wait_ready(self, import_limit: float, cap: float | None) -> dict:
         """{"t": "ready"} or {"t": "fatal", ...} once the learner's module is imported, within `import_limit`

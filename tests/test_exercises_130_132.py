@@ -83,12 +83,14 @@ def test_correct_version_is_accepted(ex, path, model_dir):
 
 
 def test_130_grades_step_and_generate_on_reference_components(model_dir):
-    """A learner whose other practice files are still stubs is graded on 130 alone: the engine under test uses
-    the reference scheduler, KV-cache manager and runner, not practice/'s."""
+    """A learner whose other practice files are still stubs is graded on 130 alone: the engine under test calls
+    stand-ins whose work the reference scheduler, KV-cache manager and runner do in the grader (the host), not
+    practice/'s."""
     report = judge.grade_inprocess(130, load_file(FIXTURES[130] / "right_reference_style.py"),
                                    cases=["several requests"], options={"model": model_dir})
     assert report.ok, report.text()
-    from judge.drivers import engine as engine_driver
+    from judge import drivers
+    from judge.drivers import engine as engine_driver, stand_ins
     from solutions.kv_cache_manager import KVCacheManager
     from solutions.model_runner import ModelRunner
     from solutions.scheduler import Scheduler
@@ -96,8 +98,15 @@ def test_130_grades_step_and_generate_on_reference_components(model_dir):
     built = engine_driver.new_engine(load_file(FIXTURES[130] / "right_reference_style.py"),
                                      {"num_blocks": 8, "block_size": 4}, None)
     engine = built["run"].engine
-    assert isinstance(engine.scheduler, Scheduler) and isinstance(engine.runner, ModelRunner)
-    assert type(engine.kv_cache_manager) is KVCacheManager
+    assert isinstance(engine.scheduler, stand_ins.RemoteScheduler)
+    assert isinstance(engine.runner, stand_ins.RemoteModelRunner)
+    assert isinstance(engine.kv_cache_manager, stand_ins.RemoteKVCacheManager)
+    host = drivers._hosts[engine.scheduler.link.host]  # the grader's side (here, in this process)
+    assert type(host.scheduler) is Scheduler and type(host.kv) is KVCacheManager
+    engine.add_request([1, 2, 3, 4, 5], engine_driver.params_of({"max_tokens": 2}))
+    engine.step()
+    assert isinstance(host.runner, ModelRunner) and host.kv.num_free_blocks == 8 - 2
+    assert engine.kv_cache_manager.num_free_blocks == 6 and engine.scheduler.running[0].block_table == [0, 1]
 
 
 def test_130_step_only_without_generate_names_generate(model_dir):

@@ -8,7 +8,9 @@ ends within the caps, every report is within its size cap, printable (no termina
 any line of the reference and of the hidden inputs the recording submission printed. The attacks on nbgrader's
 side go through `nbgrader autograde` with a 2 GB limit too: each exported with its honest part, the feedback
 bounded. Also: the grader's memory budget stops a submission and the next one starts clean; a non-editable install
-is refused before anything runs.
+is refused before anything runs; no worker holds a reference (a 130 engine that searches its sandbox's disk and
+memory finds none, no exercise's worker can import `solutions`, the sandbox binds none), and a callback the stand-ins
+never send (or one asking for a part that runs the graded exercise's own answer) is the protocol verdict.
 
 The CLI part needs bubblewrap; it is skipped, saying so, only where it cannot run (CI installs it).
 """
@@ -245,3 +247,54 @@ def test_a_malformed_value_is_a_wire_error(value):
 def test_exception_records_are_received_bounded():
     rec = wire.received_error({"type": "E" * 10**6, "module": ["x"], "message": "m" * 10**6, "traceback": 5})
     assert rec["type"] == "LearnerError" and len(rec["message"]) < 2 * wire.TEXT_LIMIT and "traceback" not in rec
+
+
+# -- no answer inside a sandbox that runs another exercise's student code (issue 24, item 3)
+
+EXFILTRATE_130 = ATTACKS / "exercise_130" / "exfiltrate_references.py"  # graded as 130, not in the 128 class
+
+
+def _reference_lines() -> set[str]:
+    return {ln.strip() for p in (ROOT / "solutions").glob("*.py") for ln in p.read_text().splitlines()
+            if len(ln.strip()) > 25}
+
+
+@needs_bwrap
+def test_an_engine_that_searches_the_130_sandbox_finds_no_reference():
+    """A right engine that searches the isolated worker's file system, sys.modules and every object for the
+    references (and raises what it found into its report) finds none; graded unisolated, with the checkout on
+    sys.path, the same search finds them: it is not blind."""
+    cases = ["one request: step by step"]
+    isolated = judge.grade(130, EXFILTRATE_130, isolated=True, cases=cases)
+    assert isolated.ok, isolated.text()
+    assert not [ln for ln in _reference_lines() if ln in isolated.text()]
+    self_study = judge.grade(130, EXFILTRATE_130, cases=cases)
+    assert not self_study.ok and "FOUND importable: solutions" in self_study.text(), self_study.text()
+
+
+def test_the_sandbox_binds_no_reference():
+    binds = sandbox.course_binds()
+    seen = [binds[i + 2] for i, a in enumerate(binds) if a == "--ro-bind"]
+    assert f"{sandbox.COURSE}/judge/drivers" in seen  # the public parts are there
+    assert not [d for d in seen if d.startswith((f"{sandbox.COURSE}/solutions", f"{sandbox.COURSE}/judge/hidden"))]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("ex_id", [126, 127, 129, 130, 131, 133, 134])
+def test_no_solutions_module_is_importable_in_the_isolated_worker(ex_id, tmp_path):
+    """A submission that raises at import when `solutions` is importable gets only the API error."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import importlib.util\nif importlib.util.find_spec('solutions') is not None:\n"
+                     "    raise ImportError('solutions is importable here')\n")
+    report = judge.grade(ex_id, probe, isolated=True)
+    assert "does not define" in (report.fatal or ""), report.text()
+
+
+@pytest.mark.parametrize("kind", ["host", "operation", "arguments", "state", "oracle"])
+def test_a_forged_callback_is_the_protocol_verdict(kind, tmp_path):
+    """A step that calls the grader's parts as the stand-ins never do (no such host or operation, arguments of
+    the wrong kinds, a part that runs 130's own answer) ends its submission with `protocol`."""
+    forged = tmp_path / f"forged_{kind}.py"
+    forged.write_text((ATTACKS / "exercise_130" / "forged_callbacks.py").read_text())
+    report = judge.grade(130, forged, cases=["one request: step by step", "several requests"], time_limit=20)
+    assert [r.verdict for r in report.results] == ["protocol", "not run"], report.text()

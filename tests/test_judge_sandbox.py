@@ -221,18 +221,18 @@ def test_the_sandbox_command_line_names_no_folder_of_the_course():
     finally:
         os.close(fd)
     assert argv[:3] == ["bwrap", "--args", str(fd)] and inner == "/submission/sub.py"
-    assert str(ROOT / "solutions" / "scheduler.py").encode() in binds  # what 130 runs on, bound from here
+    assert str(ROOT / "judge" / "drivers").encode() in binds  # what a student receives, bound from here
+    assert not any(b.startswith(str(ROOT / "solutions").encode()) for b in binds)  # no reference, not even 130's parts
     assert not any(str(ROOT / d) in a for a in argv for d in ("judge", "solutions", "practice", "framework"))
 
 
 @pytest.mark.skipif(judge.sandbox.bwrap_problem() is not None, reason="bubblewrap cannot run here")
 def test_the_sandbox_shows_the_students_files_and_nothing_else():
-    """What the worker of 130 finds under /course is judge.sandbox.student_files() (what a student edition copies
-    as it is), the edition's judge folders, and the references 130 runs on: never judge/hidden, chapters/ (whose
-    solution sections show references), tests/ or the reference of the graded exercise."""
-    ex = judge.get_exercise(130)
+    """What a worker finds under /course is judge.sandbox.student_files() (what a student edition copies as it is)
+    and the edition's judge folders: no reference (not even of the parts an exercise runs on, which the grader
+    runs), never judge/hidden, chapters/ (whose solution sections show references) or tests/."""
     args = ["--unshare-all", "--die-with-parent", "--proc", "/proc", "--dev", "/dev", *judge.sandbox._system_binds(),
-            *judge.sandbox.course_binds(ex)]
+            *judge.sandbox.course_binds()]
     p = subprocess.run(["bwrap", *args, "find", "/course", "-type", "f", "-not", "-path", "*/__pycache__/*"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -241,17 +241,5 @@ def test_the_sandbox_shows_the_students_files_and_nothing_else():
     for rel in judge.sandbox.visible_files():
         found = [ROOT / rel] if (ROOT / rel).is_file() else (ROOT / rel).rglob("*")
         expected |= {str(f.relative_to(ROOT)) for f in found if f.is_file() and "__pycache__" not in f.parts}
-    refs = {m.replace(".", "/") + ".py" for m in judge.sandbox.needed_references(ex)}
-    assert seen == expected | refs | {"solutions/__init__.py"}
-    assert ex.reference.replace(".", "/") + ".py" not in seen
-    assert not any(f.startswith(("judge/hidden", "chapters/", "tests/")) for f in seen)
-
-
-def test_a_copy_without_the_references_an_exercise_runs_on_still_has_the_solutions_package(tmp_path):
-    """A student edition that releases 129 but none of the references it runs on: the worker gets the empty
-    `solutions` package, which the learner's own practice modules fill (PracticeStandIns)."""
-    (tmp_path / "solutions").mkdir()
-    (tmp_path / "solutions" / "__init__.py").write_text("")
-    binds = judge.sandbox.course_binds(judge.get_exercise(129), tmp_path)
-    assert f"{judge.sandbox.COURSE}/solutions/__init__.py" in binds
-    assert not any(b.startswith(f"{judge.sandbox.COURSE}/solutions/") and b.endswith("scheduler.py") for b in binds)
+    assert seen == expected
+    assert not any(f.startswith(("solutions/", "judge/hidden", "chapters/", "tests/")) for f in seen)

@@ -1,13 +1,24 @@
 """Public drivers: code the worker runs for exercises whose learner code needs objects built beside it (a
 scheduler with its KV-cache manager and requests, an engine with its model). Each function takes the learner's
 module first, then plain arguments from the grader, and returns plain data (what the learner's objects did).
-They hold no expected value: the grader computes those with the references. Shipped to students."""
+They hold no expected value: the grader computes those with the references. Shipped to students.
+
+The parts of the course the learner's code calls but does not write (the scheduler under an engine, the model
+runner) run in the grader, on the references: the worker holds none. A driver gives the learner's code public
+stand-ins for them (judge/drivers/stand_ins.py), which reach the grader's part, a *host* the case registered
+(`register_host`), with `host_call`: plain data out, plain data back, while the grader waits for the driver's
+reply. In the grader (the reference's twin, code graded in-process) the same call is served directly."""
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import itertools
+import json
 import operator
-from typing import Any
+from typing import Any, Callable
+
+from judge import wire
 
 
 @functools.lru_cache(maxsize=2)
@@ -24,13 +35,16 @@ def learner_error(exc: BaseException) -> dict:
     from judge import harness
     from judge._worker import _error
 
-    return _error(exc, harness.context().learner_file)
+    relayed = getattr(exc, "_judge_record", None)  # raised by the learner's code the grader's part called back
+    return relayed if isinstance(relayed, dict) else _error(exc, harness.context().learner_file)
 
 
 def plain_ints(value: Any) -> list[int] | None:
     """The integers of a list, tuple, deque, 1-D integer tensor or array, or of any other sequence of ints (an
     `array.array`, a range, ...), as a list of ints; None if `value` is none of those. Imports torch only for a
     tensor the learner made (pure-Python exercises stay quick to grade)."""
+    if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
+        return list(value)
     if _array_module(value):
         from judge.harness import int_values
 
@@ -68,3 +82,105 @@ def load_model(path: str | None = None):
     from mini_llm.settings import EMBEDDED_MODEL
 
     return _model_at(str(path or option("model") or EMBEDDED_MODEL))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Callbacks: the stand-ins in the worker calling the parts the grader runs
+
+
+class CallbackRefused(Exception):
+    """A callback the grader does not serve (no such host or operation, arguments that are not the plain data the
+    stand-ins send): whoever sent it forged it, and it is the submission's `protocol` verdict."""
+
+
+_hosts: dict[int, Any] = {}  # host number -> an object whose `ops` maps operation names to functions
+_numbers = itertools.count(1)
+OPENER = 0  # the host that makes the others (judge/drivers/hosts.py, Opener), for the drivers that ask
+# The references the hosts may use while serving a callback: the graded exercise's `part_references`, so that no
+# submission can use the grader's parts to run its own answer (None: the grader's own call, or trusted code).
+allowed_references: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "allowed_references", default=None)
+
+
+def register_host(host: Any) -> int:
+    """In the grader: make `host.ops` callable by the stand-ins; the number to give the driver (or that the
+    opener, host 0, answers a driver that asked for a host)."""
+    number = next(_numbers)
+    _hosts[number] = host
+    return number
+
+
+def drop_host(number: int) -> None:
+    _hosts.pop(number, None)
+
+
+def forget_hosts() -> None:
+    _hosts.clear()
+
+
+def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | None = None) -> dict:
+    """In the grader: run operation `name` of host number `host` on `args` (JSON as received: the host checks
+    every value before a reference sees it), using only the references `allowed` (None: any). {"value": its
+    result, JSON} or {"error": the exception it raised} (bad values of the right kinds: the learner's error);
+    CallbackRefused for anything the stand-ins never send, or a part the graded exercise does not run on."""
+    if host == OPENER and type(host) is int and OPENER not in _hosts:
+        from judge.drivers.hosts import Opener
+
+        _hosts[OPENER] = Opener()
+    target = _hosts.get(host) if type(host) is int else None
+    op = target.ops.get(name) if target is not None and type(name) is str else None
+    if op is None or not isinstance(args, list):
+        raise CallbackRefused(f"no operation {str(name)[:40]!r} of host {str(host)[:20]}")
+    if len(args) != op.__code__.co_argcount - 1:  # a host's operations are methods without defaults
+        raise CallbackRefused(f"{name} called with {len(args)} argument(s)")
+    token = allowed_references.set(allowed)
+    try:
+        value = op(*args)
+    except CallbackRefused:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the part's own error on the learner's values, raised in their code
+        relayed = getattr(exc, "record", None)  # the learner's code, called back by the part, raised it
+        if isinstance(relayed, dict):
+            return {"error": {**relayed, "relayed": True}}
+        return {"error": {"type": type(exc).__name__, "module": type(exc).__module__, "message": wire.cut(str(exc))}}
+    finally:
+        allowed_references.reset(token)
+    return {"value": value}
+
+
+def _in_process(host: int, name: str, args: list) -> dict:
+    """The channel in the grader: the host called directly, on the JSON that would have crossed."""
+    return json.loads(json.dumps(serve_callback(host, name, json.loads(json.dumps(args)))))
+
+
+channel: Callable[[int, str, list], dict] = _in_process  # the worker sets its pipes' (judge/_worker.py)
+
+
+def host_call(host: int, name: str, *args: Any) -> Any:
+    """A stand-in's call of operation `name` of the grader's host `host` (`args`: JSON-able): its result as JSON,
+    or the exception it raised, raised here (a builtin or framework.errors class of the same name, else
+    RuntimeError)."""
+    answer = channel(host, name, list(args))
+    if "error" in answer:
+        exc = _rebuilt(answer["error"])
+        if answer["error"].get("relayed"):
+            exc._judge_record = {k: v for k, v in answer["error"].items() if k != "relayed"}
+        raise exc
+    return answer.get("value")
+
+
+def _rebuilt(err: Any) -> Exception:
+    import builtins
+
+    from framework import errors
+
+    err = err if isinstance(err, dict) else {}
+    name, message = str(err.get("type")), str(err.get("message", ""))
+    home = {"builtins": builtins, "framework.errors": errors}.get(str(err.get("module")))
+    cls = getattr(home, name, None) if home is not None else None
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001 - a class with another constructor
+            pass
+    return RuntimeError(f"{name}: {message}")

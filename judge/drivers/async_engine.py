@@ -1,5 +1,6 @@
 """Driver of exercise 133 (the online loop): the learner's `AsyncLLM` around the reference engine, on a scripted
-arrival schedule, in one event loop of the worker.
+arrival schedule, in one event loop of the worker. The engine here is a stand-in whose `step` and parts the grader
+runs (judge/drivers/hosts.py, EngineLoopHost): the worker holds no reference.
 
 The grader sends a schedule of events (`run_schedule`): add a request and start a consumer reading its stream
 (all of it, or some outputs and then closing the stream or cancelling the consumer), wait until a consumer has
@@ -20,8 +21,8 @@ import time
 from types import ModuleType
 from typing import Any
 
-from framework.engine import EngineConfig
-from judge.drivers import learner_error, load_model
+from framework.engine import EngineConfig, LLMEngineBase, StepError
+from judge.drivers import OPENER, host_call, learner_error, load_model
 from judge.drivers.engine import BracketTokenizer, ints, params_of
 from judge.harness import short
 
@@ -32,21 +33,15 @@ class InjectedFailure(RuntimeError):
     """What the runner raises at the scheduled forward pass (a failing step)."""
 
 
-def _engine_class(fail_at: int | None) -> type:
-    from solutions.engine import LLMEngine
-    from solutions.model_runner import ModelRunner
+def _engine_class(host: int) -> type:
+    """An engine whose scheduler, KV-cache manager and `step` are the grader's (judge/drivers/hosts.py,
+    EngineLoopHost: the reference engine, run there on copies of these requests), recording every call."""
+    from judge.drivers.stand_ins import engine_parts
 
-    class FailingRunner(ModelRunner):
-        calls = 0
+    scheduler, kv_manager, runner = engine_parts(host)
 
-        def execute_model(self, items):
-            self.calls += 1
-            if self.calls == fail_at:
-                raise InjectedFailure(f"injected failure at forward pass {fail_at}")
-            return super().execute_model(items)
-
-    class Recorded(LLMEngine):
-        runner_cls = FailingRunner
+    class Recorded(LLMEngineBase):
+        scheduler_cls, kv_cache_manager_cls, runner_cls = scheduler, kv_manager, runner
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -81,21 +76,19 @@ def _engine_class(fail_at: int | None) -> type:
             record = {"thread": threading.get_ident(), "scheduled": [], "failed": False}
             self.steps.append(record)
             self.in_step, self.step_thread = True, threading.get_ident()
-            schedule = self.scheduler.schedule
-
-            def recorded_schedule():
-                out = schedule()
-                record["scheduled"] = [self.names.get(s.request.request_id, "?") for s in out.scheduled]
-                return out
-
-            self.scheduler.schedule = recorded_schedule
+            link = self.scheduler.link
             try:
-                return super().step()
+                result = link.call("step")
+                record["scheduled"] = [self.names.get(link.requests[n].request_id, "?") for n in result["scheduled"]]
+                if "failed" in result:
+                    failed = result["failed"]
+                    raise StepError(failed["message"], [link.requests[n].request_id for n in failed["names"]]) \
+                        from InjectedFailure(failed["cause"])
+                return [self.make_output(link.requests[n], tokens) for n, tokens in result["outputs"]]
             except BaseException:
                 record["failed"] = True
                 raise
             finally:
-                del self.scheduler.schedule
                 self.in_step = False
 
     return Recorded
@@ -225,7 +218,11 @@ def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: in
     bracket tokenizer); the runner raises at forward pass number `fail_at`. What happened, as plain data."""
     if not isinstance(getattr(impl, "AsyncLLM", None), type):
         return {"problem": "AsyncLLM must be a class, as in the starter file"}
-    engine = _engine_class(fail_at)(load_model(), EngineConfig(**config), BracketTokenizer())
+    c = EngineConfig(**config)
+    sizes = ("num_blocks", "block_size", "token_budget", "max_num_seqs", "enable_chunked_prefill",
+             "enable_prefix_caching")
+    host = host_call(OPENER, "engine_loop", {k: getattr(c, k) for k in sizes}, fail_at)
+    engine = _engine_class(host)(load_model(), c, BracketTokenizer())
     try:
         played = asyncio.run(asyncio.wait_for(_play(impl, engine, events), time_limit))
     except TimeoutError:

@@ -1,5 +1,6 @@
-"""Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on the reference
-scheduler, KV-cache manager and model runner, each recording what it was asked.
+"""Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on stand-ins for the
+scheduler, KV-cache manager and model runner (judge/drivers/stand_ins.py: the grader runs the references and
+answers plain data), each recording what it was asked.
 
 The grader builds an engine here (`new_engine`), adds requests, steps it or calls its `generate`, and receives
 one record per step: what the scheduler scheduled (as it left each request before the step ran), the items of
@@ -18,7 +19,7 @@ from typing import Any, Sequence
 from framework.engine import EngineConfig, LLMEngineBase
 from framework.request import Request
 from framework.sampling import SamplingParams
-from judge.drivers import learner_error, load_model
+from judge.drivers import OPENER, host_call, learner_error, load_model
 from judge.harness import int_values, short
 
 
@@ -60,43 +61,40 @@ def plain_item(item: Any) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The reference components, recording
+# The parts, run in the grader (judge/drivers/stand_ins.py), recording
 
 
-def _components(chunks_first: bool) -> tuple[type, type, type]:
-    from solutions.kv_cache_manager import KVCacheManager
-    from solutions.model_runner import ModelRunner
-    from solutions.scheduler import Scheduler
+def _components(host: int) -> tuple[type, type, type]:
+    from judge.drivers.stand_ins import engine_parts
 
-    class RecordingScheduler(Scheduler):
+    scheduler, kv_manager, runner = engine_parts(host)
+
+    class RecordingScheduler(scheduler):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.log: list[list[dict]] = []  # every schedule() call: the scheduled requests before the step ran
             self.states: list[dict[str, list[int]]] = []  # every unfinished request, as schedule() left it
             self.added: list[Request] = []
-            self.names: dict[str, str] = {}  # request_id -> "#i", i its order of arrival
 
         def add_request(self, request: Request) -> None:
             super().add_request(request)
-            self.names[request.request_id] = f"#{len(self.added)}"
             self.added.append(request)
 
         def name(self, request_id: Any) -> str:
-            return self.names.get(request_id, str(request_id))
+            return next((n for n, r in self.link.requests.items() if r.request_id == request_id), str(request_id))
 
         def schedule(self):
             out = super().schedule()
-            if chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
-                out.scheduled.sort(key=lambda s: s.completes_prompt)
-            self.states.append({self.name(r.request_id): [len(r.output_token_ids), r.num_computed_tokens]
+            names = self.link.names
+            self.states.append({names[r]: [len(r.output_token_ids), r.num_computed_tokens]
                                 for r in [*self.running, *self.waiting]})
-            self.log.append([{"rid": self.name(s.request.request_id), "num_new": s.num_new_tokens,
+            self.log.append([{"rid": names[s.request], "num_new": s.num_new_tokens,
                               "num_computed": s.request.num_computed_tokens,
                               "token_ids": list(s.request.all_token_ids), "block_table": list(s.request.block_table),
                               "num_outputs": len(s.request.output_token_ids)} for s in out.scheduled])
             return out
 
-    class RecordingRunner(ModelRunner):
+    class RecordingRunner(runner):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.calls: list[dict] = []
@@ -109,7 +107,7 @@ def _components(chunks_first: bool) -> tuple[type, type, type]:
             call["argmax"] = [int(t) for t in logits.argmax(-1).tolist()]
             return logits
 
-    return RecordingScheduler, RecordingRunner, KVCacheManager
+    return RecordingScheduler, RecordingRunner, kv_manager
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -149,8 +147,8 @@ class Run:
         self.engine, self.records, self.limit = engine, [], limit
 
 
-def _checked_class(learner: type, chunks_first: bool) -> type:
-    recording_scheduler, recording_runner, kv_manager = _components(chunks_first)
+def _checked_class(learner: type, host: int) -> type:
+    recording_scheduler, recording_runner, kv_manager = _components(host)
 
     class Checked(learner):  # type: ignore[misc, valid-type]
         scheduler_cls = recording_scheduler
@@ -189,15 +187,18 @@ def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
 
 def new_engine(impl: ModuleType, config: dict, eos: int | None, chunks_first: bool = False,
                tokenizer: bool = False, step_limit: int = 400) -> dict:
-    """{"run": the engine under test} or {"problem": ...} / {"error": ...} when it cannot be built."""
+    """{"run": the engine under test} or {"problem": ...} / {"error": ...} when it cannot be built. Its scheduler,
+    KV-cache manager and model runner run in the grader (judge/drivers/hosts.py, EngineHost), asked for here."""
     learner = getattr(impl, "LLMEngine", None)
     if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
         return {"problem": "LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
                            "starter file"}
-    cls = _checked_class(learner, chunks_first)
-    try:
-        engine = cls(load_model(), EngineConfig(**config), BracketTokenizer() if tokenizer else None,
-                     eos_token_id=eos)
+    sizes = ("num_blocks", "block_size", "token_budget", "max_num_seqs", "enable_chunked_prefill",
+             "enable_prefix_caching")
+    try:  # in a student edition the grader's parts may be the student's own stubs, which raise here
+        c = EngineConfig(**config)
+        cls = _checked_class(learner, host_call(OPENER, "engine", {k: getattr(c, k) for k in sizes}, chunks_first))
+        engine = cls(load_model(), c, BracketTokenizer() if tokenizer else None, eos_token_id=eos)
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
     run = Run(engine, step_limit)

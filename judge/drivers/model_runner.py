@@ -1,15 +1,17 @@
-"""Driver of the end-to-end cases of exercises 126 and 127: the chapters' model runner with the learner's write_kv
-or paged_attention plugged in, run beside the learner's code on a real multi-layer paged cache. Returns the
+"""Driver of the end-to-end cases of exercises 126 and 127: the framework's model runner with the learner's
+write_kv or paged_attention plugged in, run beside the learner's code on a real multi-layer paged cache, the other
+pieces of the step run by the grader. Returns the
 logits of each engine step; the grader compares them with the model run on each request alone."""
 
 from __future__ import annotations
 
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
 
-from judge.drivers import learner_error, load_model
+from judge import wire
+from judge.drivers import OPENER, host_call, learner_error, load_model
 
 
 def small_model(model_path: str | None = None):
@@ -29,13 +31,16 @@ def small_model(model_path: str | None = None):
 def run_steps(impl: ModuleType, name: str, steps: list, num_blocks: int, block_size: int,
               model_path: str | None) -> dict[str, Any]:
     """`steps`: per engine step, the items of ModelRunner.execute_model (tokens, start, block table, need_logits).
-    Returns {"logits": [one float tensor per step]}, or the learner's error and the engine step it happened in."""
-    import course
-    from solutions.batch import build_batch
-    from solutions.paged_kv_cache import write_kv
+    Returns {"logits": [one float tensor per step]}, or the learner's error and the engine step it happened in.
+    The pieces the learner does not write here (the batch layout, and write_kv or paged_attention) run in the
+    grader (judge/drivers/hosts.py, KernelHost); the cache and its layer views are the worker's own."""
+    from framework.model_runner import ModelRunnerBase
 
-    pieces = {"build_batch": build_batch, "write_kv": write_kv, "paged_attention": None, name: getattr(impl, name)}
-    runner = course.runner_class(**pieces)(small_model(model_path), num_blocks=num_blocks, block_size=block_size)
+    host = host_call(OPENER, "kernels")
+    pieces = {"build_batch": _remote_batch(host), "write_kv": _remote_write_kv(host),
+              "paged_attention": _remote_attention(host), name: getattr(impl, name)}
+    runner_cls = type("ModelRunner", (ModelRunnerBase,), {k: staticmethod(f) for k, f in pieces.items()})
+    runner = runner_cls(small_model(model_path), num_blocks=num_blocks, block_size=block_size)
     out = []
     for i, items in enumerate(steps, 1):
         try:
@@ -44,3 +49,31 @@ def run_steps(impl: ModuleType, name: str, steps: list, num_blocks: int, block_s
             return {"engine step": i, "error": learner_error(exc)}
         out.append(logits.detach().float().cpu())
     return {"logits": out}
+
+
+def _remote_batch(host: int):
+    def build_batch(items: list, block_size: int) -> SimpleNamespace:
+        plain = [[list(t), int(s), list(tb), bool(n)] for t, s, tb, n in items]
+        fields = host_call(host, "build_batch", plain, block_size)
+        return SimpleNamespace(**{k: wire.decode(v) for k, v in fields.items()})
+
+    return build_batch
+
+
+def _remote_write_kv(host: int):
+    def write_kv(key_cache, value_cache, key, value, slot_mapping) -> None:
+        kc, vc = host_call(host, "write_kv", *(wire.encode(t) for t in (key_cache, value_cache, key, value,
+                                                                          slot_mapping)))
+        key_cache.copy_(wire.decode(kc))  # into the worker's own layer views, in place
+        value_cache.copy_(wire.decode(vc))
+
+    return write_kv
+
+
+def _remote_attention(host: int):
+    def paged_attention(query, key_cache, value_cache, query_start_loc, seq_lens, block_tables):
+        tensors = [wire.encode(torch.as_tensor(t)) for t in (query, key_cache, value_cache, query_start_loc,
+                                                              seq_lens)]
+        return wire.decode(host_call(host, "paged_attention", *tensors, [list(t) for t in block_tables]))
+
+    return paged_attention

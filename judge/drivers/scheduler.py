@@ -8,6 +8,9 @@ its `num_new_tokens`, a request that completed its pending tokens gets a dummy o
 
 129: the learner's `Scheduler.schedule` on the framework's shell, with the reference preemption (131's answer).
 131: the learner's `preempt` and `allocate_or_preempt` inside the reference scheduler (129's answer).
+The references run in the grader: 129's World holds stand-ins (judge/drivers/stand_ins.py) for its KV-cache
+manager and preemption, which send plain data there; 131's workloads run their World in the grader, on the
+references, which calls the learner's functions here (`preemption_call`, on a copy of the requests).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from framework.kv_cache_manager import blocks_needed
 from judge.drivers import learner_error
+from judge.remote import WorkerLost
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
@@ -84,19 +88,24 @@ def dummy_token(r: Request) -> int:
 
 
 def kv_manager(c: Config):
-    from solutions.kv_cache_manager import KVCacheManager  # the reference KV manager: not what 129/131 grade
+    """The reference KV manager (in the grader: its twin World; not what 129/131 grade)."""
+    from solutions.kv_cache_manager import KVCacheManager
 
     return KVCacheManager(c.num_blocks, c.block_size, c.prefix)
 
 
 class World:
-    """One scheduler (of class `cls`) and its requests, driven by the fake model loop."""
+    """One scheduler (of class `cls`) and its requests, driven by the fake model loop, on the KV-cache manager
+    `kv` (in the worker: a stand-in whose work the grader does; in the grader: the reference)."""
 
-    def __init__(self, cls: type, w: Workload) -> None:
+    def __init__(self, cls: type, w: Workload, kv: Any = None) -> None:
         c = w.config
         self.w = w
-        self.kv = kv_manager(c)
+        self.kv = kv if kv is not None else kv_manager(c)
         self.sched = cls(self.kv, c.token_budget, c.max_num_seqs, c.chunked)
+        link = getattr(self.kv, "link", None)
+        if link is not None:
+            link.scheduler = self.sched  # its queues travel with every call of the grader's parts
         self.requests: dict[str, Request] = {}
         for sp in w.requests:
             if sp.computed is not None:
@@ -196,26 +205,37 @@ def blocks(world: World) -> dict[str, Any]:
             "held": [b for r in world.requests.values() for b in r.block_table]}
 
 
-def graded_scheduler(impl: ModuleType, graded: str) -> type:
-    if graded == "schedule":  # 129: the learner's schedule on the framework's shell, the reference preemption
-        from solutions import preemption
+def graded_scheduler(impl: ModuleType, link: Any) -> type:
+    """129: the learner's schedule on the framework's shell, with the grader's preemption (131's answer, run
+    there)."""
+    from judge.drivers.stand_ins import RemotePreemption
 
-        learner = getattr(impl, "Scheduler", None)
-        if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
-            raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
-        bases = (learner,) if issubclass(learner, SchedulerBase) else (learner, SchedulerBase)
-        return type("Graded", bases, {"preemption": preemption})
-    from solutions.scheduler import Scheduler  # 131: the reference schedule with the learner's preemption
+    learner = getattr(impl, "Scheduler", None)
+    if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
+        raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
+    bases = (learner,) if issubclass(learner, SchedulerBase) else (learner, SchedulerBase)
+    return type("Graded", bases, {"preemption": RemotePreemption(link)})
 
-    return type("Graded", (Scheduler,), {"preemption": impl})
+
+def _remote_kv(w: Workload) -> Any:
+    """A stand-in KV-cache manager for the world of `w`, on a KVHost the grader makes for it."""
+    from judge.drivers import OPENER, host_call
+    from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
+
+    c = w.config
+    return bound(RemoteKVCacheManager, Link(host_call(OPENER, "kv", asdict(c))))(c.num_blocks, c.block_size, c.prefix)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # What the grader calls (the learner's module comes first)
 
 
-def new_world(impl: ModuleType, workload: dict, graded: str) -> World:
-    return World(graded_scheduler(impl, graded), Workload.from_plain(workload))
+def new_world(impl: ModuleType, workload: dict) -> World:
+    """129: the world of a workload on the learner's scheduler, its KV-cache manager and preemption in the grader
+    (131's workloads run their world in the grader, calling `preemption_call` here)."""
+    w = Workload.from_plain(workload)
+    kv = _remote_kv(w)
+    return World(graded_scheduler(impl, kv.link), w, kv)
 
 
 def pending(impl: ModuleType, world: World, step: int) -> bool:
@@ -228,6 +248,8 @@ def step(impl: ModuleType, world: World, step: int) -> dict[str, Any]:
     before = snapshot(world)
     try:
         out = world.sched.schedule()
+    except WorkerLost:  # 131, run in the grader: the worker calling the learner's preemption died or hung
+        raise
     except BaseException as exc:  # noqa: BLE001 - the learner's exception, for the grader to show
         return {"before": before, "error": learner_error(exc)}
     problem = output_problem(out)
@@ -247,7 +269,8 @@ def step(impl: ModuleType, world: World, step: int) -> dict[str, Any]:
 def call(impl: ModuleType, workload: dict, fn: str, rid: str, n: int, scheduled: list[str]) -> dict[str, Any]:
     """131: the learner's `fn` ('preempt' or 'allocate_or_preempt') once on request `rid` of a hand-built state
     (the requests in `scheduled` already scheduled in this step, one token each)."""
-    world = World(type("Graded", (SchedulerBase,), {"preemption": impl}), Workload.from_plain(workload))
+    w = Workload.from_plain(workload)
+    world = World(type("Graded", (SchedulerBase,), {"preemption": impl}), w, _remote_kv(w))
     out = SchedulerOutput()
     for other in scheduled:
         r = world.requests[other]
@@ -261,34 +284,41 @@ def call(impl: ModuleType, workload: dict, fn: str, rid: str, n: int, scheduled:
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
     plan, pre = plan_of(out)
-    return {"returned": ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200], "plan": plan,
-            "preempted": pre, "after": snapshot(world), "blocks": blocks(world)}
+    return {"returned": _plain_return(ret), "plan": plan, "preempted": pre, "after": snapshot(world),
+            "blocks": blocks(world)}
 
 
-def generate_small_cache(impl: ModuleType, prompts: list[list[int]], max_tokens: int, config: dict,
-                         model_path: str | None) -> dict[str, Any]:
-    """131 end to end: the reference engine with the learner's preemption, on the embedded model, with a KV cache
-    too small for every request at once. Returns each request's output tokens and preemptions."""
-    from judge.drivers import load_model
-    from solutions.engine import EngineConfig, LLMEngine
+def _plain_return(ret: Any) -> Any:
+    return ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200]
 
-    model = load_model(model_path)
 
-    class Engine(LLMEngine):
-        scheduler_cls = graded_scheduler(impl, "preemption")
+def preemption_world(impl: ModuleType, host: int, config: dict) -> Any:
+    """131 end to end: the learner's preemption for a scheduler the grader runs (its requests and queues are
+    copies of the grader's, sent with each call of `preemption_call`)."""
+    from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
 
-    cfg = EngineConfig(**config)
-    engine = Engine(model, cfg, eos_token_id=None)
-    requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-    steps = 0
-    while engine.has_unfinished_requests() and steps < 300:
-        steps += 1
-        try:
-            engine.step()
-        except BaseException as exc:  # noqa: BLE001
-            return {"error": learner_error(exc)}
-    return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
-            "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}
+    link = Link(host)
+    kv = bound(RemoteKVCacheManager, link)(config["num_blocks"], config["block_size"], False)
+    world = type("Preempting", (), {})()
+    world.kv, world.sched = kv, type("Graded", (SchedulerBase,), {"preemption": impl})(kv)
+    link.scheduler = world.sched
+    return world
+
+
+def preemption_call(impl: ModuleType, world: Any, fn: str, state: dict, name: str, n: int, plan: dict) -> dict:
+    """131: the learner's `fn` called by a scheduler the grader runs, on the state it sent: {"state": the state
+    the learner's code left, "value": [what it returned, the SchedulerOutput as names]} or {"error": ...}."""
+    link = world.kv.link
+    link.apply(state)
+    request, out = link.requests[name], link.output(plan)
+    try:
+        if fn == "preempt":
+            ret = impl.preempt(world.sched, request)
+        else:
+            ret = impl.allocate_or_preempt(world.sched, request, n, out)
+        return {"state": link.state(), "value": [_plain_return(ret), link.plan(out)]}
+    except BaseException as exc:  # noqa: BLE001
+        return {"error": learner_error(exc)}
 
 
 def used_blocks_ok(data: dict, num_blocks: int) -> tuple[int | None, bool]:

@@ -1,9 +1,9 @@
 """Driver of exercise 134 (verify_and_update): requests built beside the learner's code, and the speculating
 engine with the learner's function in it.
 
-`verify` calls the function once on a hand-built request and logits; `first_tokens` calls it on many seeded
-requests and counts what they emitted; `generate` runs the reference engine with speculation and the learner's
-function on the embedded model. Each returns plain data (what the learner's code did), never a verdict: the
+`verify` calls the function once on a hand-built request and logits (the grader's speculating engine, which
+runs the reference engine there, calls it so for every request of every step); `first_tokens` calls it on many
+seeded requests and counts what they emitted. Each returns plain data (what the learner's code did), never a verdict: the
 grader computes the expected values with the reference.
 """
 
@@ -14,11 +14,9 @@ from typing import Any
 
 import torch
 
-from framework.engine import EngineConfig
 from framework.request import Request
 from framework.sampling import SamplingParams, make_generator
-from framework.spec_decode import SpeculativeConfig, speculating_engine
-from judge.drivers import learner_error, load_model
+from judge.drivers import learner_error
 
 
 def make_request(case: dict[str, Any], seed: int | None = None) -> Request:
@@ -38,7 +36,7 @@ def _tokenizer(case: dict[str, Any]):
 
 
 def _call(impl: ModuleType, request: Request, case: dict[str, Any], tokenizer) -> dict[str, Any]:
-    logits = torch.tensor(case["logits"], dtype=torch.float32)
+    logits = torch.as_tensor(case["logits"], dtype=torch.float32)  # a list, or a tensor from the grader's engine
     try:
         tokens, reason = impl.verify_and_update(request, list(case["drafts"]), logits, case["eos"], tokenizer)
         tokens = [int(t) for t in tokens]
@@ -62,19 +60,3 @@ def first_tokens(impl: ModuleType, case: dict[str, Any], trials: int) -> dict[st
             return result
         runs.append(result["returned"])
     return {"runs": runs}
-
-
-def generate(impl: ModuleType, prompts: list[list[int]], max_tokens: int, config: dict[str, Any],
-             speculative: dict[str, Any]) -> dict[str, Any]:
-    """Greedy outputs of the reference engine with speculation and the learner's verify_and_update."""
-    from solutions.engine import LLMEngine
-
-    engine_cls = speculating_engine(LLMEngine, impl.verify_and_update)
-    engine = engine_cls(load_model(), EngineConfig(**config, speculative=SpeculativeConfig(**speculative)))
-    try:
-        outputs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-    except Exception as exc:  # noqa: BLE001
-        return {"error": learner_error(exc.__cause__ or exc)}
-    return {"outputs": [o.outputs[0].token_ids for o in outputs], "num_draft_tokens": engine.num_draft_tokens,
-            "num_accepted_tokens": engine.num_accepted_tokens,
-            "free_blocks": engine.kv_cache_manager.num_free_blocks}

@@ -12,7 +12,8 @@ EXERCISE = Exercise(
     api={"paged_attention": ("query", "key_cache", "value_cache", "query_start_loc", "seq_lens", "block_tables")},
     statement="practice/exercises/127-paged-attention.md",
     case_timeout=20.0,
-    worker_references=("solutions.batch", "solutions.paged_kv_cache"),
+    # the pieces of its end-to-end case the grader runs (judge/drivers/hosts.py, KernelHost)
+    part_references=("solutions.batch", "solutions.paged_kv_cache"),
     public_cases=(
         "one prefill, one request",
         "one decode step after cached tokens",

@@ -12,7 +12,9 @@ EXERCISE = Exercise(
     api={"Scheduler": ("kv_cache_manager",)},
     statement="practice/exercises/129-scheduler.md",
     case_timeout=10.0,
-    worker_references=("solutions.kv_cache_manager", "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption"),
+    # the parts its cases run in the grader (judge/drivers/hosts.py)
+    part_references=("solutions.kv_cache_manager", "solutions.block_pool", "solutions.prefix_cache",
+                     "solutions.preemption"),
     public_cases=(
         "one request: a prompt that fits, then its decodes",
         "decodes first, then prefill chunks, then new requests",

@@ -12,9 +12,10 @@ EXERCISE = Exercise(
     api={"LLMEngine": ("model",)},
     statement="practice/exercises/130-inference-loop.md",
     case_timeout=60.0,
-    worker_references=("solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
-                       "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
-                       "solutions.paged_attention", "solutions.paged_kv_cache"),
+    # the parts its cases run in the grader (judge/drivers/hosts.py)
+    part_references=("solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
+                     "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
+                     "solutions.paged_attention", "solutions.paged_kv_cache"),
     public_cases=(
         "one request: step by step",
         "several requests share each forward pass",

@@ -12,10 +12,10 @@ EXERCISE = Exercise(
     api={"preempt": ("scheduler", "request"), "allocate_or_preempt": ("scheduler", "request", "num_new_tokens", "out")},
     statement="practice/exercises/131-preemption.md",
     case_timeout=10.0,
-    # the reference scheduler and engine run the learner's preemption (solutions/preemption.py: the stub instead)
-    worker_references=("solutions.scheduler", "solutions.engine", "solutions.kv_cache_manager", "solutions.block_pool",
-                       "solutions.prefix_cache", "solutions.model_runner", "solutions.batch",
-                       "solutions.paged_attention", "solutions.paged_kv_cache"),
+    # the parts its cases run in the grader (judge/drivers/hosts.py)
+    part_references=("solutions.scheduler", "solutions.engine", "solutions.kv_cache_manager",
+                     "solutions.block_pool", "solutions.prefix_cache", "solutions.model_runner", "solutions.batch",
+                     "solutions.paged_attention", "solutions.paged_kv_cache"),
     public_cases=(
         "preempt: back to the head of the queue, blocks freed, outputs kept",
         "allocate_or_preempt: enough free blocks, nobody preempted",

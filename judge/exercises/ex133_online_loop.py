@@ -12,11 +12,11 @@ EXERCISE = Exercise(
     api={"AsyncLLM": ("engine",)},
     statement="practice/exercises/133-online-loop.md",
     case_timeout=30.0,
-    # the learner's loop wraps the reference engine
-    worker_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager",
-                       "solutions.model_runner", "solutions.block_pool", "solutions.prefix_cache",
-                       "solutions.preemption", "solutions.batch", "solutions.paged_attention",
-                       "solutions.paged_kv_cache"),
+    # the learner's loop wraps an engine whose step and parts the grader runs (judge/drivers/hosts.py)
+    part_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager",
+                     "solutions.model_runner", "solutions.block_pool", "solutions.prefix_cache",
+                     "solutions.preemption", "solutions.batch", "solutions.paged_attention",
+                     "solutions.paged_kv_cache"),
     # the two whose replies do not depend on timing (in the others, which step a request joins may vary)
     public_cases=("one request streams the offline engine's tokens",
                   "a refused request raises at add_request; the loop serves on"),

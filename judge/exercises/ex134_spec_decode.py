@@ -15,8 +15,8 @@ EXERCISE = Exercise(
     public_cases=("greedy: every draft accepted, then the bonus token", "greedy: the first mismatch ends the run",
                   "greedy: no drafts, one token", "stop: max_tokens inside an accepted run",
                   "stop: end of sequence inside an accepted run"),
-    # the end-to-end case runs the reference engine with the learner's verify_and_update
-    worker_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager",
-                       "solutions.block_pool", "solutions.prefix_cache", "solutions.model_runner", "solutions.batch",
-                       "solutions.paged_attention", "solutions.paged_kv_cache", "solutions.preemption"),
+    # the end-to-end case runs the reference engine in the grader, calling the learner's verify_and_update
+    part_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager", "solutions.block_pool",
+                     "solutions.prefix_cache", "solutions.model_runner", "solutions.batch", "solutions.paged_attention",
+                     "solutions.paged_kv_cache", "solutions.preemption"),
 )

@@ -1,8 +1,9 @@
 """Hidden tests of exercise 130 (LLMEngine.step and LLMEngine.generate).
 
 The learner's engine runs in the worker on the REFERENCE scheduler, KV-cache manager and model runner (so that 130
-can be graded whatever else the learner has written), through the public driver judge/drivers/engine.py, which
-records every step: what the scheduler scheduled, the items of each forward pass and the greedy token of each row
+can be graded whatever else the learner has written), which run HERE (judge/drivers/hosts.py): the worker holds only
+public stand-ins that send plain data (judge/drivers/stand_ins.py), so no reference is in the worker. The public
+driver judge/drivers/engine.py records every step: what the scheduler scheduled, the items of each forward pass and the greedy token of each row
 of logits, what step returned, and every request's state after it. Here, in the grader, each record is checked
 against what the scheduler asked for: one forward pass carrying every scheduled request with the right items,
 `num_computed_tokens` advanced, one token sampled from the right row of logits for exactly the requests that

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
-from judge.hidden.support import (Config, Plan, Workload, World, check_blocks, check_workloads, first_difference,
-                                  learner_failure, random_workloads, script, snapshot, spec_new, spec_running)
+from judge.hidden.support import (Config, Plan, Workload, World, check_blocks, check_workloads,
+                                  first_difference, learner_failure, random_workloads, script, snapshot, spec_new,
+                                  spec_running)
 from judge.remote import driver
 from solutions import scheduler as ref
 from framework.scheduler import ScheduledRequest, SchedulerOutput
@@ -197,8 +198,7 @@ def _(impl):
 
 
 def _end_to_end(impl) -> None:
-    from judge.hidden.support import alone, load_model
-    from judge.harness import option
+    from judge.hidden.support import alone, generate_small_cache, load_model
     from framework.sampling import SamplingParams
 
     model = load_model()
@@ -208,7 +208,7 @@ def _end_to_end(impl) -> None:
     prompts = [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
     text = (f"LLMEngine(model, EngineConfig(num_blocks=14, block_size=4, token_budget=16, max_num_seqs=4)) with "
             f"your preemption; generate({prompts}, SamplingParams(max_tokens=12, ignore_eos=True))")
-    res = driver(impl, "scheduler").generate_small_cache(prompts, 12, config, option("model"))
+    res = generate_small_cache(impl, prompts, 12, config)
     if "error" in res:
         raise learner_failure(res["error"], LEARNER_FNS, text)
     if res["unfinished"]:

@@ -197,6 +197,46 @@ def _(impl):
 # End to end
 
 
+def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, Any],
+             speculative: dict[str, Any]) -> dict[str, Any]:
+    """Greedy outputs of the reference engine with speculation, run here, calling the learner's verify_and_update
+    in the worker (the driver's `verify`, on a copy of the request) and taking back the request's new state."""
+    from framework.engine import EngineConfig
+    from framework.spec_decode import SpeculativeConfig, speculating_engine
+    from judge.drivers.engine import plain_params
+    from solutions.engine import LLMEngine
+
+    drv = driver(impl, "spec_decode")
+
+    class Raised(Exception):
+        def __init__(self, record: dict) -> None:
+            super().__init__(str(record.get("message", "")))
+            self.record = record
+
+    def verify_and_update(request, drafts, logits, eos, tokenizer):
+        case = {"params": plain_params(request.sampling_params), "prompt": list(request.prompt_token_ids),
+                "outputs": list(request.output_token_ids), "drafts": list(drafts), "eos": eos,
+                "logits": logits.float()}
+        got = drv.verify(case)
+        if "error" in got:
+            raise Raised(got["error"])
+        request.output_token_ids[:] = got["output_token_ids"]
+        request.num_computed_tokens = got["num_computed_tokens"]
+        return got["returned"], got["reason"]
+
+    engine = speculating_engine(LLMEngine, verify_and_update)(
+        load_model(), EngineConfig(**config, speculative=SpeculativeConfig(**speculative)))
+    try:
+        outputs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    except Exception as exc:  # noqa: BLE001 - a StepError caused by the learner's function
+        if isinstance(exc.__cause__, Raised):
+            return {"error": exc.__cause__.record}
+        raise
+    return {"outputs": [o.outputs[0].token_ids for o in outputs], "num_draft_tokens": engine.num_draft_tokens,
+            "num_accepted_tokens": engine.num_accepted_tokens,
+            "free_blocks": engine.kv_cache_manager.num_free_blocks}
+
+
 @CASES("end to end: greedy with speculation equals without", timeout=120)
 def _(impl):
     from solutions.engine import EngineConfig, LLMEngine
@@ -211,7 +251,7 @@ def _(impl):
     speculative = {"num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
     text = (f"SpecDecodeEngine(model, EngineConfig(**{config}, speculative=SpeculativeConfig(**{speculative})))"
             f".generate({prompts}, SamplingParams(max_tokens=12, ignore_eos=True))")
-    got = driver(impl, "spec_decode").generate(prompts, 12, config, speculative)
+    got = generate(impl, prompts, 12, config, speculative)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
     plain = LLMEngine(load_model(), EngineConfig(**config))

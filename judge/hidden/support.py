@@ -10,17 +10,18 @@ from __future__ import annotations
 import functools
 import random
 from collections import Counter, deque
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import mini_llm
 import torch
 from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
                                      used_blocks_ok)
-from judge.drivers import load_model as load_checkpoint
+from judge.drivers import load_model as load_checkpoint, register_host
+from judge.drivers.hosts import RequestHost
 from judge.harness import (CaseFailure, LearnerRaised, int_values, option, raised_failure, rng as seeded,  # noqa: F401
                            short, shrink)
-from judge.remote import _exception, driver
+from judge.remote import LocalDriver, _exception, driver
 from solutions import scheduler as ref
 from framework.request import RequestStatus
 from framework.sampling import SamplingParams
@@ -163,7 +164,10 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
     drv = driver(impl, "scheduler")
     text = script(w)
     try:
-        got = drv.new_world(w.plain(), graded)
+        if graded == "preemption":  # the world runs here, calling the learner's functions in the worker
+            got, drv = world_calling_learner(w, drv), LocalDriver(None, "scheduler")
+        else:
+            got = drv.new_world(w.plain())
     except TypeError as exc:
         return CaseFailure(str(exc), hint="keep `class Scheduler(SchedulerBase):` and write schedule")
     want = World(ref.Scheduler, w)
@@ -403,3 +407,89 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
         raise CaseFailure(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
     raise CaseFailure(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
                       "integers")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 131: a reference scheduler here calling the learner's preemption in the worker (the hosts of the other parts
+# are public: judge/drivers/hosts.py)
+
+
+class LearnerRaised131(Exception):
+    """The learner's preemption raised in the worker, called by a scheduler here: its record travels on."""
+
+    def __init__(self, record: dict) -> None:
+        super().__init__(str(record.get("message", "")))
+        self.record = self._judge_record = record  # the driver reports the learner's own record
+
+
+class LearnerPreemption:
+    """`preemption` of a reference scheduler here (131): the learner's allocate_or_preempt and preempt, called in
+    the worker (`judge.drivers.scheduler.preemption_call`) on a copy of the host's requests and queues, whose
+    state comes back here."""
+
+    def __init__(self, host: RequestHost, drv: Any) -> None:
+        self.host, self.drv, self.world = host, drv, None  # world: set once the worker has built it
+
+    def _call(self, fn: str, request: Any, n: int = 0, out: Any = None) -> Any:
+        h = self.host
+        plan = h.plain_plan(out) if out is not None else {"scheduled": [], "preempted": []}
+        reply = self.drv.preemption_call(self.world, fn, h.state(), h.name_of(request), n, plan)
+        if "error" in reply:
+            raise LearnerRaised131(reply["error"])
+        h.apply(reply["state"])
+        ret, plan = reply["value"]
+        if out is not None:
+            new = h.plan(plan)
+            out.scheduled, out.preempted[:] = new.scheduled, new.preempted
+        return ret
+
+    def allocate_or_preempt(self, scheduler: Any, request: Any, num_new_tokens: int, out: Any) -> Any:
+        return self._call("allocate_or_preempt", request, num_new_tokens, out)
+
+    def preempt(self, scheduler: Any, request: Any) -> None:
+        self._call("preempt", request)
+
+
+def world_calling_learner(w: Workload, drv: Any) -> World:
+    """131's workloads: a world here on the reference scheduler (129's answer) and KV-cache manager, whose
+    preemption is the learner's, called in the worker on a copy of the requests (`LearnerPreemption`)."""
+    c = w.config
+    host = RequestHost(c.num_blocks, c.block_size, c.prefix)
+    preemption = LearnerPreemption(host, drv)
+    world = World(type("Scheduler", (ref.Scheduler,), {"preemption": preemption}), w)
+    host.kv, host.scheduler = world.kv, world.sched
+    preemption.world = drv.preemption_world(register_host(host), asdict(c))
+    return world
+
+
+def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config: dict) -> dict[str, Any]:
+    """131 end to end: the reference engine here with the learner's preemption (called in the worker), on the
+    embedded model, with a KV cache too small for every request at once. Each request's output tokens and
+    preemptions, or the learner's error."""
+    from solutions.engine import EngineConfig, LLMEngine
+
+    cfg = EngineConfig(**config)
+    c = Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs)
+    drv = driver(impl, "scheduler")
+    host = RequestHost(c.num_blocks, c.block_size, False)
+    preemption = LearnerPreemption(host, drv)
+
+    class Engine(LLMEngine):
+        scheduler_cls = type("Scheduler", (ref.Scheduler,), {"preemption": preemption})
+
+    engine = Engine(load_model(), cfg, eos_token_id=None)
+    host.kv, host.scheduler = engine.kv_cache_manager, engine.scheduler
+    preemption.world = drv.preemption_world(register_host(host), config)
+    requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    steps = 0
+    while engine.has_unfinished_requests() and steps < 300:
+        steps += 1
+        try:
+            engine.step()
+        except Exception as exc:  # noqa: BLE001 - the step fails (StepError) when the learner's code raised
+            cause = exc.__cause__ if isinstance(exc.__cause__, LearnerRaised131) else exc
+            if isinstance(cause, LearnerRaised131):
+                return {"error": cause.record}
+            raise
+    return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
+            "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}

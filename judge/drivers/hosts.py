@@ -1,0 +1,479 @@
+"""The parts of the course the learner's code calls but that another exercise writes, run in the grader for the
+public stand-ins of judge/drivers/stand_ins.py (the worker holds no reference): a *host* per world, made when a
+driver asks for it (`Opener`, host 0), its operations called with plain JSON.
+
+Whatever arrives is the learner's to forge, so every value is checked before a reference sees it: of the kinds the
+stand-ins send, else CallbackRefused (the submission's protocol verdict); in range, else a ValueError raised in
+the learner's code. What one submission can make here is bounded (`MAX_HOSTS` hosts at once, caches of at most
+`MAX_TOKENS` tokens) and dropped after it (`judge.drivers.forget_hosts`).
+
+The references are imported by name (`solutions.<part>`): in a student edition, where an unreleased one is not
+there, the student's own practice/ module of the same name stands in (judge/_worker.py, PracticeStandIns), here
+as in the worker. Shipped to students: it holds no answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from collections import deque
+from typing import Any, Callable
+
+import torch
+
+from framework.request import Request, RequestStatus
+from framework.sampling import SamplingParams, make_generator
+from judge import wire
+from judge.drivers import CallbackRefused, allowed_references, drop_host, load_model, register_host
+from judge.registry import ROOT
+
+MAX_HOSTS = 64  # hosts the drivers asked for kept at once: opening another drops the oldest
+MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, a host accepts
+MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it (the model's vocabulary for 130)
+
+
+def reference(part: str) -> Any:
+    """The module `solutions.<part>`; in a student edition without it, the student's practice/<part>.py.
+    CallbackRefused while serving a submission's callback if it is not one of the graded exercise's parts."""
+    from judge._worker import PracticeStandIns
+
+    allowed = allowed_references.get()
+    if allowed is not None and f"solutions.{part}" not in allowed:
+        raise CallbackRefused(f"solutions.{part} is not a part the graded exercise runs on")
+    if not any(isinstance(f, PracticeStandIns) for f in sys.meta_path):
+        sys.meta_path.append(PracticeStandIns(str(ROOT)))
+    return importlib.import_module(f"solutions.{part}")
+
+
+def _int(value: Any, low: int, high: int, what: str) -> int:
+    """An int the stand-ins sent; CallbackRefused (the submission's protocol verdict) if it is not one, ValueError
+    (raised in the learner's code) if it is out of [low, high]."""
+    if type(value) is not int:
+        raise CallbackRefused(f"{what} is not an int")
+    if not low <= value <= high:
+        raise ValueError(f"{what} is {value}, outside [{low}, {high}]")
+    return value
+
+
+def _ints(value: Any, low: int, high: int, what: str, most: int = MAX_TOKENS) -> list[int]:
+    if not isinstance(value, list) or len(value) > most:
+        raise CallbackRefused(f"{what} is not a list of at most {most} ints")
+    return [_int(v, low, high, what) for v in value]
+
+
+def _params(value: Any) -> SamplingParams:
+    """The SamplingParams of a new request, from the stand-ins' dict of its fields (ValueError: a bad value)."""
+    kinds = {"max_tokens": (int,), "temperature": (int, float), "top_k": (int,), "top_p": (int, float),
+             "stop": (list,), "ignore_eos": (bool,), "seed": (int, type(None))}
+    if not isinstance(value, dict) or set(value) != set(kinds) or \
+            any(type(value[k]) not in t for k, t in kinds.items()):
+        raise CallbackRefused("sampling parameters that are not the stand-ins'")
+    if len(value["stop"]) > 16 or any(type(s) is not str or len(s) > 200 for s in value["stop"]):
+        raise CallbackRefused("stop strings that are not a few short strs")
+    _int(value["max_tokens"], 1, MAX_TOKENS, "max_tokens")
+    return SamplingParams(**value)
+
+
+def _text(value: Any) -> str | None:
+    if value is not None and (type(value) is not str or len(value) > 100):
+        raise CallbackRefused("a name or reason that is not a short str")
+    return value
+
+
+class RequestHost:
+    """The grader's side of one link: a copy of each of the worker's requests (by the link's names), a KV-cache
+    manager of the reference, and `scheduler`, whose queues are the worker's. Every operation first sets the
+    copies from the state the worker sent, checked (plain values of the right kinds, else CallbackRefused; values
+    out of range are a ValueError raised in the learner's code), runs the reference, and answers the state its
+    parts left. Subclasses add `scheduler` and their operations to `ops`."""
+
+    def __init__(self, num_blocks: int, block_size: int, prefix: bool, max_id: int = MAX_ID) -> None:
+        self.kv = reference("kv_cache_manager").KVCacheManager(num_blocks, block_size, prefix)
+        self.num_blocks, self.max_id = num_blocks, max_id
+        self.scheduler: Any = None
+        self.requests: dict[str, Any] = {}
+        self.new: list[str] = []  # named here since the last answer (the worker makes its own copy)
+        self.synced: dict[str, list] = {}  # what the worker holds of each request (sent or received last)
+        self.synced_queues: list[list[str]] | None = None
+        self.synced_pool: list | None = None
+        self.ops: dict[str, Callable] = {"get_computed_blocks": self.get_computed_blocks,
+                                         "allocate_slots": self.allocate_slots, "free": self.free,
+                                         "evict": self.evict}
+
+    # -- the state
+
+    def apply(self, state: Any) -> None:
+        if not isinstance(state, dict) or not isinstance(state.get("requests"), list) or \
+                not isinstance(state.get("new", []), list):
+            raise CallbackRefused("a state that is not the stand-ins'")
+        for rec in state.get("new", []):
+            if not isinstance(rec, list) or len(rec) != 4 or rec[0] in self.requests:
+                raise CallbackRefused("a new request that is not the stand-ins'")
+            name, request_id, prompt, params = _text(rec[0]), _text(rec[1]), rec[2], _params(rec[3])
+            prompt = _ints(prompt, 0, self.max_id - 1, f"a prompt token of request {request_id}")
+            if not prompt:
+                raise ValueError(f"request {request_id} has no prompt token")
+            self.requests[name] = Request(prompt, params, request_id=request_id,
+                                          generator=make_generator(params, torch.device("cpu")))
+        for rec in state["requests"]:
+            if not isinstance(rec, list) or len(rec) != 9:
+                raise CallbackRefused("a request's state that is not the stand-ins'")
+            r = self.request(rec[0])
+            outputs = _ints(rec[2], 0, self.max_id - 1, f"request {r.request_id}: an output token")
+            table = _ints(rec[3], 0, self.num_blocks - 1, f"request {r.request_id}: a block id", self.num_blocks)
+            nc = _int(rec[1], 0, len(r.prompt_token_ids) + len(outputs), f"request {r.request_id}: num_computed_tokens")
+            if rec[4] not in [s.value for s in RequestStatus]:
+                raise CallbackRefused("a status that is not a RequestStatus")
+            r.num_computed_tokens, r.output_token_ids, r.block_table = nc, outputs, table
+            r.status, r.finish_reason = RequestStatus(rec[4]), _text(rec[5])
+            r.num_cached_tokens = _int(rec[6], 0, MAX_TOKENS, f"request {r.request_id}: num_cached_tokens")
+            r.num_preemptions = _int(rec[7], 0, MAX_TOKENS, f"request {r.request_id}: num_preemptions")
+            if rec[8] is not None and type(rec[8]) is not str:
+                raise CallbackRefused("an error that is not a str")
+            r.error = None if rec[8] is None else rec[8][:wire.TEXT_LIMIT]
+            self.synced[rec[0]] = self._fields(r)
+        if "running" in state and self.scheduler is not None:
+            if not isinstance(state["running"], list) or not isinstance(state.get("waiting"), list):
+                raise CallbackRefused("queues that are not lists")
+            running, waiting = [self.request(n) for n in state["running"]], [self.request(n) for n in state["waiting"]]
+            if len({id(r) for r in running + waiting}) != len(running) + len(waiting):
+                raise ValueError("a request is twice in the scheduler's queues (running and waiting)")
+            self.scheduler.running[:] = running
+            self.scheduler.waiting.clear()
+            self.scheduler.waiting.extend(waiting)
+            self.synced_queues = [list(state["running"]), list(state["waiting"])]
+
+    def request(self, name: Any):
+        r = self.requests.get(_text(name))
+        if r is None:
+            raise CallbackRefused("a request the grader was never shown")
+        return r
+
+    def name_of(self, r: Any) -> str:
+        for name, known in self.requests.items():
+            if known is r:
+                return name
+        name = f"g{len(self.requests)}"
+        self.requests[name] = r
+        self.new.append(name)
+        return name
+
+    @staticmethod
+    def _fields(r: Any) -> list:
+        return [r.num_computed_tokens, list(r.output_token_ids), list(r.block_table), r.status.value,
+                r.finish_reason, r.num_cached_tokens, r.num_preemptions, r.error]
+
+    def state(self) -> dict:
+        """What changed since the last exchange: new requests, requests whose state differs, queues, the pool."""
+        s, out = self.scheduler, {}
+        if s is not None:
+            queues = [[self.name_of(r) for r in s.running], [self.name_of(r) for r in s.waiting]]
+            if queues != self.synced_queues:
+                out["running"], out["waiting"] = self.synced_queues = queues
+        pool = [self.kv.num_free_blocks, list(self.kv.block_pool.ref_cnt)]
+        if pool != self.synced_pool:
+            out["free"], out["ref_cnt"] = self.synced_pool = pool
+        out["new"], self.new = [[n, self.requests[n].request_id, list(self.requests[n].prompt_token_ids),
+                                 dataclasses.asdict(self.requests[n].sampling_params)] for n in self.new], []
+        out["requests"] = []
+        for name, r in self.requests.items():
+            fields = self._fields(r)
+            if self.synced.get(name) != fields:
+                self.synced[name] = fields
+                out["requests"].append([name, *fields])
+        return out
+
+    def answer(self, value: Any = None) -> dict:
+        return {"state": self.state(), "value": value}
+
+    def plan(self, plan: Any):
+        """A SchedulerOutput of the copies from the names the worker sent."""
+        from framework.scheduler import ScheduledRequest, SchedulerOutput
+
+        if not isinstance(plan, dict) or not isinstance(plan.get("scheduled"), list) or \
+                not isinstance(plan.get("preempted"), list):
+            raise CallbackRefused("a SchedulerOutput that is not the stand-ins'")
+        out = SchedulerOutput()
+        for pair in plan["scheduled"]:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise CallbackRefused("a scheduled entry that is not [name, tokens]")
+            out.scheduled.append(ScheduledRequest(self.request(pair[0]), _int(pair[1], -MAX_TOKENS, MAX_TOKENS,
+                                                                                "num_new_tokens")))
+        out.preempted = [self.request(n) for n in plan["preempted"]]
+        return out
+
+    def plain_plan(self, out: Any) -> dict:
+        return {"scheduled": [[self.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
+                "preempted": [self.name_of(r) for r in out.preempted]}
+
+    # -- the KV-cache manager's operations
+
+    def get_computed_blocks(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        return self.answer(self.kv.get_computed_blocks(self.request(name)))
+
+    def allocate_slots(self, state: Any, name: Any, num_new_tokens: Any, computed: Any) -> dict:
+        self.apply(state)
+        n = _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS, "num_new_tokens")
+        blocks = _ints(computed, 0, self.num_blocks - 1, "a computed block", self.num_blocks)
+        return self.answer(bool(self.kv.allocate_slots(self.request(name), n, blocks)))
+
+    def free(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        self.kv.free(self.request(name))
+        return self.answer()
+
+    def evict(self, state: Any, block: Any) -> dict:
+        self.apply(state)
+        if self.kv.prefix_cache is not None:
+            self.kv.prefix_cache.evict(_int(block, 0, self.num_blocks - 1, "block id"))
+        return self.answer()
+
+
+class EngineHost(RequestHost):
+    """The reference scheduler, KV-cache manager and model runner of one engine under test (exercise 130)."""
+
+    def __init__(self, config: dict, chunks_first: bool = False) -> None:
+        from framework.engine import EngineConfig
+
+        c = self.config = EngineConfig(**config)
+        super().__init__(c.num_blocks, c.block_size, c.enable_prefix_caching, load_model().cfg.vocab_size)
+        self.scheduler = reference("scheduler").Scheduler(self.kv, c.token_budget, c.max_num_seqs,
+                                                          c.enable_chunked_prefill)
+        self.chunks_first, self.runner_cls, self.runner = chunks_first, reference("model_runner").ModelRunner, None
+        self.ops.update(add_request=self.add_request, schedule=self.schedule, finish=self.finish,
+                        execute_model=self.execute_model)
+
+    def add_request(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        self.scheduler.add_request(self.request(name))
+        return self.answer()
+
+    def schedule(self, state: Any) -> dict:
+        self.apply(state)
+        out = self.scheduler.schedule()
+        if self.chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
+            out.scheduled.sort(key=lambda s: s.completes_prompt)
+        return self.answer(self.plain_plan(out))
+
+    def finish(self, state: Any, name: Any, reason: Any) -> dict:
+        self.apply(state)
+        if type(reason) is not str:
+            raise CallbackRefused("a finish reason that is not a str")
+        self.scheduler.finish(self.request(name), reason[:100])
+        return self.answer()
+
+    def execute_model(self, items: Any) -> Any:
+        c = self.config
+        if not isinstance(items, list) or len(items) > MAX_TOKENS:
+            raise CallbackRefused("items that are not a list")
+        plain, total = [], 0
+        for it in items:
+            if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
+                raise CallbackRefused("an item that is not the stand-ins'")
+            tokens = _ints(it[0], 0, self.max_id - 1, "an item's token id")
+            table = _ints(it[2], 0, c.num_blocks - 1, "an item's block id", c.num_blocks)
+            start = _int(it[1], 0, c.num_blocks * c.block_size, "an item's num_computed")
+            total += len(tokens)
+            plain.append((tokens, start, table, it[3]))
+        if total > MAX_TOKENS:
+            raise ValueError(f"a forward pass of {total} tokens")
+        if self.runner is None:
+            self.runner = self.runner_cls(load_model(), c.num_blocks, c.block_size)
+        return wire.encode(self.runner.execute_model(plain))
+
+
+class KVHost(RequestHost):
+    """The reference KV-cache manager of a scheduler world (129, and 131's single calls), and the reference
+    preemption (131's answer) for 129's learner scheduler, whose queues are the copies here. `config`: the fields
+    of judge.drivers.scheduler.Config."""
+
+    def __init__(self, config: dict) -> None:
+        from framework.scheduler import SchedulerBase
+
+        c = config
+        super().__init__(c["num_blocks"], c["block_size"], c["prefix"])
+        self.scheduler = SchedulerBase(self.kv, c["token_budget"], c["max_num_seqs"], c["chunked"])
+        self.ops.update(allocate_or_preempt=self.allocate_or_preempt, preempt=self.preempt)
+
+    def allocate_or_preempt(self, state: Any, name: Any, num_new_tokens: Any, plan: Any) -> dict:
+        self.scheduler.preemption = reference("preemption")  # only 129's: 131's answer
+        self.apply(state)
+        out = self.plan(plan)
+        ok = self.scheduler.allocate_or_preempt(self.request(name), _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS,
+                                                                         "num_new_tokens"), out)
+        return self.answer([bool(ok), self.plain_plan(out)])
+
+    def preempt(self, state: Any, name: Any) -> dict:
+        self.scheduler.preemption = reference("preemption")
+        self.apply(state)
+        self.scheduler.preempt(self.request(name))
+        return self.answer()
+
+
+class EngineLoopHost(RequestHost):
+    """The reference engine of exercise 133's online loop (130's answer, with the reference scheduler, KV-cache
+    manager and runner), stepping copies of the worker's requests: the learner's AsyncLLM drives a stand-in engine
+    (judge/drivers/async_engine.py) whose `step` is this one. The runner raises InjectedFailure at forward pass
+    `fail_at`, so that the step fails as the engine's own would."""
+
+    def __init__(self, config: dict, fail_at: int | None) -> None:
+        from framework.engine import EngineConfig
+        from judge.drivers.async_engine import InjectedFailure
+        from judge.drivers.engine import BracketTokenizer
+
+        class FailingRunner(reference("model_runner").ModelRunner):
+            calls = 0
+
+            def execute_model(self, items):
+                self.calls += 1
+                if self.calls == fail_at:
+                    raise InjectedFailure(f"injected failure at forward pass {fail_at}")
+                return super().execute_model(items)
+
+        engine_cls = type("LLMEngine", (reference("engine").LLMEngine,), {"runner_cls": FailingRunner})
+        self.engine = engine_cls(load_model(), EngineConfig(**config), BracketTokenizer())
+        c = self.engine.config
+        super().__init__(c.num_blocks, c.block_size, c.enable_prefix_caching, load_model().cfg.vocab_size)
+        self.kv, self.scheduler = self.engine.kv_cache_manager, self.engine.scheduler
+        self.ops.update(add_request=self.add_request, step=self.step)
+
+    def add_request(self, state: Any, name: Any) -> dict:
+        self.apply(state)
+        self.scheduler.add_request(self.request(name))
+        return self.answer()
+
+    def step(self, state: Any) -> dict:
+        """{"scheduled": names, "outputs": [[name, new tokens], ...]}, or with "failed": the StepError's message,
+        the names of its requests and its cause."""
+        from framework.engine import StepError
+
+        self.apply(state)
+        scheduled: list[str] = []
+        schedule = self.scheduler.schedule
+
+        def recorded():
+            out = schedule()
+            scheduled.extend(self.name_of(s.request) for s in out.scheduled)
+            return out
+
+        self.scheduler.schedule = recorded
+        names = {r.request_id: n for n, r in self.requests.items()}
+        try:
+            outputs = self.engine.step()
+        except StepError as exc:
+            failed = {"message": str(exc), "names": [names[i] for i in exc.request_ids if i in names],
+                      "cause": str(exc.__cause__)}
+            return self.answer({"scheduled": scheduled, "failed": failed})
+        finally:
+            del self.scheduler.schedule
+        return self.answer({"scheduled": scheduled, "outputs": [[names[o.request_id], list(o.new_token_ids)]
+                                                                for o in outputs]})
+
+
+class Opener:
+    """Host 0: makes the hosts the drivers ask for, on configurations checked to be small; the oldest is dropped
+    when MAX_HOSTS are open (a case uses a few at a time: its engines and their twins, a workload's world)."""
+
+    LIMITS = {"num_blocks": 4096, "block_size": 256, "token_budget": MAX_TOKENS, "max_num_seqs": 1024}
+
+    def __init__(self) -> None:
+        self.ops = {"engine": self.engine, "engine_loop": self.engine_loop, "kv": self.kv, "kernels": self.kernels}
+        self.opened: deque[int] = deque()
+
+    def _open(self, host: Any) -> int:
+        if len(self.opened) >= MAX_HOSTS:
+            drop_host(self.opened.popleft())
+        self.opened.append(register_host(host))
+        return self.opened[-1]
+
+    def _config(self, config: Any, flags: tuple[str, str]) -> dict:
+        """`config`, checked: the sizes of LIMITS, each an int in [1, its limit], and the two bools `flags`."""
+        if not isinstance(config, dict) or set(config) != {*self.LIMITS, *flags}:
+            raise CallbackRefused("a configuration that is not the drivers'")
+        for key, limit in self.LIMITS.items():
+            _int(config[key], 1, limit, key)
+        if any(type(config[k]) is not bool for k in flags):
+            raise CallbackRefused("a configuration flag that is not a bool")
+        if config["num_blocks"] * config["block_size"] > MAX_TOKENS:
+            raise ValueError(f"a KV cache of more than {MAX_TOKENS} tokens")
+        return config
+
+    def engine(self, config: Any, chunks_first: Any) -> int:
+        """An EngineHost (exercise 130) for an engine built with EngineConfig(**config)."""
+        if type(chunks_first) is not bool:
+            raise CallbackRefused("chunks_first is not a bool")
+        c = self._config(config, ("enable_chunked_prefill", "enable_prefix_caching"))
+        return self._open(EngineHost(c, chunks_first))
+
+    def engine_loop(self, config: Any, fail_at: Any) -> int:
+        """An EngineLoopHost (exercise 133) for an engine built with EngineConfig(**config)."""
+        if fail_at is not None and type(fail_at) is not int:
+            raise CallbackRefused("fail_at is not an int")
+        c = self._config(config, ("enable_chunked_prefill", "enable_prefix_caching"))
+        return self._open(EngineLoopHost(c, fail_at))
+
+    def kernels(self) -> int:
+        """A KernelHost (exercises 126 and 127)."""
+        return self._open(KernelHost())
+
+    def kv(self, config: Any) -> int:
+        """A KVHost (exercises 129 and 131) for a scheduler world of judge.drivers.scheduler.Config(**config)."""
+        return self._open(KVHost(self._config(config, ("chunked", "prefix"))))
+
+
+def _tensor(value: Any, floating: bool, what: str) -> Any:
+    """A tensor the stand-ins sent (wire-encoded), of a floating or an integer dtype."""
+    import torch
+
+    if not isinstance(value, dict) or "__tensor__" not in value:
+        raise CallbackRefused(f"{what} is not a tensor")
+    try:
+        t = wire.decode(value)
+    except wire.WireError as err:
+        raise CallbackRefused(f"{what}: {err}") from None
+    if not isinstance(t, torch.Tensor) or t.is_floating_point() != floating or t.dim() > 4:
+        raise CallbackRefused(f"{what} is not a {'float' if floating else 'integer'} tensor of at most 4 dims")
+    return t
+
+
+class KernelHost:
+    """The reference kernels of the model runner's step (exercises 126 and 127's end-to-end cases): the batch
+    layout (128), `write_kv` (126) and `paged_attention` (127), the ones the graded exercise does not write.
+    Tensors cross wire-encoded; the caches come back written, for the worker to copy into its own views."""
+
+    def __init__(self) -> None:
+        self.ops = {"build_batch": self.build_batch, "write_kv": self.write_kv,
+                    "paged_attention": self.paged_attention}
+
+    def build_batch(self, items: Any, block_size: Any) -> dict:
+        from framework.model_runner import BATCH_FIELDS, as_runner_batch
+
+        if not isinstance(items, list) or len(items) > MAX_TOKENS:
+            raise CallbackRefused("items that are not a list")
+        plain = []
+        for it in items:
+            if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
+                raise CallbackRefused("an item that is not the stand-ins'")
+            plain.append((_ints(it[0], 0, MAX_ID - 1, "a token id"), _int(it[1], 0, MAX_TOKENS, "num_computed"),
+                          _ints(it[2], 0, MAX_TOKENS, "a block id"), it[3]))
+        batch = as_runner_batch(reference("batch").build_batch(plain, _int(block_size, 1, 256, "block_size")))
+        return {name: wire.encode(getattr(batch, name)) for name in BATCH_FIELDS}
+
+    def write_kv(self, key_cache: Any, value_cache: Any, key: Any, value: Any, slot_mapping: Any) -> list:
+        kc, vc = _tensor(key_cache, True, "key_cache"), _tensor(value_cache, True, "value_cache")
+        reference("paged_kv_cache").write_kv(kc, vc, _tensor(key, True, "key"), _tensor(value, True, "value"),
+                                             _tensor(slot_mapping, False, "slot_mapping"))
+        return [wire.encode(kc), wire.encode(vc)]
+
+    def paged_attention(self, query: Any, key_cache: Any, value_cache: Any, query_start_loc: Any, seq_lens: Any,
+                        block_tables: Any) -> dict:
+        if not isinstance(block_tables, list) or len(block_tables) > MAX_TOKENS:
+            raise CallbackRefused("block tables that are not a list")
+        tables = [_ints(t, 0, MAX_TOKENS, "a block id") for t in block_tables]
+        out = reference("paged_attention").paged_attention(
+            _tensor(query, True, "query"), _tensor(key_cache, True, "key_cache"),
+            _tensor(value_cache, True, "value_cache"), _tensor(query_start_loc, False, "query_start_loc"),
+            _tensor(seq_lens, False, "seq_lens"), tables)
+        return wire.encode(out)

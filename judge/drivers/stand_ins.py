@@ -1,0 +1,278 @@
+"""Public stand-ins for the parts of the course the learner's code calls but that another exercise writes: the
+scheduler (129), the KV-cache manager (125 and 132), preemption (131) and the model runner (126 to 128). They hold
+no answer: each call sends plain data to the grader, which runs the reference part there (a host, in
+judge/hidden/support.py) and sends back what it did, applied here to the worker's own objects, in place.
+
+One `Link` is one world of parts in the grader. It names the worker's requests ("#0", "#1", ... as it first sees
+each) and, with every call, sends the state of each one as the learner's code left it (`num_computed_tokens`,
+`output_token_ids`, `block_table`, status, finish reason, `num_cached_tokens`, `num_preemptions`, error) and the queues
+of the scheduler it watches, where they differ from what the grader's copies hold; the grader's answer is the
+same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real `Request`s, a real `SchedulerOutput`, real logits.
+A value the learner left of the wrong kind is refused here, in their code, with a TypeError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any
+
+from framework.request import Request, RequestStatus
+from framework.sampling import SamplingParams
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
+from judge import wire
+from judge.drivers import host_call, plain_ints
+
+
+class Link:
+    """The worker's side of one host: its requests by name, and the scheduler whose queues it keeps in step."""
+
+    def __init__(self, host: int) -> None:
+        self.host = host
+        self.requests: dict[str, Request] = {}
+        self.names: dict[Request, str] = {}
+        self.new: list[Request] = []  # named since the last call: the host makes its own copy of each
+        self.scheduler: Any = None
+        self.kv: RemoteKVCacheManager | None = None
+        # what the grader's copies hold (sent or received last): only what differs is sent
+        self.synced: dict[str, list] = {}
+        self.synced_queues: list[list[str]] | None = None
+
+    def name_of(self, request: Any) -> str:
+        if not isinstance(request, Request):
+            raise TypeError(f"{type(request).__name__} {str(request)[:60]} is not a framework.request.Request")
+        name = self.names.get(request)
+        if name is None:
+            name = f"#{len(self.requests)}"
+            self.requests[name], self.names[request] = request, name
+            self.new.append(request)
+        return name
+
+    def call(self, op: str, *args: Any) -> Any:
+        """Operation `op` of the host, after sending the state; the state it answers is applied here."""
+        answer = host_call(self.host, op, self.state(), *args)
+        self.apply(answer["state"])
+        return answer["value"]
+
+    def state(self) -> dict:
+        """What changed since the last exchange: new requests, requests whose state differs, the queues."""
+        s, out = self.scheduler, {}
+        if s is not None:
+            queues = [[self.name_of(r) for r in s.running], [self.name_of(r) for r in s.waiting]]
+            if queues != self.synced_queues:
+                out["running"], out["waiting"] = self.synced_queues = queues
+        out["new"], self.new = [[self.names[r], *_identity(r)] for r in self.new], []
+        out["requests"] = []
+        for name, r in self.requests.items():
+            fields = _request_state(r)
+            if self.synced.get(name) != fields:
+                self.synced[name] = fields
+                out["requests"].append([name, *fields])
+        return out
+
+    def apply(self, state: dict) -> None:
+        for name, request_id, prompt, params in state.get("new", ()):  # made by the grader's parts
+            r = Request(prompt, SamplingParams(**params), request_id=request_id)
+            self.requests[name], self.names[r] = r, name
+        for name, *fields in state["requests"]:
+            r = self.requests.get(name)
+            if r is not None:
+                nc, outputs, table, status, reason, num_cached, num_preemptions, r.error = fields
+                _set_list(r, "output_token_ids", outputs)
+                _set_list(r, "block_table", table)
+                r.num_computed_tokens, r.status, r.finish_reason = nc, RequestStatus(status), reason
+                r.num_cached_tokens, r.num_preemptions = num_cached, num_preemptions
+                self.synced[name] = [list(f) if isinstance(f, list) else f for f in fields]  # not the request's
+        if self.scheduler is not None and "running" in state:  # in place: the learner's code may hold them
+            self.synced_queues = [state["running"], state["waiting"]]
+            for queue, names in zip((self.scheduler.running, self.scheduler.waiting), self.synced_queues):
+                if [self.names.get(r) for r in queue] != names:
+                    queue.clear()
+                    queue.extend(self.requests[n] for n in names)
+        if self.kv is not None and "free" in state:
+            pool = self.kv.block_pool
+            pool.num_free_blocks, pool.ref_cnt = state["free"], state["ref_cnt"]
+
+    def plan(self, out: Any) -> dict:
+        """A SchedulerOutput as names: {"scheduled": [[name, num_new_tokens], ...], "preempted": [name, ...]}."""
+        scheduled, preempted = getattr(out, "scheduled", None), getattr(out, "preempted", None)
+        if not isinstance(scheduled, list) or not isinstance(preempted, list):
+            raise TypeError(f"out is {type(out).__name__}; it must be a SchedulerOutput")
+        pairs = []
+        for s in scheduled:
+            n = getattr(s, "num_new_tokens", None)
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise TypeError(f"out.scheduled holds {str(s)[:80]}; each is ScheduledRequest(request, int)")
+            pairs.append([self.name_of(getattr(s, "request", None)), n])
+        return {"scheduled": pairs, "preempted": [self.name_of(r) for r in preempted]}
+
+    def set_plan(self, out: Any, plan: dict) -> None:
+        """Make `out` say `plan`, keeping the ScheduledRequest objects that stay."""
+        kept = {(id(s.request), s.num_new_tokens): s for s in out.scheduled}
+        out.scheduled = [kept.get((id(self.requests[n]), k)) or ScheduledRequest(self.requests[n], k)
+                         for n, k in plan["scheduled"]]
+        out.preempted[:] = [self.requests[n] for n in plan["preempted"]]
+
+    def output(self, plan: dict) -> SchedulerOutput:
+        out = SchedulerOutput()
+        self.set_plan(out, plan)
+        return out
+
+
+def _set_list(r: Request, attr: str, value: list[int]) -> None:
+    """Set a list field only if it changed, in place when it is a list (the learner's code may hold it)."""
+    old = getattr(r, attr)
+    if isinstance(old, list) and old != value:
+        old[:] = value
+    elif not isinstance(old, list):
+        setattr(r, attr, value)
+
+
+def _identity(r: Request) -> list:
+    """[request_id, prompt_token_ids, sampling params]: what the host's copy of a request is made from."""
+    prompt, params = plain_ints(r.prompt_token_ids), r.sampling_params
+    if prompt is None or not isinstance(params, SamplingParams):
+        raise TypeError(f"request {r.request_id}: prompt_token_ids must be a list of ints, sampling_params a "
+                        "SamplingParams")
+    return [str(r.request_id)[:100], prompt, dataclasses.asdict(params)]
+
+
+def _request_state(r: Request) -> list:
+    """The fields of a request the parts read and write, as plain values."""
+    values = [r.num_computed_tokens, r.num_cached_tokens, r.num_preemptions]
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise TypeError(f"request {r.request_id}: num_computed_tokens, num_cached_tokens and num_preemptions must "
+                        f"be ints, got {values!r:.80}")
+    outputs, table = plain_ints(r.output_token_ids), plain_ints(r.block_table)
+    if outputs is None or table is None:
+        raise TypeError(f"request {r.request_id}: output_token_ids and block_table must be lists of ints")
+    if not isinstance(r.status, RequestStatus):
+        raise TypeError(f"request {r.request_id}: status is {r.status!r:.40}, it must be a RequestStatus")
+    reason, error = r.finish_reason, r.error
+    if not all(v is None or isinstance(v, str) for v in (reason, error)):
+        raise TypeError(f"request {r.request_id}: finish_reason and error must be a str or None")
+    return [values[0], outputs, table, r.status.value, reason, values[1], values[2], error]
+
+
+class _PoolView:
+    """What the learner's code reads of the block pool, as the grader's pool last was."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks, self.num_free_blocks, self.ref_cnt = num_blocks, num_blocks, [0] * num_blocks
+
+
+class RemoteKVCacheManager:
+    """The KV-cache manager, run in the grader: `get_computed_blocks`, `allocate_slots`, `free`, `block_size`,
+    `num_free_blocks`, `block_pool.ref_cnt` and, with prefix caching, `prefix_cache.evict(block)`."""
+
+    link: Link
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+        self.block_size = block_size
+        self.block_pool = _PoolView(num_blocks)
+        self.prefix_cache = _RemotePrefixCache(self.link) if enable_prefix_caching else None
+        self.link.kv = self
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
+
+    def get_computed_blocks(self, request: Request) -> list[int]:
+        if self.prefix_cache is None:  # as framework.kv_cache_manager's: no cache, no hit (and no call)
+            return []
+        return self.link.call("get_computed_blocks", self.link.name_of(request))
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: Any = ()) -> bool:
+        blocks = plain_ints(computed_blocks)
+        if blocks is None or isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
+            raise TypeError("allocate_slots(request, num_new_tokens: int, computed_blocks: list of ints)")
+        return self.link.call("allocate_slots", self.link.name_of(request), operator.index(num_new_tokens), blocks)
+
+    def free(self, request: Request) -> None:
+        self.link.call("free", self.link.name_of(request))
+
+
+class _RemotePrefixCache:
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def evict(self, block_id: int) -> None:
+        self.link.call("evict", operator.index(block_id))
+
+
+class RemotePreemption:
+    """The preemption module (exercise 131), run in the grader on the scheduler it is called with."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def allocate_or_preempt(self, scheduler: Any, request: Request, num_new_tokens: int, out: Any) -> bool:
+        self.link.scheduler = scheduler
+        if isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
+            raise TypeError("allocate_or_preempt(scheduler, request, num_new_tokens: int, out)")
+        ok, plan = self.link.call("allocate_or_preempt", self.link.name_of(request),
+                                  operator.index(num_new_tokens), self.link.plan(out))
+        self.link.set_plan(out, plan)
+        return ok
+
+    def preempt(self, scheduler: Any, request: Request) -> None:
+        self.link.scheduler = scheduler
+        self.link.call("preempt", self.link.name_of(request))
+
+
+class RemoteScheduler(SchedulerBase):
+    """The scheduler, run in the grader: `add_request`, `schedule`, `finish`; `running` and `waiting` hold the
+    requests as the grader's scheduler left them (`preemption`: the module it calls, the learner's for 131)."""
+
+    link: Link
+
+    def __init__(self, kv_cache_manager: Any, token_budget: int = 256, max_num_seqs: int = 16,
+                 enable_chunked_prefill: bool = True) -> None:
+        super().__init__(kv_cache_manager, token_budget, max_num_seqs, enable_chunked_prefill)
+        self.link.scheduler = self
+
+    def add_request(self, request: Request) -> None:
+        self.link.call("add_request", self.link.name_of(request))
+
+    def schedule(self) -> SchedulerOutput:
+        return self.link.output(self.link.call("schedule"))
+
+    def finish(self, request: Request, reason: str) -> None:
+        if not isinstance(reason, str):
+            raise TypeError(f"finish(request, reason): reason is {reason!r:.40}, it must be a str")
+        self.link.call("finish", self.link.name_of(request), reason[:100])
+
+
+class RemoteModelRunner:
+    """The model runner, run in the grader on its paged KV cache: `execute_model(items)` returns the logits."""
+
+    link: Link
+
+    def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
+        self.num_blocks, self.block_size = num_blocks, block_size
+
+    def execute_model(self, items: Any) -> Any:
+        return wire.decode(host_call(self.link.host, "execute_model", [_plain_item(it) for it in items]))
+
+
+def _plain_item(item: Any) -> list:
+    try:
+        tokens, num_computed, table, need = item
+    except (TypeError, ValueError):
+        raise TypeError(f"an item is {item!r:.80}; each item is (token_ids, num_computed, block_table, "
+                        "need_logits)") from None
+    tokens, table = plain_ints(tokens), plain_ints(table)
+    if tokens is None or table is None or isinstance(num_computed, bool) or not hasattr(num_computed, "__index__"):
+        raise TypeError(f"an item is {item!r:.80}: token_ids and block_table are lists of ints, num_computed an int")
+    return [tokens, operator.index(num_computed), table, bool(need)]
+
+
+def bound(cls: type, link: Link) -> type:
+    """`cls` on `link`: a class the framework can build with its usual arguments."""
+    return type(cls.__name__.removeprefix("Remote"), (cls,), {"link": link})
+
+
+def engine_parts(host: int) -> tuple[type, type, type]:
+    """(scheduler, KV-cache manager, model runner) classes for `LLMEngineBase`, all on one new link to `host`."""
+    link = Link(host)
+    return bound(RemoteScheduler, link), bound(RemoteKVCacheManager, link), bound(RemoteModelRunner, link)
