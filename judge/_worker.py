@@ -2,9 +2,10 @@
 never run it by hand.
 
 It holds the learner's module and nothing secret: no hidden case, no expected value, no reference (the parts the
-learner's code calls that other exercises write run in the grader: judge/drivers/hosts.py), no key. The grader sends requests (call this function or method of the learner's code, or of a public
-driver in judge/drivers/, with these plain arguments; read this attribute) on one pipe, and it answers each with
-plain data on another (see judge/wire.py). Verdicts are computed by the grader, from that data only: whatever the
+learner's code calls that other exercises write run in the grader: judge/drivers/hosts.py), no key. The grader
+sends requests (call this function or method of the learner's code, or of a public driver in judge/drivers/, with
+these plain arguments; read this attribute) on one pipe, and it answers each with plain data on another (see
+judge/wire.py). Verdicts are computed by the grader, from that data only: whatever the
 learner's code writes on these pipes is at most a wrong answer.
 """
 
@@ -286,14 +287,15 @@ def main() -> None:
         pass
     send({"t": "hello"})  # nothing of the learner's has run yet
 
-    harness._STATE["options"] = dict(cfg.get("options") or {})
-    harness._STATE["memory_mb"] = cfg.get("memory_mb")
     worker = Worker(cfg, send, requests.readline)
     drivers.channel = worker.callback  # the stand-ins reach the grader's parts through this process's pipes
-    worker.load()
-    harness._STATE["learner_file"] = worker.learner_file
+    with harness.grading(harness.Context(options=cfg.get("options") or {}, memory_mb=cfg.get("memory_mb"))):
+        worker.load()
+    ctx = harness.Context(learner_file=worker.learner_file, options=cfg.get("options") or {},
+                          memory_mb=cfg.get("memory_mb"))
     try:
-        worker.serve()
+        with harness.grading(ctx):
+            worker.serve()
     finally:
         try:
             sys.stdout.flush()

@@ -45,10 +45,6 @@ class Recorder(Session):
     def __init__(self, inner: Session) -> None:
         self.inner, self.log = inner, []
 
-    @property
-    def epoch(self) -> int:  # type: ignore[override]
-        return self.inner.epoch
-
     def request(self, msg: dict) -> dict:
         reply = self.inner.request(msg)
         self.log.append([msg, _public({k: v for k, v in reply.items() if k not in ("id", "t")})])

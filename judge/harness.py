@@ -12,7 +12,6 @@ Anything else a case raises is reported as an error with the learner's traceback
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 import reprlib
@@ -57,18 +56,6 @@ def grading(ctx: Context) -> Iterator[Context]:
         yield ctx
     finally:
         _context = saved
-
-
-class _WorkerContext:
-    """How judge/_worker.py sets the worker's context, one field at a time (`harness._STATE[field] = value`):
-    each assignment makes a new frozen Context. To go when the worker sets a Context itself."""
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        global _context
-        _context = dataclasses.replace(_context, **{name: value})
-
-
-_STATE = _WorkerContext()
 
 
 def option(name: str, default: Any = None) -> Any:

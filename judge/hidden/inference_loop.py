@@ -3,13 +3,14 @@
 The learner's engine runs in the worker on the REFERENCE scheduler, KV-cache manager and model runner (so that 130
 can be graded whatever else the learner has written), which run HERE (judge/drivers/hosts.py): the worker holds only
 public stand-ins that send plain data (judge/drivers/stand_ins.py), so no reference is in the worker. The public
-driver judge/drivers/engine.py records every step: what the scheduler scheduled, the items of each forward pass and the greedy token of each row
-of logits, what step returned, and every request's state after it. Here, in the grader, each record is checked
-against what the scheduler asked for: one forward pass carrying every scheduled request with the right items,
-`num_computed_tokens` advanced, one token sampled from the right row of logits for exactly the requests that
-completed their pending tokens, finished requests retired (blocks freed), and one output per request that got a
-token. Then each record must equal the record of the reference engine, run here on the same requests by the same
-driver (its twin): a worker that forges records gains nothing unless it does exactly what a right engine does.
+driver judge/drivers/engine.py records every step: what the scheduler scheduled, the items of each forward pass and
+the greedy token of each row of logits, what step returned, and every request's state after it. Here, in the
+grader, each record is checked against what the scheduler asked for: one forward pass carrying every scheduled
+request with the right items, `num_computed_tokens` advanced, one token sampled from the right row of logits for
+exactly the requests that completed their pending tokens, finished requests retired (blocks freed), and one output
+per request that got a token. Then each record must equal the record of the reference engine, run here on the same
+requests by the same driver (its twin), compared by judge/compare.py: a worker that forges records gains nothing
+unless it does exactly what a right engine does.
 The independent reference for the tokens is `mini_llm.generate` run here, each request alone with a contiguous
 KV cache (greedy, fp32 on the CPU).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from framework.sampling import SamplingParams
+from judge.compare import difference
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
@@ -229,12 +231,12 @@ class Engine:
         before, say more about what is wrong."""
         got, want = [r for r in got if r.get("sched")], [r for r in want if r.get("sched")]
         for i, (g, w) in enumerate(zip(got, want)):
-            diff = first_difference(w, g)
+            diff = difference(w, g, "record")
             if diff and self.unmatched is None:
                 where, expected, value = diff
                 self.unmatched = CaseFailure(
-                    f"step {self.twin_steps + i + 1} (counting steps that scheduled something): your engine's step "
-                    f"differs from the reference engine's on the same requests, at {where}", field=where,
+                    f"engine step {self.twin_steps + i + 1} (counting steps that scheduled something): your engine's "
+                    f"step differs from the reference engine's on the same requests, at {where}", field=where,
                     expected=expected, got=value,
                     hint="the checks of the step passed: compare what it recorded with the statement")
         if len(got) != len(want) and self.unmatched is None:
@@ -377,23 +379,6 @@ class Engine:
 
 # ----------------------------------------------------------------------------------------------------------
 # Running workloads and comparing with each request alone
-
-
-def first_difference(want: Any, got: Any, where: str = "record") -> tuple[str, Any, Any] | None:
-    """(where, expected, got) of the first difference between two plain values, or None."""
-    if isinstance(want, dict) and isinstance(got, dict):
-        for key in [*want, *(k for k in got if k not in want)]:
-            d = first_difference(want.get(key), got.get(key), f"{where}[{key!r}]")
-            if d:
-                return d
-        return None
-    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
-        for i, (a, b) in enumerate(zip(want, got)):
-            d = first_difference(a, b, f"{where}[{i}]")
-            if d:
-                return d
-        return None
-    return None if want == got and type(want) is type(got) else (where, want, got)
 
 
 def check_final(engine: Engine, prompts: list[list[int]], params_list: list[SamplingParams], outs: list[dict],

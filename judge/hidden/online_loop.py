@@ -216,8 +216,9 @@ class Run:
                                    "its request")
         last = self.last_step(name)
         if last is not None and last > at_step:  # the step running when it returned may still have it
-            raise CaseFailure(f"request {name} was still scheduled at step {last + 1}, after {what} returned at step "
-                              f"{at_step}", input=self.input, hint="apply an abort right after the running step")
+            raise CaseFailure(f"request {name} was still scheduled at engine step {last + 1}, after {what} returned "
+                              f"at engine step {at_step}", input=self.input,
+                              hint="apply an abort right after the running step")
 
 
 def prompt_of(schedule: Schedule, name: str) -> list[int]:
@@ -245,8 +246,9 @@ def _(impl):
     run.check()
     first_b, last_a = run.first_step("b"), run.last_step("a")
     if first_b is None or last_a is None or first_b > last_a:
-        raise CaseFailure(f"request b, added while a was decoding, first ran at step {first_b and first_b + 1} but a "
-                          f"ran until step {last_a and last_a + 1}: the loop took no new request while one ran",
+        raise CaseFailure(f"request b, added while a was decoding, first ran at engine step "
+                          f"{first_b and first_b + 1} but a ran until engine step {last_a and last_a + 1}: the loop "
+                          "took no new request while one ran",
                           input=run.input, hint="add_request must not wait for the running requests to finish: "
                                                 "the engine admits new requests between any two steps")
 

@@ -187,14 +187,7 @@ def _(impl):
 
 @CASES("end to end: a small KV cache, preemptions, every output equals generating it alone", timeout=120)
 def _(impl):
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is fastest, above all on a busy machine
-    try:
-        _end_to_end(impl)
-    finally:
-        torch.set_num_threads(threads)
+    _end_to_end(impl)  # harness.run_case runs every case on one torch thread
 
 
 def _end_to_end(impl) -> None:

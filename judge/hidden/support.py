@@ -40,7 +40,7 @@ def script(w: Workload) -> str:
         req = f"Request({list(sp.prompt)}, SamplingParams(max_tokens={sp.max_tokens}, ignore_eos=True), " \
               f"request_id={sp.rid!r})"
         if sp.computed is None:
-            lines.append(f"s.add_request({req})  # before step {sp.arrival}")
+            lines.append(f"s.add_request({req})  # before engine step {sp.arrival}")
         else:
             lines.append(f"running at the start: {req} with num_computed_tokens={sp.computed}, "
                          f"output_token_ids={list(sp.outputs)}, its blocks allocated")
@@ -149,9 +149,9 @@ def first_difference(exp: dict[str, Any], got: dict[str, Any]) -> tuple[str, Any
 def history_text(history: list[tuple[Plan, list[str]]]) -> str:
     shown = history[-6:]
     first = len(history) - len(shown) + 1
-    lines = [f"  step {first + i}: {plan}" + (f", preempted {pre}" if pre else "") for i, (plan, pre) in
+    lines = [f"  engine step {first + i}: {plan}" + (f", preempted {pre}" if pre else "") for i, (plan, pre) in
              enumerate(shown)]
-    return "schedules of the steps before (yours agreed):\n" + "\n".join(lines) if lines else ""
+    return "schedules of the engine steps before (yours agreed):\n" + "\n".join(lines) if lines else ""
 
 
 HintFn = Callable[[dict[str, Any], Config, Plan, Plan, list[str], list[str]], str]
@@ -176,7 +176,7 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
         if not want.pending(step):
             break
         want.arrive(step)
-        label = f"step {step}"
+        label = f"engine step {step}"
         where = text + ("\n" + history_text(history) if history else "")
         exp_out = want.sched.schedule()
         res = drv.step(got, step)
