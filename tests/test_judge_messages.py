@@ -25,7 +25,7 @@ class InProcess(Session):
     """The worker's request handler on a module loaded here, every reply through the wire's encoding."""
 
     def __init__(self, ex, target: dict) -> None:
-        self.worker = Worker({"exercise": ex.id, **target}, lambda msg: None)
+        self.worker = Worker({"exercise": ex.id, **target}, lambda msg: None, lambda: b"")  # callbacks: in-process
         self.worker.load()
 
     def request(self, msg: dict) -> dict:
