@@ -48,10 +48,17 @@ PARTS["engine"] = ("engine", *PARTS["kv_cache_manager"], *PARTS["model_runner"],
 ON_THE_ENGINE = ("async_engine", "spec_decode", "tensor_parallel")  # the exercise modules built on the engine
 
 
+def _shipped(module: str) -> bool:
+    """Whether this copy holds the file of `module` (e.g. "solutions.batch"). A file check, not an import lookup:
+    the judge, grading in this process, may have put on sys.meta_path the finder that lends a student's practice
+    module the name of a reference the copy lacks (judge/_worker.py, PracticeStandIns)."""
+    return (Path(__file__).resolve().parent.parent / (module.replace(".", "/") + ".py")).is_file()
+
+
 def _every_reference_shipped() -> bool:
     from judge import load_exercises
 
-    return all(importlib.util.find_spec(ex.reference) is not None for ex in load_exercises().values())
+    return all(_shipped(ex.reference) for ex in load_exercises().values())
 
 
 IMPL = os.environ.get("COURSE_IMPL") or ("solutions" if _every_reference_shipped() else "practice")
@@ -137,10 +144,10 @@ def choices() -> dict[str, Choice]:
         name = Path(ex.practice_file).stem
         hit = cache.lookup(ex, ex.practice_path) if IMPL == "practice" and ex.practice_path.is_file() else None
         passed = bool(hit) and hit["failed"] == 0 and hit["passed"] > 0
-        out[name] = Choice(name, ex.id, passed, importlib.util.find_spec(ex.reference) is not None,
+        out[name] = Choice(name, ex.id, passed, _shipped(ex.reference),
                            passed and bool(hit.get("public_only")))
     for name in (*PARTS["engine"], *ON_THE_ENGINE):  # an exercise this copy does not release: maybe its reference
-        out.setdefault(name, Choice(name, None, False, importlib.util.find_spec(f"solutions.{name}") is not None))
+        out.setdefault(name, Choice(name, None, False, _shipped(f"solutions.{name}")))
     return out
 
 
@@ -188,6 +195,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def reference(name: str) -> ModuleType:
     """Module `name` (e.g. "benchmarks.throughput", "solutions.tensor_parallel"): code a chapter runs as it is,
     never the learner's, where this copy has it; else a stand-in whose every name raises NotInThisCopy."""
+    if not _shipped(name):
+        return _NotInThisCopy(name)
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as e:
