@@ -83,6 +83,21 @@ def server_command(system: str, model: str, port: int, dtype: str, threads: int)
     return command + (["--max-num-seqs", "1"] if system == "baseline" else [])
 
 
+def free_port(preferred: int) -> int:
+    """`preferred` if nothing listens or connects on it, else one the system picks: the next system's port may be
+    one the client's own connections took from the ephemeral range."""
+    import socket
+
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port on 127.0.0.1")
+
+
 class Server:
     def __init__(self, system: str, model: str, port: int, dtype: str, threads: int) -> None:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
@@ -226,7 +241,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     slos = parse_goodput(args.goodput)
     rows, texts = [], {}
     for i, system in enumerate(args.systems):
-        server = Server(system, model, args.port + i, args.dtype, args.threads)
+        server = Server(system, model, free_port(args.port + i), args.dtype, args.threads)
         try:
             server.wait_ready()
             asyncio.run(run_rate(server.base, model, requests[:2], math.inf, None, args.seed, tokenizer))  # warm
