@@ -46,13 +46,14 @@ PARTS = {"kv_cache_manager": ("block_pool", "prefix_cache"),
          "scheduler": ("scheduler", "preemption")}
 PARTS["engine"] = ("engine", *PARTS["kv_cache_manager"], *PARTS["model_runner"], *PARTS["scheduler"])
 ON_THE_ENGINE = ("async_engine", "spec_decode", "tensor_parallel")  # the exercise modules built on the engine
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _shipped(module: str) -> bool:
     """Whether this copy holds the file of `module` (e.g. "solutions.batch"). A file check, not an import lookup:
     the judge, grading in this process, may have put on sys.meta_path the finder that lends a student's practice
     module the name of a reference the copy lacks (judge/_worker.py, PracticeStandIns)."""
-    return (Path(__file__).resolve().parent.parent / (module.replace(".", "/") + ".py")).is_file()
+    return (ROOT / (module.replace(".", "/") + ".py")).is_file()
 
 
 def _every_reference_shipped() -> bool:
@@ -189,20 +190,10 @@ def needs(*modules: str) -> None:
             raise NotPassedYet(found._choice, module, module)
 
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
 def reference(name: str) -> ModuleType:
     """Module `name` (e.g. "benchmarks.throughput", "solutions.tensor_parallel"): code a chapter runs as it is,
     never the learner's, where this copy has it; else a stand-in whose every name raises NotInThisCopy."""
-    if not _shipped(name):
-        return _NotInThisCopy(name)
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name is None or not name.startswith(e.name):  # a module it imports is missing: not the copy's doing
-            raise
-        return _NotInThisCopy(name)
+    return importlib.import_module(name) if _shipped(name) else _NotInThisCopy(name)
 
 
 def repository_file(path: str) -> Path:
