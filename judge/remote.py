@@ -89,11 +89,10 @@ def _cached_class(cache: dict[str, type], key: str, make: Callable[[], type]) ->
 def forget() -> None:
     """Drop the classes made for what a submission's worker sent, and the parts the grader ran for its stand-ins
     (the runner calls it after each submission)."""
-    from .drivers import forget_hosts
+    from . import drivers
 
     _classes.clear()
-    _remote_types.clear()
-    forget_hosts()
+    drivers.forget()
 
 
 class Session:

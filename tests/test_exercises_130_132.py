@@ -95,9 +95,9 @@ def test_130_grades_step_and_generate_on_reference_components(model_dir):
     from solutions.model_runner import ModelRunner
     from solutions.scheduler import Scheduler
 
-    built = engine_driver.new_engine(load_file(FIXTURES[130] / "right_reference_style.py"),
-                                     {"num_blocks": 8, "block_size": 4}, None)
-    engine = built["run"].engine
+    assert engine_driver.new_engine(load_file(FIXTURES[130] / "right_reference_style.py"), "engine",
+                                    {"num_blocks": 8, "block_size": 4}, None) == {}
+    engine = drivers.kept("engine").engine
     assert isinstance(engine.scheduler, stand_ins.RemoteScheduler)
     assert isinstance(engine.runner, stand_ins.RemoteModelRunner)
     assert isinstance(engine.kv_cache_manager, stand_ins.RemoteKVCacheManager)

@@ -7,7 +7,10 @@ The parts of the course the learner's code calls but does not write (the schedul
 runner) run in the grader, on the references: the worker holds none. A driver gives the learner's code public
 stand-ins for them (judge/drivers/stand_ins.py), which reach the grader's part, a *host* the case registered
 (`register_host`), with `host_call`: plain data out, plain data back, while the grader waits for the driver's
-reply. In the grader (the reference's twin, code graded in-process) the same call is served directly."""
+reply. In the grader (the reference's twin, code graded in-process) the same call is served directly.
+
+An object a driver builds and later calls reuse (a scheduler world, an engine) is kept in its process under a name
+the grader chooses (`keep`, `kept`): the grader sends the name, never the object."""
 
 from __future__ import annotations
 
@@ -84,6 +87,23 @@ def load_model(path: str | None = None):
     return _model_at(str(path or option("model") or EMBEDDED_MODEL))
 
 
+_kept: dict[str, Any] = {}  # name -> the object a driver keeps in this process (one per name)
+
+
+def keep(name: str, obj: Any) -> Any:
+    """Keep `obj` under `name` for the driver's next calls (dropping what that name held before); returns it."""
+    _kept[name] = obj
+    return obj
+
+
+def kept(name: str) -> Any:
+    """The object kept under `name`; LookupError if none is (the grader asked for one it never made)."""
+    try:
+        return _kept[name]
+    except (KeyError, TypeError):
+        raise LookupError(f"no object kept under the name {str(name)[:40]!r}") from None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Callbacks: the stand-ins in the worker calling the parts the grader runs
 
@@ -114,8 +134,10 @@ def drop_host(number: int) -> None:
     _hosts.pop(number, None)
 
 
-def forget_hosts() -> None:
+def forget() -> None:
+    """Drop the hosts and the kept objects (after each submission)."""
     _hosts.clear()
+    _kept.clear()
 
 
 def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | None = None) -> dict:

@@ -2,7 +2,7 @@
 scheduler, KV-cache manager and model runner (judge/drivers/stand_ins.py: the grader runs the references and
 answers plain data), each recording what it was asked.
 
-The grader builds an engine here (`new_engine`), adds requests, steps it or calls its `generate`, and receives
+The grader builds an engine here (`new_engine`, kept under a name it chooses), adds requests, steps it or calls its `generate`, and receives
 one record per step: what the scheduler scheduled (as it left each request before the step ran), the items of
 every `execute_model` call and the greedy token of each row of logits it returned, what `step` returned, and every
 request's state after the step. The grader checks those records against the scheduler's plan and against each
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from framework.engine import EngineConfig, LLMEngineBase
 from framework.request import Request
 from framework.sampling import SamplingParams
-from judge.drivers import OPENER, host_call, learner_error, load_model
+from judge.drivers import OPENER, host_call, keep, kept, learner_error, load_model
 from judge.harness import int_values, short
 
 
@@ -139,7 +139,7 @@ def plain_outputs(outs: Any, name: Any = str) -> dict:
 
 
 class Run:
-    """One engine under test and its step records. Slots only: the grader receives it as a bare handle."""
+    """One engine under test and its step records."""
 
     __slots__ = ("engine", "records", "limit")
 
@@ -185,10 +185,11 @@ def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
 # What the grader calls (the learner's module comes first)
 
 
-def new_engine(impl: ModuleType, config: dict, eos: int | None, chunks_first: bool = False,
+def new_engine(impl: ModuleType, name: str, config: dict, eos: int | None, chunks_first: bool = False,
                tokenizer: bool = False, step_limit: int = 400) -> dict:
-    """{"run": the engine under test} or {"problem": ...} / {"error": ...} when it cannot be built. Its scheduler,
-    KV-cache manager and model runner run in the grader (judge/drivers/hosts.py, EngineHost), asked for here."""
+    """{} once the engine under test is built and kept as `name`, or {"problem": ...} / {"error": ...} when it
+    cannot be. Its scheduler, KV-cache manager and model runner run in the grader (judge/drivers/hosts.py,
+    EngineHost), asked for here."""
     learner = getattr(impl, "LLMEngine", None)
     if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
         return {"problem": "LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
@@ -201,12 +202,12 @@ def new_engine(impl: ModuleType, config: dict, eos: int | None, chunks_first: bo
         engine = cls(load_model(), c, BracketTokenizer() if tokenizer else None, eos_token_id=eos)
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
-    run = Run(engine, step_limit)
-    engine._judge_run = run
-    return {"run": run}
+    engine._judge_run = keep(name, Run(engine, step_limit))
+    return {}
 
 
-def add(impl: ModuleType, run: Run, prompt: list[int], params: dict | None) -> dict:
+def add(impl: ModuleType, name: str, prompt: list[int], params: dict | None) -> dict:
+    run: Run = kept(name)
     try:
         r = run.engine.add_request(prompt, params_of(params))
     except BaseException as exc:  # noqa: BLE001
@@ -214,8 +215,9 @@ def add(impl: ModuleType, run: Run, prompt: list[int], params: dict | None) -> d
     return {"request_id": run.engine.scheduler.name(r.request_id)}
 
 
-def step(impl: ModuleType, run: Run) -> dict:
+def step(impl: ModuleType, name: str) -> dict:
     """One call of the learner's step: its record (with "error" if it raised)."""
+    run: Run = kept(name)
     n = len(run.records)
     try:
         run.engine.step()
@@ -224,9 +226,10 @@ def step(impl: ModuleType, run: Run) -> dict:
     return run.records[n] if len(run.records) > n else {"problem": "step did not run"}
 
 
-def generate(impl: ModuleType, run: Run, prompts: list[list[int]], params: Any) -> dict:
+def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any) -> dict:
     """One call of the learner's generate: the records of the steps it took, and what it returned (or raised).
     `params`: None, one SamplingParams as a dict, or a list of them."""
+    run: Run = kept(name)
     if isinstance(params, list):
         params = [params_of(p) for p in params]
     elif params is not None:
@@ -243,9 +246,9 @@ def generate(impl: ModuleType, run: Run, prompts: list[list[int]], params: Any) 
     return out
 
 
-def final(impl: ModuleType, run: Run) -> dict:
+def final(impl: ModuleType, name: str) -> dict:
     """The engine after the run: unfinished work, free blocks, and each request's state, in order of arrival."""
-    e = run.engine
+    e = kept(name).engine
     return {"unfinished": bool(e.scheduler.running or e.scheduler.waiting),
             "free": e.kv_cache_manager.num_free_blocks,
             "requests": [{"request_id": e.scheduler.name(r.request_id), "prompt": list(r.prompt_token_ids), **_state(e, r)}

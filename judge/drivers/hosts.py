@@ -5,7 +5,7 @@ driver asks for it (`Opener`, host 0), its operations called with plain JSON.
 Whatever arrives is the learner's to forge, so every value is checked before a reference sees it: of the kinds the
 stand-ins send, else CallbackRefused (the submission's protocol verdict); in range, else a ValueError raised in
 the learner's code. What one submission can make here is bounded (`MAX_HOSTS` hosts at once, caches of at most
-`MAX_TOKENS` tokens) and dropped after it (`judge.drivers.forget_hosts`).
+`MAX_TOKENS` tokens) and dropped after it (`judge.drivers.forget`).
 
 The references are imported by name (`solutions.<part>`): in a student edition, where an unreleased one is not
 there, the student's own practice/ module of the same name stands in (judge/_worker.py, PracticeStandIns), here

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from framework.kv_cache_manager import blocks_needed
-from judge.drivers import learner_error
+from judge.drivers import keep, kept, learner_error
 from judge.remote import WorkerLost
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
@@ -230,20 +230,18 @@ def _remote_kv(w: Workload) -> Any:
 # What the grader calls (the learner's module comes first)
 
 
-def new_world(impl: ModuleType, workload: dict) -> World:
-    """129: the world of a workload on the learner's scheduler, its KV-cache manager and preemption in the grader
-    (131's workloads run their world in the grader, calling `preemption_call` here)."""
+def new_world(impl: ModuleType, name: str, workload: dict) -> None:
+    """129: the world of a workload on the learner's scheduler, kept as `name`, its KV-cache manager and preemption
+    in the grader (131's workloads run their world in the grader, calling `preemption_call` here)."""
     w = Workload.from_plain(workload)
     kv = _remote_kv(w)
-    return World(graded_scheduler(impl, kv.link), w, kv)
+    keep(name, World(graded_scheduler(impl, kv.link), w, kv))
 
 
-def pending(impl: ModuleType, world: World, step: int) -> bool:
-    return world.pending(step)
-
-
-def step(impl: ModuleType, world: World, step: int) -> dict[str, Any]:
-    """One step: arrivals, the learner's schedule(), its checks' data, then the fake model's update."""
+def step(impl: ModuleType, name: str, step: int) -> dict[str, Any]:
+    """One step of the world kept as `name`: arrivals, the learner's schedule(), its checks' data, then the fake
+    model's update."""
+    world: World = kept(name)
     world.arrive(step)
     before = snapshot(world)
     try:
@@ -292,9 +290,9 @@ def _plain_return(ret: Any) -> Any:
     return ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200]
 
 
-def preemption_world(impl: ModuleType, host: int, config: dict) -> Any:
-    """131 end to end: the learner's preemption for a scheduler the grader runs (its requests and queues are
-    copies of the grader's, sent with each call of `preemption_call`)."""
+def preemption_world(impl: ModuleType, name: str, host: int, config: dict) -> None:
+    """131 end to end: the learner's preemption for a scheduler the grader runs, kept as `name` (its requests and
+    queues are copies of the grader's, sent with each call of `preemption_call`)."""
     from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
 
     link = Link(host)
@@ -302,20 +300,22 @@ def preemption_world(impl: ModuleType, host: int, config: dict) -> Any:
     world = type("Preempting", (), {})()
     world.kv, world.sched = kv, type("Graded", (SchedulerBase,), {"preemption": impl})(kv)
     link.scheduler = world.sched
-    return world
+    keep(name, world)
 
 
-def preemption_call(impl: ModuleType, world: Any, fn: str, state: dict, name: str, n: int, plan: dict) -> dict:
-    """131: the learner's `fn` called by a scheduler the grader runs, on the state it sent: {"state": the state
-    the learner's code left, "value": [what it returned, the SchedulerOutput as names]} or {"error": ...}."""
-    link = world.kv.link
+def preemption_call(impl: ModuleType, world: str, fn: str, state: dict, rid: str, n: int, plan: dict) -> dict:
+    """131: the learner's `fn` called by the scheduler the grader runs for the world kept as `world`, on the state
+    it sent (`rid`: the request's name): {"state": the state the learner's code left, "value": [what it returned,
+    the SchedulerOutput as names]} or {"error": ...}."""
+    kept_world = kept(world)
+    link = kept_world.kv.link
     link.apply(state)
-    request, out = link.requests[name], link.output(plan)
+    request, out = link.requests[rid], link.output(plan)
     try:
         if fn == "preempt":
-            ret = impl.preempt(world.sched, request)
+            ret = impl.preempt(kept_world.sched, request)
         else:
-            ret = impl.allocate_or_preempt(world.sched, request, n, out)
+            ret = impl.allocate_or_preempt(kept_world.sched, request, n, out)
         return {"state": link.state(), "value": [_plain_return(ret), link.plan(out)]}
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}

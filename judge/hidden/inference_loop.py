@@ -29,6 +29,9 @@ from judge.remote import LocalDriver, driver
 from solutions import engine as ref
 
 _ENGINES: list["Engine"] = []  # the engines of the running case
+# The names the engine driver keeps the engine under test and the reference's twin under (one case's engines run
+# one after the other; distinct names because code graded in this process keeps its engine here too).
+ENGINE, TWIN = "engine", "reference engine"
 
 
 def _start() -> None:
@@ -158,15 +161,14 @@ class Engine:
         self.log: list[list[dict]] = []
         self.sizes: list[int] = []
         args = (config, eos, chunks_first, tokenizer is not None, step_limit)
-        reply = self.drv.new_engine(*args)
+        reply = self.drv.new_engine(ENGINE, *args)
         if "problem" in reply:
             raise CaseFailure(reply["problem"], hint="keep `class LLMEngine(LLMEngineBase):` and write step and "
                                                      "generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine(...)")
-        self.run = reply["run"]
         self.twin = LocalDriver(ref, "engine")  # the reference engine, here, driven the same way
-        self.twin_run = self.twin.new_engine(*args)["run"]
+        self.twin.new_engine(TWIN, *args)
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin
         _ENGINES.append(self)
@@ -175,17 +177,17 @@ class Engine:
         return self.params[self.arrivals.index(rid)]
 
     def add(self, prompt: list[int], params: SamplingParams) -> str:
-        reply = self.drv.add(self.run, prompt, plain_params(params))
+        reply = self.drv.add(ENGINE, prompt, plain_params(params))
         if "error" in reply:
             raise raised(reply["error"], "add_request", input=f"engine.add_request({prompt}, {params})")
-        self.twin.add(self.twin_run, prompt, plain_params(params))
+        self.twin.add(TWIN, prompt, plain_params(params))
         self.params.append(params)
         return reply["request_id"]
 
     def step(self) -> list[dict]:
         """One learner step, checked; what it returned (plain outputs). The twin steps while the worker does."""
-        pending = self.drv.begin("step", self.run)
-        twin = self.twin.step(self.twin_run)
+        pending = self.drv.begin("step", ENGINE)
+        twin = self.twin.step(TWIN)
         record = pending()
         outs = self.check_step(record)
         self.match([record], [twin], "step")
@@ -197,8 +199,8 @@ class Engine:
             (plain_params(params) if params is not None else None)
         self.params += per_prompt(params, len(prompts))
         text = f"engine.generate({prompts!r}, {params!r})"
-        pending = self.drv.begin("generate", self.run, [list(p) for p in prompts], wire_params)
-        twin = self.twin.generate(self.twin_run, [list(p) for p in prompts], wire_params)  # meanwhile
+        pending = self.drv.begin("generate", ENGINE, [list(p) for p in prompts], wire_params)
+        twin = self.twin.generate(TWIN, [list(p) for p in prompts], wire_params)  # meanwhile
         reply = pending()
         for record in reply["steps"]:
             self.check_step(record)
@@ -223,7 +225,7 @@ class Engine:
         return outs
 
     def final(self) -> dict:
-        return self.drv.final(self.run)
+        return self.drv.final(ENGINE)
 
     def match(self, got: list[dict], want: list[dict], call: str) -> None:
         """Compare the learner's step records (already checked) with the twin's, steps that scheduled nothing left

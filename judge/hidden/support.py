@@ -17,7 +17,7 @@ import mini_llm
 import torch
 from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
                                      used_blocks_ok)
-from judge.drivers import load_model as load_checkpoint, register_host
+from judge.drivers import keep, load_model as load_checkpoint, register_host
 from judge.drivers.hosts import RequestHost
 from judge.harness import (CaseFailure, LearnerRaised, int_values, option, raised_failure, rng as seeded,  # noqa: F401
                            short, shrink)
@@ -157,6 +157,9 @@ def history_text(history: list[tuple[Plan, list[str]]]) -> str:
 HintFn = Callable[[dict[str, Any], Config, Plan, Plan, list[str], list[str]], str]
 
 
+WORLD = "world"  # the name the scheduler driver keeps a case's world under (one world at a time)
+
+
 def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict[str, str] = FIELD_HINTS,
                  name: str = "Scheduler.schedule", max_steps: int = 400) -> CaseFailure | None:
     """None if the learner's scheduler (in the worker, `graded` = "schedule" or "preemption") does what the
@@ -165,9 +168,10 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
     text = script(w)
     try:
         if graded == "preemption":  # the world runs here, calling the learner's functions in the worker
-            got, drv = world_calling_learner(w, drv), LocalDriver(None, "scheduler")
+            keep(WORLD, world_calling_learner(w, drv))
+            drv = LocalDriver(None, "scheduler")
         else:
-            got = drv.new_world(w.plain())
+            drv.new_world(WORLD, w.plain())
     except TypeError as exc:
         return CaseFailure(str(exc), hint="keep `class Scheduler(SchedulerBase):` and write schedule")
     want = World(ref.Scheduler, w)
@@ -179,7 +183,7 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
         label = f"engine step {step}"
         where = text + ("\n" + history_text(history) if history else "")
         exp_out = want.sched.schedule()
-        res = drv.step(got, step)
+        res = drv.step(WORLD, step)
         before = res["before"]
         if "error" in res and "plan" not in res:
             return learner_failure(res["error"], name, where)
@@ -414,6 +418,9 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
 # are public: judge/drivers/hosts.py)
 
 
+PREEMPTION_WORLD = "preemption world"  # the name of the worker's side of a world run here (131)
+
+
 class LearnerRaised131(Exception):
     """The learner's preemption raised in the worker, called by a scheduler here: its record travels on."""
 
@@ -428,12 +435,12 @@ class LearnerPreemption:
     state comes back here."""
 
     def __init__(self, host: RequestHost, drv: Any) -> None:
-        self.host, self.drv, self.world = host, drv, None  # world: set once the worker has built it
+        self.host, self.drv = host, drv
 
     def _call(self, fn: str, request: Any, n: int = 0, out: Any = None) -> Any:
         h = self.host
         plan = h.plain_plan(out) if out is not None else {"scheduled": [], "preempted": []}
-        reply = self.drv.preemption_call(self.world, fn, h.state(), h.name_of(request), n, plan)
+        reply = self.drv.preemption_call(PREEMPTION_WORLD, fn, h.state(), h.name_of(request), n, plan)
         if "error" in reply:
             raise LearnerRaised131(reply["error"])
         h.apply(reply["state"])
@@ -458,7 +465,7 @@ def world_calling_learner(w: Workload, drv: Any) -> World:
     preemption = LearnerPreemption(host, drv)
     world = World(type("Scheduler", (ref.Scheduler,), {"preemption": preemption}), w)
     host.kv, host.scheduler = world.kv, world.sched
-    preemption.world = drv.preemption_world(register_host(host), asdict(c))
+    drv.preemption_world(PREEMPTION_WORLD, register_host(host), asdict(c))
     return world
 
 
@@ -479,7 +486,7 @@ def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config
 
     engine = Engine(load_model(), cfg, eos_token_id=None)
     host.kv, host.scheduler = engine.kv_cache_manager, engine.scheduler
-    preemption.world = drv.preemption_world(register_host(host), config)
+    drv.preemption_world(PREEMPTION_WORLD, register_host(host), config)
     requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     steps = 0
     while engine.has_unfinished_requests() and steps < 300:
