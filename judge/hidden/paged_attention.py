@@ -1,6 +1,8 @@
 """Hidden tests of exercise 127 (paged_attention), and the end-to-end check shared with exercise 126.
 
-The expected output is dense causal attention computed here, independently of solutions/: each request's keys
+The learner's function runs in the worker through the public driver (judge/drivers/paged_attention.py), on the
+inputs `make_inputs` builds there from a plain `Spec`; the grader builds the same inputs here. The expected
+output is dense causal attention computed here, independently of solutions/: each request's keys
 and values are read position by position through its block table, scores and softmax in float64 with an
 explicit mask. Caches are filled with random values everywhere, so reading a wrong block or a row past
 seq_len changes the result. Tolerance (float32): |got - expected| <= ATOL + RTOL * |expected|.
@@ -9,58 +11,21 @@ seq_len changes the result. Tolerance (float32): |got - expected| <= ATOL + RTOL
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from judge.hidden.support import end_to_end
+from judge.drivers.paged_attention import Req, Spec, make_inputs, query_start_loc, show
+from judge.hidden.support import end_to_end, learner_failure
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, LearnerRaised, call_live, raised_failure, shrink
+from judge.harness import CaseFailure, Cases, shrink
+from judge.remote import driver
 
 CASES = Cases()
 ATOL, RTOL = 1e-5, 1e-5  # float32 against a float64 reference; contexts are at most ~100 keys
 LOW_PRECISION_TOL = 2e-2  # bfloat16 inputs: compared with the float64 reference of the same rounded inputs
-
-
-@dataclass(frozen=True)
-class Req:
-    t: int  # new tokens (queries) this step
-    seq_len: int  # context length, counting the new tokens
-    table: tuple[int, ...]
-    qseed: int  # seeds this request's queries, so that dropping another request keeps them
-
-
-@dataclass(frozen=True)
-class Spec:
-    seed: int  # seeds the caches
-    block_size: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    num_blocks: int
-    reqs: tuple[Req, ...]
-    scale: float | None = None
-    index_kind: str = "list"  # how query_start_loc / seq_lens are passed: list | int32 | int64
-    dtype: torch.dtype = torch.float32
-
-
-def make_inputs(s: Spec) -> dict[str, Any]:
-    g = torch.Generator().manual_seed(s.seed)
-    shape = (s.num_blocks, s.block_size, s.n_kv_heads, s.head_dim)
-    kc, vc = torch.randn(shape, generator=g).to(s.dtype), torch.randn(shape, generator=g).to(s.dtype)
-    qs = [torch.randn(r.t, s.n_heads, s.head_dim, generator=torch.Generator().manual_seed(r.qseed)) for r in s.reqs]
-    query = torch.cat(qs).to(s.dtype) if qs else torch.zeros(0, s.n_heads, s.head_dim, dtype=s.dtype)
-    qsl = [0]
-    for r in s.reqs:
-        qsl.append(qsl[-1] + r.t)
-    lens = [r.seq_len for r in s.reqs]
-    if s.index_kind != "list":
-        dt = torch.int32 if s.index_kind == "int32" else torch.long
-        qsl, lens = torch.tensor(qsl, dtype=dt), torch.tensor(lens, dtype=dt)
-    return {"query": query, "key_cache": kc, "value_cache": vc, "query_start_loc": qsl, "seq_lens": lens,
-            "block_tables": [list(r.table) for r in s.reqs], "scale": s.scale}
 
 
 def dense_reference(s: Spec, inp: dict[str, Any], *, causal: bool = True, offset: bool = True, gqa: str = "interleave",
@@ -131,58 +96,37 @@ def _diagnose(s: Spec, inp: dict[str, Any], got: torch.Tensor, tol: float | None
             "causally with the cached context in front, softmax over the keys (the last dimension)")
 
 
-def show(s: Spec) -> str:
-    qsl = [0]
-    for r in s.reqs:
-        qsl.append(qsl[-1] + r.t)
-    idx = "" if s.index_kind == "list" else f" (as {s.index_kind} tensors)"
-    return (f"query: random {str(s.dtype).replace('torch.', '')} [N={qsl[-1]}, n_heads={s.n_heads}, "
-            f"head_dim={s.head_dim}]; key_cache, value_cache: random [num_blocks={s.num_blocks}, "
-            f"block_size={s.block_size}, n_kv_heads={s.n_kv_heads}, head_dim={s.head_dim}]\n"
-            f"query_start_loc={qsl}, seq_lens={[r.seq_len for r in s.reqs]}{idx}, "
-            f"block_tables={[list(r.table) for r in s.reqs]}, scale={s.scale}")
-
-
-def invoke(fn, inp: dict[str, Any]) -> Any:
-    """The learner's function on the given tensors (no copies: `diff` checks afterwards that none changed)."""
-    return call_live(fn, inp["query"], inp["key_cache"], inp["value_cache"], inp["query_start_loc"],
-                         inp["seq_lens"], inp["block_tables"], inp["scale"])
-
-
-def diff(s: Spec, fn, explain: bool = False) -> CaseFailure | None:
-    """None if fn agrees with dense attention on this input, else the failure (with a diagnosis if `explain`:
-    it costs a dozen reference runs, so shrinking goes without)."""
+def diff(s: Spec, impl, explain: bool = False) -> CaseFailure | None:
+    """None if the learner's paged_attention agrees with dense attention on this input, else the failure (with a
+    diagnosis if `explain`: it costs a dozen reference runs, so shrinking goes without)."""
     text = show(s)
-    inp = make_inputs(s)
-    saved = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
-    try:
-        out = invoke(fn, inp)
-    except LearnerRaised as err:
-        return raised_failure(err, "paged_attention", input=text)
-    for k, v in saved.items():
-        if isinstance(v, torch.Tensor) and not torch.equal(inp[k], v):
-            return CaseFailure(f"paged_attention modified its input {k}", input=text, hint="only read the inputs")
+    reply = driver(impl, "paged_attention").run(s.plain())
+    if "error" in reply:
+        return learner_failure(reply["error"], "paged_attention", text)
+    if reply["inputs changed"]:
+        return CaseFailure(f"paged_attention modified its input {reply['inputs changed'][0]}", input=text,
+                           hint="only read the inputs")
     n = sum(r.t for r in s.reqs)
     want = (n, s.n_heads, s.head_dim)
-    if not isinstance(out, torch.Tensor):
-        return CaseFailure(f"paged_attention returned {type(out).__name__}; expected a tensor of shape {want}",
-                           input=text, hint="did you forget the `return`?" if out is None else None)
+    if "output" not in reply:
+        return CaseFailure(f"paged_attention returned {reply['returned']}; expected a tensor of shape {want}",
+                           input=text, hint="did you forget the `return`?" if reply["returned"] == "NoneType" else None)
+    out = reply["output"]
     if tuple(out.shape) != want:
         return CaseFailure("wrong output shape", input=text, field="shape", expected=want, got=tuple(out.shape),
                            hint="one output row per query row: [N, n_heads, head_dim], requests in order")
     if out.dtype != s.dtype:
         return CaseFailure("the output must have the query's dtype", input=text, field="dtype", expected=s.dtype,
                            got=out.dtype, hint="e.g. torch.empty_like(query), or .to(query.dtype) at the end")
+    inp = make_inputs(s)
     exp = dense_reference(s, inp)
     tol = None if s.dtype == torch.float32 else LOW_PRECISION_TOL
-    got = out.detach().double()
+    got = out.double()
     ok = _close(got, exp, tol)
     if bool(ok.all()):
         return None
     row, head = (~ok).any(-1).nonzero()[0].tolist()
-    qsl = [0]
-    for r in s.reqs:
-        qsl.append(qsl[-1] + r.t)
+    qsl = query_start_loc(s)
     i = max(k for k in range(len(s.reqs)) if qsl[k] <= row and s.reqs[k].t)
     j = row - qsl[i]
     pos = s.reqs[i].seq_len - s.reqs[i].t + j
@@ -221,15 +165,14 @@ def candidates(s: Spec):
 
 
 def check(impl, specs: list[Spec]) -> None:
-    fn = impl.paged_attention
     for s in specs:
-        failure = diff(s, fn)
+        failure = diff(s, impl)
         if failure is None:
             continue
         if failure.kind == "not implemented":
             raise failure
-        smallest = shrink(s, lambda v: diff(v, fn) is not None, candidates, max_calls=120)
-        raise diff(smallest, fn, explain=True) or failure
+        smallest = shrink(s, lambda v: diff(v, impl) is not None, candidates, max_calls=120)
+        raise diff(smallest, impl, explain=True) or failure
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,0 +1,108 @@
+"""Driver of exercise 127 (paged_attention), run beside the learner's code.
+
+A case is a `Spec` (plain data: seeds, sizes, the requests' lengths and block tables). `run` builds its tensors
+here with `make_inputs`, the same seeded inputs the grader builds to compute the expected output, and calls the
+learner's `paged_attention` on them natively. It returns the output (a tensor; anything else by its type's name and
+a short repr), which inputs the call modified, or the learner's error: never a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from judge.drivers import learner_error
+from judge.harness import short
+
+
+@dataclass(frozen=True)
+class Req:
+    t: int  # new tokens (queries) this step
+    seq_len: int  # context length, counting the new tokens
+    table: tuple[int, ...]
+    qseed: int  # seeds this request's queries, so that dropping another request keeps them
+
+
+@dataclass(frozen=True)
+class Spec:
+    seed: int  # seeds the caches
+    block_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    num_blocks: int
+    reqs: tuple[Req, ...]
+    scale: float | None = None
+    index_kind: str = "list"  # how query_start_loc / seq_lens are passed: list | int32 | int64
+    dtype: torch.dtype = torch.float32
+
+    def plain(self) -> dict:
+        return {**asdict(self), "dtype": str(self.dtype).removeprefix("torch.")}
+
+    @staticmethod
+    def from_plain(d: dict) -> "Spec":
+        reqs = tuple(Req(int(r["t"]), int(r["seq_len"]), tuple(int(b) for b in r["table"]), int(r["qseed"]))
+                     for r in d["reqs"])
+        return Spec(int(d["seed"]), int(d["block_size"]), int(d["n_heads"]), int(d["n_kv_heads"]),
+                    int(d["head_dim"]), int(d["num_blocks"]), reqs, d["scale"], str(d["index_kind"]),
+                    getattr(torch, str(d["dtype"])))
+
+
+def query_start_loc(s: Spec) -> list[int]:
+    qsl = [0]
+    for r in s.reqs:
+        qsl.append(qsl[-1] + r.t)
+    return qsl
+
+
+def make_inputs(s: Spec) -> dict[str, Any]:
+    """The arguments of paged_attention for `s`, by name: random caches and queries from its seeds."""
+    g = torch.Generator().manual_seed(s.seed)
+    shape = (s.num_blocks, s.block_size, s.n_kv_heads, s.head_dim)
+    kc, vc = torch.randn(shape, generator=g).to(s.dtype), torch.randn(shape, generator=g).to(s.dtype)
+    qs = [torch.randn(r.t, s.n_heads, s.head_dim, generator=torch.Generator().manual_seed(r.qseed)) for r in s.reqs]
+    query = torch.cat(qs).to(s.dtype) if qs else torch.zeros(0, s.n_heads, s.head_dim, dtype=s.dtype)
+    qsl: Any = query_start_loc(s)
+    lens: Any = [r.seq_len for r in s.reqs]
+    if s.index_kind != "list":
+        dt = torch.int32 if s.index_kind == "int32" else torch.long
+        qsl, lens = torch.tensor(qsl, dtype=dt), torch.tensor(lens, dtype=dt)
+    return {"query": query, "key_cache": kc, "value_cache": vc, "query_start_loc": qsl, "seq_lens": lens,
+            "block_tables": [list(r.table) for r in s.reqs], "scale": s.scale}
+
+
+def show(s: Spec) -> str:
+    """The inputs of `s` as a learner reads them (the random tensors by their shapes)."""
+    idx = "" if s.index_kind == "list" else f" (as {s.index_kind} tensors)"
+    return (f"query: random {str(s.dtype).replace('torch.', '')} [N={query_start_loc(s)[-1]}, n_heads={s.n_heads}, "
+            f"head_dim={s.head_dim}]; key_cache, value_cache: random [num_blocks={s.num_blocks}, "
+            f"block_size={s.block_size}, n_kv_heads={s.n_kv_heads}, head_dim={s.head_dim}]\n"
+            f"query_start_loc={query_start_loc(s)}, seq_lens={[r.seq_len for r in s.reqs]}{idx}, "
+            f"block_tables={[list(r.table) for r in s.reqs]}, scale={s.scale}")
+
+
+def run(impl: ModuleType, spec: dict) -> dict[str, Any]:
+    """paged_attention on the inputs of `spec`: {"output": tensor} or {"returned": type name, "repr": ...}, with
+    "inputs changed" (the tensors it wrote into), or {"error": the learner's exception}."""
+    inp = make_inputs(Spec.from_plain(spec))
+    saved = {k: v.clone() for k, v in inp.items() if isinstance(v, torch.Tensor)}
+    try:
+        out = impl.paged_attention(inp["query"], inp["key_cache"], inp["value_cache"], inp["query_start_loc"],
+                                   inp["seq_lens"], inp["block_tables"], inp["scale"])
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the grader classifies it
+        return {"error": learner_error(exc)}
+    changed = [k for k, v in saved.items() if not torch.equal(inp[k], v)]
+    if isinstance(out, torch.Tensor):
+        return {"output": out.detach(), "inputs changed": changed}
+    return {"returned": type(out).__name__, "repr": short(out), "inputs changed": changed}
+
+
+def describe(fn: str, spec: dict) -> str:
+    """The call of this driver as a learner reads it: the inputs of the case."""
+    return "paged_attention(query, key_cache, value_cache, query_start_loc, seq_lens, block_tables, scale) on " + \
+        show(Spec.from_plain(spec))
