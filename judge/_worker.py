@@ -3,10 +3,10 @@ never run it by hand.
 
 It holds the learner's module and nothing secret: no hidden case, no expected value, no reference (the parts the
 learner's code calls that other exercises write run in the grader: judge/drivers/hosts.py), no key. The grader
-sends requests (call this function or method of the learner's code, or of a public driver in judge/drivers/, with
-these plain arguments; read this attribute) on one pipe, and it answers each with plain data on another (see
-judge/wire.py). Verdicts are computed by the grader, from that data only: whatever the
-learner's code writes on these pipes is at most a wrong answer.
+sends requests (call this function of a public driver in judge/drivers/, which calls the learner's code, with these
+plain arguments) on one pipe, and it answers each with plain data on another (see judge/wire.py). Verdicts are
+computed by the grader, from that data only: whatever the learner's code writes on these pipes is at most a wrong
+answer.
 """
 
 from __future__ import annotations
@@ -19,91 +19,6 @@ import threading
 from typing import Any
 
 from judge import wire
-
-_SNAPSHOT_LIMIT = 200_000  # bytes of attribute snapshot sent with a learner object (more is read on demand)
-
-
-class Handles:
-    """The learner objects the grader refers to, by number."""
-
-    def __init__(self) -> None:
-        self.objects: dict[int, Any] = {}
-        self.ids: dict[int, int] = {}  # id(obj) -> handle, so the same object keeps its number
-
-    def put(self, obj: Any) -> int:
-        h = self.ids.get(id(obj))
-        if h is None or self.objects.get(h) is not obj:
-            h = len(self.objects) + 1
-            self.objects[h] = obj
-            self.ids[id(obj)] = h
-        return h
-
-    def encode(self, value: Any, snapshot: bool = True) -> Any:
-        def handle_of(obj: Any) -> dict:
-            rec = {"__handle__": self.put(obj), "type": type(obj).__name__, "callable": callable(obj),
-                   "methods": _methods(type(obj))}
-            attrs = _public_attrs(obj) if snapshot else None
-            if attrs is not None:
-                try:
-                    enc = {k: self.encode(v, snapshot=False) for k, v in attrs.items()}
-                    if len(json.dumps(enc)) <= _SNAPSHOT_LIMIT:
-                        rec["attrs"] = enc
-                except (TypeError, ValueError):
-                    pass
-            return rec
-
-        return wire.encode(value, handle_of)
-
-    def decode(self, data: Any) -> Any:
-        return wire.decode(data, lambda d: self.objects[int(d["__handle__"])])
-
-
-_METHODS: dict[type, list[str]] = {}
-
-
-def _methods(cls: type) -> list[str]:
-    """The public methods of a class (called without first reading them through the worker)."""
-    if cls not in _METHODS:
-        import inspect
-
-        names = []
-        for name in dir(cls):
-            if name.startswith("_"):
-                continue
-            try:
-                attr = inspect.getattr_static(cls, name)
-            except AttributeError:
-                continue
-            if inspect.isfunction(attr):
-                names.append(name)
-        _METHODS[cls] = names
-    return _METHODS[cls]
-
-
-def _public_attrs(obj: Any) -> dict[str, Any] | None:
-    """An instance's public data attributes (what a plain result object carries), or None for modules, classes,
-    functions and objects without a __dict__."""
-    if isinstance(obj, type) or callable(obj) and not hasattr(obj, "__dict__"):
-        return None
-    d = getattr(obj, "__dict__", None)
-    if not isinstance(d, dict) or type(obj).__name__ in ("module", "function", "method", "builtin_function_or_method"):
-        return None
-    return {k: v for k, v in d.items() if isinstance(k, str) and not k.startswith("_")}
-
-
-def _fingerprint(value: Any) -> Any:
-    """A cheap summary of a list, dict or tensor argument, to tell whether a call changed it (None: not checked)."""
-    if isinstance(value, (list, dict)):
-        try:
-            return hash(json.dumps(wire.encode(value), sort_keys=True))
-        except (TypeError, ValueError):
-            return None
-    if type(value).__name__ == "Tensor":
-        import hashlib
-
-        enc = wire.encode(value)
-        return hashlib.blake2b(enc["data"].encode(), digest_size=16).hexdigest(), tuple(enc["shape"])
-    return None
 
 
 def _error(exc: BaseException, learner_file: str | None) -> dict:
@@ -119,6 +34,11 @@ def _error(exc: BaseException, learner_file: str | None) -> dict:
     if is_memory_error(exc):
         err["memory"] = True
     return err
+
+
+def _cannot_grade(exc: Exception) -> dict:
+    return {"ok": False, "error": {"type": "TypeError", "module": "builtins",
+                                   "message": f"your code returned a value that cannot be graded: {exc}"}}
 
 
 class PracticeStandIns:
@@ -154,7 +74,6 @@ def _set_limits(memory_mb: int | None) -> None:
 class Worker:
     def __init__(self, cfg: dict, send, read) -> None:
         self.cfg, self.send, self.read = cfg, send, read  # read(): the next request line, b"" at the end
-        self.handles = Handles()
         self.module: Any = None
         self.learner_file: str | None = None
         self.serving: list[Any] = []  # ids of the requests being answered, the innermost last
@@ -180,46 +99,26 @@ class Worker:
             return
         self.send({"t": "ready"})
 
-    def target(self, req: dict) -> Any:
-        if "driver" in req:
-            obj = importlib.import_module(f"judge.drivers.{req['driver']}")
-        elif req.get("handle") is not None:
-            obj = self.handles.objects[int(req["handle"])]
-        else:
-            obj = self.module
-        attr = req.get("attr")
-        return getattr(obj, attr) if attr is not None else obj
-
     def handle(self, req: dict) -> dict:
-        op = req.get("op")
+        """Answer one request: {"op": "call", "driver": name, "attr": function, "args": [...], "kwargs": {...}}."""
+        driver, fn = req.get("driver"), req.get("attr")
+        if req.get("op") != "call" or not isinstance(driver, str) or not driver.isidentifier() or \
+                not isinstance(fn, str) or fn.startswith("_"):
+            return {"ok": False, "error": {"type": "ProtocolError", "module": "judge",
+                                           "message": f"not a driver call: {str(req)[:200]}"}}
         try:
-            if op == "getattr":
-                value = self.target(req)
-                return {"ok": True, "value": self.handles.encode(value)}
-            if op == "setattr":
-                obj = self.handles.objects[int(req["handle"])] if req.get("handle") is not None else self.module
-                setattr(obj, str(req["attr"]), self.handles.decode(req["value"]))
-                return {"ok": True, "value": None}
-            if op == "call":
-                fn = self.target(req)
-                args = [self.handles.decode(a) for a in req.get("args", [])]
-                before = [_fingerprint(a) for a in args] if req.get("writeback") else []
-                kwargs = {str(k): self.handles.decode(v) for k, v in (req.get("kwargs") or {}).items()}
-                if "driver" in req:
-                    args.insert(0, self.module)  # a driver gets the learner's module first
-                value = fn(*args, **kwargs)
-                out = {"ok": True, "value": self.handles.encode(value)}
-                if req.get("writeback"):  # the arguments the call changed (an in-place write, or a bug)
-                    start = 1 if "driver" in req else 0
-                    out["changed"] = {str(i - start): self.handles.encode(a, snapshot=False)
-                                      for i, (a, fp) in enumerate(zip(args, before))
-                                      if i >= start and fp is not None and _fingerprint(a) != fp}
-                return out
+            f = getattr(importlib.import_module(f"judge.drivers.{driver}"), fn)
+            args = [wire.decode(a) for a in req.get("args", [])]
+            kwargs = {str(k): wire.decode(v) for k, v in (req.get("kwargs") or {}).items()}
+            value = f(self.module, *args, **kwargs)  # a driver gets the learner's module first
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit and MemoryError too: the grader classifies them
             return {"ok": False, "error": _error(exc, self.learner_file)}
-        return {"ok": False, "error": {"type": "ProtocolError", "module": "judge", "message": f"unknown op {op!r}"}}
+        try:
+            return {"ok": True, "value": wire.encode(value)}
+        except Exception as exc:  # noqa: BLE001 - not plain data (a learner object the driver let through)
+            return _cannot_grade(exc)
 
     def serve(self) -> None:
         for line in iter(self.read, b""):
@@ -239,9 +138,7 @@ class Worker:
         try:
             self.send(reply)
         except (TypeError, ValueError) as exc:  # a value the encoder refused
-            self.send({"t": "reply", "id": req.get("id"), "ok": False,
-                       "error": {"type": "TypeError", "module": "builtins",
-                                 "message": f"your code returned a value that cannot be graded: {exc}"}})
+            self.send({**_cannot_grade(exc), "t": "reply", "id": req.get("id")})
 
     def callback(self, host: int, name: str, args: list) -> dict:
         """Ask the grader to run `name` of its host `host` (the parts of the course that run there, see

@@ -80,7 +80,7 @@ def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, lis
                 raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
             run.worker.set_deadline(600)
             rec = Recorder(run.worker)
-            result = harness.run_case(case, RemoteModule(rec, None))
+            result = harness.run_case(case, RemoteModule(rec))
             if not result.passed:
                 raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")
             out[case.name] = rec.log

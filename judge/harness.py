@@ -217,20 +217,6 @@ class LearnerRaised(Exception):
         self.exc = exc
 
 
-def call_live(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """Call learner code on the arguments as they are; its exceptions (SystemExit too) become LearnerRaised.
-
-    KeyboardInterrupt is let through. MemoryError is re-raised as is, so that the verdict is 'memory limit'."""
-    try:
-        return fn(*args, **kwargs)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - SystemExit from sys.exit() is a failure, not an exit
-        if is_memory_error(exc):
-            raise
-        raise LearnerRaised(exc) from exc
-
-
 def other_stub(exc: BaseException, learner_file: str | None = None) -> list[str] | None:
     """[practice file, function] when the learner's own code called another exercise's untouched practice stub
     directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""

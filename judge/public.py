@@ -5,8 +5,8 @@ the reference (in a worker, like any graded code), and every request the case se
 gave is written to judge/public/<slug>.json. On the student's side the recorded requests are replayed to the
 student's code and each answer is compared with the reference's by judge/compare.py (the one comparer: a tensor,
 an array, a list or a tuple of the same numbers are equal, floats within its tolerance). An object the worker
-keeps (a driver's engine) is an opaque reference, never compared; an exception must be an instance of the same
-class. No reference and no hidden case is needed to replay them.
+keeps for later calls (a driver's engine) is named by the case, the same name in the recording and the replay; an
+exception must be an instance of the same class. No reference and no hidden case is needed to replay them.
 """
 
 from __future__ import annotations
@@ -37,32 +37,7 @@ def load(ex: Exercise) -> dict[str, list] | None:
 
 
 def _value(data: Any) -> Any:
-    """A reply's value; an object the worker keeps (numbered differently in the recording) as "<an object>"."""
-    return wire.decode(data, lambda d: "<an object>")
-
-
-def _handles(data: Any, out: list[int]) -> list[int]:
-    """The numbers of the objects the worker keeps, in a reply, in order."""
-    if isinstance(data, dict):
-        if "__handle__" in data:
-            out.append(int(data["__handle__"]))
-        for v in data.values():
-            _handles(v, out)
-    elif isinstance(data, list):
-        for v in data:
-            _handles(v, out)
-    return out
-
-
-def _remap(data: Any, mapping: dict[int, int]) -> Any:
-    if isinstance(data, dict):
-        if "__handle__" in data and set(data) == {"__handle__"}:
-            return {"__handle__": mapping.get(int(data["__handle__"]), -1)}
-        return {k: (mapping.get(v, -1) if k == "handle" and isinstance(v, int) else _remap(v, mapping))
-                for k, v in data.items()}
-    if isinstance(data, list):
-        return [_remap(v, mapping) for v in data]
-    return data
+    return wire.decode(data)
 
 
 def _raised(err: dict) -> str:
@@ -72,18 +47,11 @@ def _raised(err: dict) -> str:
 
 def replay(session: Session, log: list) -> str | None:
     """Replay one recorded case to the student's code; None if every answer matches, else the first difference."""
-    mapping: dict[int, int] = {}
-    names: dict[int, str] = {}  # recorded handle -> the name it was read as (paged_attention, ...)
     for req, want in log:
-        got = session.request(_remap({k: v for k, v in req.items() if k != "id"}, mapping))
-        what = _described(req) or _call_text(req, names)
-        if req.get("op") == "getattr" and isinstance(want.get("value"), dict) and "__handle__" in want["value"]:
-            names[int(want["value"]["__handle__"])] = str(req.get("attr"))
-        problem = _problem(want, got, what)
+        got = session.request({k: v for k, v in req.items() if k != "id"})
+        problem = _problem(want, got, _described(req))
         if problem:
             return problem
-        for a, b in zip(_handles(want.get("value"), []), _handles(got.get("value"), [])):
-            mapping.setdefault(a, b)
     return None
 
 
@@ -134,12 +102,15 @@ def _driver_error(want: Any, got: Any) -> dict | None:
     return None
 
 
-def _described(req: dict) -> str | None:
-    """A driver call as the Python it stands for, from the driver's own `describe` (None: it has none)."""
-    if "driver" not in req:
-        return None
+def _described(req: dict) -> str:
+    """A driver call as the Python it stands for, from the driver's own `describe`, else as the driver's function
+    and its arguments."""
+    args = [_value(a) for a in req.get("args", [])]
     describe = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "describe", None)
-    return describe(req.get("attr"), *[_value(a) for a in req.get("args", [])]) if describe else None
+    if describe:
+        return describe(req.get("attr"), *args)
+    text = ", ".join(short(a) for a in args)
+    return f"{req.get('attr')}({text if len(text) < 200 else text[:200] + ' ...'})"
 
 
 def _unexpected_error(want: Any, got: Any) -> dict | None:
@@ -160,19 +131,3 @@ def _unexpected_error(want: Any, got: Any) -> dict | None:
 def _path(where: str) -> str:
     """['steps'][0]['returned'] -> steps[0].returned: where in a driver's answer, read as attributes."""
     return re.sub(r"\['([^']*)'\]", r".\1", where).lstrip(".")
-
-
-def _call_text(req: dict, names: dict[int, str]) -> str:
-    """A call through the generic proxies (exercise 127) as Python."""
-    if req.get("op") == "getattr":
-        return f"reading .{req.get('attr')}"
-    name = req.get("attr") or names.get(req.get("handle"), "the function")
-    args = ", ".join(_arg_text(_value(a)) for a in req.get("args", []))
-    return f"{name}({args if len(args) < 200 else args[:200] + ' ...'})"
-
-
-def _arg_text(value: Any) -> str:
-    """An argument as Python: a tensor by its shape and dtype (its numbers are too many to paste)."""
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return f"<{value.dtype} tensor of shape {list(value.shape)}>"
-    return short(value)

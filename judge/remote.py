@@ -1,15 +1,11 @@
-"""The learner's code as the grader sees it: proxies that forward calls to the worker and return plain data.
+"""The learner's code as the grader sees it: public drivers run beside it in the worker, answering plain data.
 
-A hidden case receives `impl`, a RemoteModule, and observes the learner's code through a public driver run beside
-it (`driver(impl, "batch").build(items, 4)`), which answers with plain data (judge/wire.py). The generic proxies
-remain for exercise 127: `impl.paged_attention(...)` sends the arguments to the worker, which calls the learner's
-function and answers with the result; an object the worker keeps (a driver's engine) comes back as a Remote, whose
-attributes and methods are read through the worker. Learner exceptions come back as their
-type name, message and trimmed traceback, and are raised here as an exception of the same builtin type (or of
-judge.errors / framework.errors), or as a LearnerError named after it: nothing of the learner's runs here.
-
-Lists, dicts and tensors passed to a learner function are written back after the call (the worker returns them as
-they ended up), so that a case can see an in-place write, or check that the inputs were left alone.
+A hidden case receives `impl`, a RemoteModule (the worker's session), and observes the learner's code only through
+a public driver run beside it (`driver(impl, "batch").build(items, 4)`): the driver calls the learner's code
+natively there and answers with plain data (judge/wire.py); an object a driver keeps for later calls (a scheduler
+world, an engine) stays there, under a name the case chooses (judge/drivers, `keep`). Learner exceptions come back
+as their type name, message and trimmed traceback, and are raised here as an exception of the same builtin type (or
+of framework.errors), or as a LearnerError named after it: nothing of the learner's runs here.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ class LearnerError(Exception):
 
 
 _KNOWN_MODULES = ("builtins", "framework.errors")
-# Classes made for names the worker sends: at most _MAX_CLASSES each, dropped after every submission (`forget`).
+# Classes made for names the worker sends: at most _MAX_CLASSES, dropped after every submission (`forget`).
 _MAX_CLASSES = 256
 _classes: dict[str, type] = {}
 
@@ -66,23 +62,17 @@ def _exception(err: dict) -> BaseException:
 
 
 def _learner_class(name: str, base: type) -> type:
-    def make() -> type:
-        try:
-            return type(name, (LearnerError,) if base is Exception else (base, LearnerError), {})
-        except TypeError:  # a base whose layout cannot be mixed in
-            return type(name, (LearnerError,), {})
-
-    return _cached_class(_classes, f"{name}({base.__name__})", make)
-
-
-def _cached_class(cache: dict[str, type], key: str, make: Callable[[], type]) -> type:
-    """cache[key], made by `make` when missing; kept only while the cache holds fewer than _MAX_CLASSES, so that a
-    worker that invents names cannot grow the grader."""
-    cls = cache.get(key)
+    """A class named `name` deriving from LearnerError (and `base`); kept only while fewer than _MAX_CLASSES are,
+    so that a worker that invents names cannot grow the grader."""
+    key = f"{name}({base.__name__})"
+    cls = _classes.get(key)
     if cls is None:
-        cls = make()
-        if len(cache) < _MAX_CLASSES:
-            cache[key] = cls
+        try:
+            cls = type(name, (LearnerError,) if base is Exception else (base, LearnerError), {})
+        except TypeError:  # a base whose layout cannot be mixed in
+            cls = type(name, (LearnerError,), {})
+        if len(_classes) < _MAX_CLASSES:
+            _classes[key] = cls
     return cls
 
 
@@ -96,7 +86,7 @@ def forget() -> None:
 
 
 class Session:
-    """What the proxies need from the runner: one request, one plain answer (or WorkerLost)."""
+    """What the drivers need from the runner: one request, one plain answer (or WorkerLost)."""
 
     def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by runner.WorkerProcess
         raise NotImplementedError
@@ -112,135 +102,28 @@ class Session:
         return WorkerLost(what)
 
 
-def _encode_arg(value: Any) -> Any:
-    def handle_of(obj: Any) -> dict:
-        if isinstance(obj, Remote):
-            return {"__handle__": object.__getattribute__(obj, "_handle")}
-        raise TypeError(f"cannot send a {type(obj).__name__} to the graded code (plain data and its own objects only)")
+class RemoteModule:
+    """The learner's module in the worker, as a case receives it: the session its drivers talk through."""
 
-    return wire.encode(value, handle_of)
+    __slots__ = ("_session",)
 
-
-def _write_back(old: Any, new: Any) -> None:
-    """Make `old` (a case's list, dict or tensor) equal to `new` (what the learner left it as), in place."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        torch = None
-    if isinstance(old, list) and isinstance(new, list):
-        if len(old) == len(new):
-            for i, (a, b) in enumerate(zip(old, new)):
-                if isinstance(a, (list, dict)) or (torch is not None and isinstance(a, torch.Tensor)):
-                    _write_back(a, b)
-                    if type(a) is type(b) or isinstance(a, torch.Tensor if torch else ()):
-                        continue
-                old[i] = b
-        else:
-            old[:] = new
-    elif isinstance(old, dict) and isinstance(new, dict):
-        old.clear()
-        old.update(new)
-    elif torch is not None and isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
-        if old.shape == new.shape:
-            with torch.no_grad():
-                old.copy_(new.to(old.dtype))
-
-
-class _Base:
-    __slots__ = ("_session", "_handle", "_path")
-
-    def __init__(self, session: Session, handle: int | None, path: tuple[str, ...] = ()) -> None:
+    def __init__(self, session: Session) -> None:
         object.__setattr__(self, "_session", session)
-        object.__setattr__(self, "_handle", handle)
-        object.__setattr__(self, "_path", path)
-
-    def _call(self, attr: str | None, args: tuple, kwargs: dict) -> Any:
-        s, h = object.__getattribute__(self, "_session"), object.__getattribute__(self, "_handle")
-        msg = {"op": "call", "handle": h, "attr": attr, "args": [_encode_arg(a) for a in args],
-               "kwargs": {k: _encode_arg(v) for k, v in kwargs.items()}, "writeback": True}
-        reply = s.request(msg)
-        if not reply.get("ok"):
-            raise _exception(reply.get("error") or {})
-        changed = reply.get("changed") or {}
-        for i, old in enumerate(args):
-            if str(i) in changed and (isinstance(old, (list, dict)) or type(old).__name__ == "Tensor"):
-                _write_back(old, decode(s, changed[str(i)]))
-        return decode(s, reply.get("value"))
-
-    def _getattr(self, attr: str) -> Any:
-        s, h = object.__getattribute__(self, "_session"), object.__getattribute__(self, "_handle")
-        reply = s.request({"op": "getattr", "handle": h, "attr": attr})
-        if not reply.get("ok"):
-            exc = _exception(reply.get("error") or {})
-            if isinstance(exc, AttributeError):
-                raise AttributeError(attr) from None
-            raise exc
-        return decode(s, reply.get("value"))
-
-
-class RemoteModule(_Base):
-    """The learner's module: its attributes read through the worker (functions and classes become callables, kept
-    for the next calls)."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        s = object.__getattribute__(self, "_session")
-        cache = s.__dict__.setdefault("_module_callables", {})
-        if name in cache:
-            return cache[name]
-        value = self._getattr(name)
-        if isinstance(value, Remote) and object.__getattribute__(value, "_callable"):
-            cache[name] = value
-        return value
 
     def __repr__(self) -> str:
         return "<your module>"
 
 
-class Remote(_Base):
-    """A learner object (or function, or class) held by the worker."""
-
-    __slots__ = ("_callable",)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._getattr(name)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(None, args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"<your {type(self).__name__}>"
-
-
-_remote_types: dict[str, type] = {}
-
-
-def _remote_type(name: str) -> type:
-    """A proxy class named like the learner's class (so that messages can say 'a Batch has no attribute ...')."""
-    name = name if name.isidentifier() and len(name) <= wire.NAME_LIMIT else "Remote"
-    return _cached_class(_remote_types, name, lambda: type(name, (Remote,), {"__slots__": ()}))
-
-
-def decode(session: Session, data: Any) -> Any:
-    def from_handle(d: dict) -> Remote:
-        cls = _remote_type(str(d.get("type", "Remote")))
-        proxy = cls.__new__(cls)
-        _Base.__init__(proxy, session, int(d["__handle__"]))
-        object.__setattr__(proxy, "_callable", bool(d.get("callable")))
-        return proxy
-
+def _encode(value: Any) -> Any:
     try:
-        return wire.decode(data, from_handle)
-    except wire.WireError as err:
-        raise session.violation(str(err)) from None
+        return wire.encode(value)
+    except TypeError as exc:
+        raise TypeError(f"course bug: a driver's argument must be plain data ({exc})") from None
 
 
 class Driver:
-    """The public driver `judge/drivers/<name>.py`, run in the worker: `driver(impl, "scheduler").step(world)` calls
-    `judge.drivers.scheduler.step(learner_module, world)` there and returns its plain answer."""
+    """The public driver `judge/drivers/<name>.py`, run in the worker: `driver(impl, "scheduler").step("world", 3)`
+    calls `judge.drivers.scheduler.step(learner_module, "world", 3)` there and returns its plain answer."""
 
     def __init__(self, impl: RemoteModule, name: str) -> None:
         self._session, self._name = object.__getattribute__(impl, "_session"), name
@@ -253,14 +136,17 @@ class Driver:
     def begin(self, fn: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
         """Start `fn` in the worker; the function returned waits for its answer (the grader works meanwhile)."""
         wait = self._session.send({"op": "call", "driver": self._name, "attr": fn,
-                                   "args": [_encode_arg(a) for a in args],
-                                   "kwargs": {k: _encode_arg(v) for k, v in kwargs.items()}})
+                                   "args": [_encode(a) for a in args],
+                                   "kwargs": {k: _encode(v) for k, v in kwargs.items()}})
 
         def answer() -> Any:
             reply = wait()
             if not reply.get("ok"):
                 raise _exception(reply.get("error") or {})
-            return decode(self._session, reply.get("value"))
+            try:
+                return wire.decode(reply.get("value"))
+            except wire.WireError as err:
+                raise self._session.violation(str(err)) from None
 
         return answer
 

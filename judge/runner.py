@@ -1,8 +1,8 @@
 """Grading: the cases run here, in the grader; the learner's code runs in a separate process, the worker.
 
 For each case the grader asks the worker to run a public driver (judge/drivers/), which builds what the case needs
-beside the learner's code, calls it and answers with a plain trace (judge.remote; 127 still calls its function
-through a generic proxy). The grader compares that data with expected values it computes itself
+beside the learner's code, calls it and answers with a plain trace (judge.remote). The grader compares that data
+with expected values it computes itself
 and gives the verdict: nothing the worker does, prints or forges can pass a case.
 
 One case at a time: a case whose worker hangs, crashes, exits, exhausts its memory or floods its output gets that
@@ -55,7 +55,7 @@ def another_process(impl: Any) -> Iterator[Any]:
                                "the file (judge.check(ID, 'path/to/file.py')) rather than objects defined here")
         w = start_for_file(ex, path)
     try:
-        yield RemoteModule(w, None)
+        yield RemoteModule(w)
     finally:
         w.close()
 
@@ -283,7 +283,7 @@ class _Run:
                                   learner_file=self.target.get("impl") or self.ex.practice_file,
                                   learner_display=self.target.get("display"))
             with harness.grading(ctx):
-                out = harness.run_case(case, RemoteModule(w, None))
+                out = harness.run_case(case, RemoteModule(w))
             if w.lost:  # whatever the case made of it, the worker's end is the verdict
                 verdict, message = w.lost
                 out = CaseResult(case.name, False, time.perf_counter() - t0, verdict, message)

@@ -1,12 +1,12 @@
 """Plain data between the grader and the graded process (the worker), as JSON lines; never pickle.
 
 What crosses: None, bool, int, float (nan and infinities too), str, lists, tuples, dicts, sets, torch tensors and
-numpy arrays (dtype + shape + raw bytes), and learner objects, which cross as a handle (a number the worker keeps)
-plus a snapshot of their public attributes. Decoding builds only these plain values: a learner object becomes a
-`judge.remote.Remote` that the grader can read and call through the worker, never an object of the learner's class.
+numpy arrays (dtype + shape + raw bytes): what the public drivers (judge/drivers/) return. Anything else cannot be
+sent: a driver reads the learner's objects into such data. Decoding builds only these plain values, never an object
+of the learner's class.
 
 Everything the worker sends is the learner's to forge, so the grader receives it within limits: a message (one line)
-of at most MAX_MESSAGE bytes, values nested at most MAX_NESTING deep, exception records cut to TEXT_LIMIT
+of at most MAX_MESSAGE bytes, values nested at most MAX_DEPTH deep, exception records cut to TEXT_LIMIT
 characters. Whatever breaks them raises WireError, which the grader turns into the submission's verdict.
 """
 
@@ -17,10 +17,9 @@ import binascii
 import json
 import math
 from collections import deque
-from typing import Any, Callable
+from typing import Any
 
-MAX_DEPTH = 12  # containers nested in a value the encoder sends
-MAX_NESTING = 2 * MAX_DEPTH  # ... and that the decoder accepts (a learner object's snapshot adds its own levels)
+MAX_DEPTH = 12  # containers nested in a value the encoder sends and the decoder accepts
 MAX_MESSAGE = 8 << 20  # bytes in one message the grader receives (a line of JSON)
 TEXT_LIMIT = 2000  # characters kept of an exception's message, and of its traceback
 NAME_LIMIT = 100  # characters of an exception's type name (a longer or odd one is received as "LearnerError")
@@ -34,9 +33,8 @@ def _float(x: float) -> Any:
     return x if math.isfinite(x) else {"__float__": repr(x)}
 
 
-def encode(value: Any, handle_of: Callable[[Any], Any] | None = None, depth: int = 0) -> Any:
-    """A JSON-able form of `value`. `handle_of(obj)` encodes an object that is not plain data (the worker passes
-    one that registers a handle; the grader one that refers to a handle it holds)."""
+def encode(value: Any, depth: int = 0) -> Any:
+    """A JSON-able form of `value`; TypeError for anything that is not plain data."""
     if depth > MAX_DEPTH:
         raise ValueError("value nested too deeply to send")
     if value is None or isinstance(value, (bool, str)):
@@ -45,7 +43,7 @@ def encode(value: Any, handle_of: Callable[[Any], Any] | None = None, depth: int
         return value if -(2 ** 62) < value < 2 ** 62 else {"__int__": str(value)}
     if isinstance(value, float):
         return _float(value)
-    rec = lambda v: encode(v, handle_of, depth + 1)  # noqa: E731
+    rec = lambda v: encode(v, depth + 1)  # noqa: E731
     if isinstance(value, (list, deque)):
         return [rec(v) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
@@ -57,11 +55,9 @@ def encode(value: Any, handle_of: Callable[[Any], Any] | None = None, depth: int
     if isinstance(value, (set, frozenset)):
         return {"__set__": [rec(v) for v in value]}
     tensor = _encode_array(value)
-    if tensor is not None:
-        return tensor
-    if handle_of is None:
+    if tensor is None:
         raise TypeError(f"cannot send a {type(value).__name__}")
-    return handle_of(value)
+    return tensor
 
 
 def _encode_array(value: Any) -> dict | None:
@@ -90,11 +86,10 @@ def _encode_array(value: Any) -> dict | None:
 _DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
 
-def decode(data: Any, from_handle: Callable[[dict], Any] | None = None) -> Any:
-    """The plain value that `encode` sent; `from_handle(d)` turns a handle record into a proxy. WireError for
-    anything else (a forged or malformed value)."""
+def decode(data: Any) -> Any:
+    """The plain value that `encode` sent; WireError for anything else (a forged or malformed value)."""
     try:
-        return _decode(data, from_handle, 0)
+        return _decode(data, 0)
     except WireError:
         raise
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError, RuntimeError,
@@ -102,12 +97,12 @@ def decode(data: Any, from_handle: Callable[[dict], Any] | None = None) -> Any:
         raise WireError(f"a malformed value ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
-def _decode(data: Any, from_handle: Callable[[dict], Any] | None, depth: int) -> Any:
+def _decode(data: Any, depth: int) -> Any:
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
-    if depth > MAX_NESTING:
-        raise WireError(f"a value nested more than {MAX_NESTING} deep")
-    rec = lambda v: _decode(v, from_handle, depth + 1)  # noqa: E731
+    if depth > MAX_DEPTH:
+        raise WireError(f"a value nested more than {MAX_DEPTH} deep")
+    rec = lambda v: _decode(v, depth + 1)  # noqa: E731
     if isinstance(data, list):
         return [rec(v) for v in data]
     if not isinstance(data, dict):
@@ -126,11 +121,9 @@ def _decode(data: Any, from_handle: Callable[[dict], Any] | None, depth: int) ->
         return _tensor(data)
     if "__ndarray__" in data or "__npscalar__" in data:
         return _ndarray(data)
-    if "__handle__" in data:
-        if from_handle is None:
-            raise ValueError("a handle where plain data was expected")
-        return from_handle(data)
-    return {str(k): rec(v) for k, v in data.items()}
+    if any(k.startswith("__") for k in data):  # encode sends such keys only in a "__dict__"
+        raise ValueError("an unknown wire type")
+    return {k: rec(v) for k, v in data.items()}
 
 
 def _key(k: Any) -> Any:
@@ -196,8 +189,6 @@ def reply_problem(msg: dict) -> str | None:
     receivable in place (see `received_error`)."""
     if not isinstance(msg.get("ok"), bool):
         return "a reply without ok: true or false"
-    if not isinstance(msg.get("changed", {}), dict):
-        return "a reply whose 'changed' is not an object"
     if not msg["ok"]:
         if not isinstance(msg.get("error"), dict):
             return "a failed reply without an error record"

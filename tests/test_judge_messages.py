@@ -57,14 +57,14 @@ def test_messages_show_python_not_the_wire(ex_id):
     recorded = {}
     for case in cases:
         rec = Recording(ex, {"impl_module": ex.reference})
-        assert harness.run_case(case, RemoteModule(rec, None)).passed, case.name
+        assert harness.run_case(case, RemoteModule(rec)).passed, case.name
         recorded[case.name] = rec.log
     for path in wrong_code(ex):
         messages = []
         for case in cases:
             messages.append(public.replay(InProcess(ex, {"impl": str(path)}), recorded[case.name]) or "")
             if ex_id not in HIDDEN_PENDING:
-                out = harness.run_case(case, RemoteModule(InProcess(ex, {"impl": str(path)}), None))
+                out = harness.run_case(case, RemoteModule(InProcess(ex, {"impl": str(path)})))
                 messages.append(out.message + " " + " ".join(map(str, out.details.values())))
         assert any(messages), f"{path.name} passes every public case of {ex_id}"
         shown = [m for m in messages if WIRE.search(m)]

@@ -2,7 +2,7 @@
 reference, shrinking, and the checks on the data the public driver (judge/drivers/scheduler.py) reports.
 
 Also the model fixtures of the end-to-end cases (the embedded checkpoint in fp32, greedy generation alone).
-Grader side only: the references run here; the learner's code runs in the worker, through proxies and drivers.
+Grader side only: the references run here; the learner's code runs in the worker, through the drivers.
 """
 
 from __future__ import annotations
