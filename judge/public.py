@@ -109,7 +109,7 @@ def _described(req: dict) -> str:
     describe = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "describe", None)
     if describe:
         return describe(req.get("attr"), *args)
-    text = ", ".join(short(a) for a in args)
+    text = ", ".join(repr(a) if isinstance(a, str) else short(a) for a in args)
     return f"{req.get('attr')}({text if len(text) < 200 else text[:200] + ' ...'})"
 
 
