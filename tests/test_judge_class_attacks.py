@@ -298,3 +298,24 @@ def test_a_forged_callback_is_the_protocol_verdict(kind, tmp_path):
     forged.write_text((ATTACKS / "exercise_130" / "forged_callbacks.py").read_text())
     report = judge.grade(130, forged, cases=["one request: step by step", "several requests"], time_limit=20)
     assert [r.verdict for r in report.results] == ["protocol", "not run"], report.text()
+
+
+def test_the_worker_serves_driver_calls_only():
+    """No request reads or calls the learner's module directly (the generic proxies are gone): only a public
+    driver's function, and a kept object is reached by the name the grader gave it, the latest one kept."""
+    from judge import drivers
+    from judge._worker import Worker
+
+    worker = Worker({"exercise": 127, "impl_module": "solutions.paged_attention"}, lambda msg: None, lambda: b"")
+    worker.load()
+    for req in ({"op": "getattr", "attr": "paged_attention"}, {"op": "call", "attr": "paged_attention"},
+                {"op": "call", "driver": "paged_attention", "attr": "_private"},
+                {"op": "setattr", "attr": "x", "value": 1}):
+        reply = worker.handle(req)
+        assert not reply["ok"] and reply["error"]["type"] == "ProtocolError", req
+    drivers.keep("thing", [1])
+    drivers.keep("thing", [2])
+    assert drivers.kept("thing") == [2]
+    drivers.forget()
+    with pytest.raises(LookupError):
+        drivers.kept("thing")

@@ -98,7 +98,7 @@ def run(impl: ModuleType, spec: dict) -> dict[str, Any]:
         return {"error": learner_error(exc)}
     changed = [k for k, v in saved.items() if not torch.equal(inp[k], v)]
     if isinstance(out, torch.Tensor):
-        return {"output": out.detach(), "inputs changed": changed}
+        return {"output": out.detach().as_subclass(torch.Tensor), "inputs changed": changed}  # a subclass too
     return {"returned": type(out).__name__, "repr": short(out), "inputs changed": changed}
 
 
