@@ -150,7 +150,7 @@ def short(value: Any) -> str:
 def int_values(value: Any) -> list[int] | None:
     """The integers of a list / tuple / deque (of ints, numpy ints or 0-d integer tensors) or of a 1-D integer
     tensor or array, as a list of ints; None if it is none of those. The one lenient reader of the judge: the
-    hidden tests' diagnosing one (judge/hidden/support.py, read_ints) and the drivers build on it."""
+    hidden tests' diagnosing one (judge/hidden/batch_layout.py, read_ints) and the drivers build on it."""
     from collections import deque
 
     import numpy as np

@@ -14,6 +14,7 @@ import builtins
 from typing import Any, Callable
 
 from . import wire
+from .harness import CaseFailure, LearnerRaised, raised_failure
 
 
 class WorkerLost(BaseException):
@@ -171,3 +172,8 @@ class LocalDriver:
 def driver(impl: Any, name: str) -> Driver | LocalDriver:
     """The public driver judge/drivers/<name>.py, run where the learner's code is."""
     return Driver(impl, name) if isinstance(impl, RemoteModule) else LocalDriver(impl, name)
+
+
+def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
+    """The learner's exception (as the driver reported it) as a readable failure naming `name`."""
+    return raised_failure(LearnerRaised(_exception(err)), name, input=where)

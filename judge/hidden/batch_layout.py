@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import deque
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,10 +12,10 @@ import torch
 
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, short, shrink
-from judge.hidden.support import learner_failure, load_model, read_ints
+from judge.harness import CaseFailure, Cases, int_values, short, shrink
+from judge.hidden.end_to_end import load_model
 from judge.drivers.batch import FIELDS, TENSOR_FIELDS
-from judge.remote import driver
+from judge.remote import driver, learner_failure
 from solutions import batch as ref
 
 CASES = Cases()
@@ -24,6 +25,32 @@ Item = tuple[list[int], int, list[int], bool]
 
 # ----------------------------------------------------------------------------------------------------------
 # Reading the learner's result as plain values
+
+
+def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
+    """The values of a 1-D integer tensor (or, unless tensor_only, a list / tuple / array of integers); a
+    CaseFailure that says what is wrong with anything else."""
+    values = int_values(value)
+    if values is not None and (not tensor_only or isinstance(value, torch.Tensor)):
+        return values
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise CaseFailure(f"{name} is a {value.dtype} tensor; it must hold integers (torch.long or torch.int32)",
+                              hint="token ids, positions, slots and indices are integers: use dtype=torch.long")
+        raise CaseFailure(f"{name} has shape {tuple(value.shape)}; it must be 1-D",
+                          hint="flatten it: one value per token (or per request)")
+    if tensor_only:
+        extra = " (torch.from_numpy(a) converts a numpy array)" if isinstance(value, np.ndarray) else ""
+        raise CaseFailure(f"{name} is a {type(value).__name__}; it must be a 1-D integer torch tensor{extra}",
+                          hint=f"e.g. torch.tensor(values, dtype=torch.long){extra}")
+    if isinstance(value, np.ndarray):
+        raise CaseFailure(f"{name} is a numpy array of shape {value.shape} and dtype {value.dtype}; it must be 1-D "
+                          "integers")
+    if isinstance(value, (list, tuple, deque)):
+        bad = next(x for x in value if int_values([x]) is None)
+        raise CaseFailure(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
+    raise CaseFailure(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
+                      "integers")
 
 
 def _tables(value: Any) -> list[list[int]]:

@@ -24,7 +24,8 @@ from judge.compare import difference
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.hidden.support import alone, learner_failure, load_model, random_prompts
+from judge.hidden.end_to_end import alone, load_model, random_prompts
+from judge.remote import learner_failure
 from judge.remote import LocalDriver, driver
 from solutions import engine as ref
 

@@ -16,7 +16,8 @@ from typing import Any
 from framework.sampling import SamplingParams
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
-from judge.hidden.support import alone, learner_failure, load_model, random_prompts
+from judge.hidden.end_to_end import alone, load_model, random_prompts
+from judge.remote import learner_failure
 from judge.remote import driver
 
 CASES = Cases()

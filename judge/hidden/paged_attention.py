@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from judge.drivers.paged_attention import Req, Spec, make_inputs, query_start_loc, show
-from judge.hidden.support import end_to_end, learner_failure
+from judge.hidden.end_to_end import end_to_end
+from judge.remote import learner_failure
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, shrink
@@ -284,7 +285,7 @@ def _(impl):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# End to end: the learner's function inside the reference ModelRunner (judge/hidden/support.py)
+# End to end: the learner's function inside the reference ModelRunner (judge/hidden/end_to_end.py)
 
 
 @CASES("end to end: the reference ModelRunner with your paged_attention matches running each request alone",

@@ -12,11 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
-from judge.hidden.support import (Config, Plan, Workload, World, check_blocks, check_workloads,
-                                  first_difference, learner_failure, random_workloads, script, snapshot, spec_new,
-                                  spec_running)
-from judge.remote import driver
+from judge.drivers.hosts import RequestHost
+from judge.drivers import register_host
+from judge.hidden.end_to_end import alone, load_model
+from judge.hidden.lockstep import (PREEMPTION_WORLD, Config, LearnerPreemption, LearnerRaised131, Plan, Workload, World,
+                                   check_blocks, check_workloads, first_difference, random_workloads, script,
+                                   snapshot, spec_new, spec_running)
+from judge.remote import driver, learner_failure
 from solutions import scheduler as ref
+from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerOutput
 
 CASES = Cases()
@@ -191,9 +195,6 @@ def _(impl):
 
 
 def _end_to_end(impl) -> None:
-    from judge.hidden.support import alone, generate_small_cache, load_model
-    from framework.sampling import SamplingParams
-
     model = load_model()
     config = {"num_blocks": 14, "block_size": 4, "token_budget": 16, "max_num_seqs": 4}
     rng = seeded(131)
@@ -221,3 +222,36 @@ def _end_to_end(impl) -> None:
     if res["free"] != config["num_blocks"]:
         raise CaseFailure(f"at the end {res['free']} of {config['num_blocks']} blocks are free", input=text,
                           hint="scheduler.kv.free(request) returns a victim's blocks")
+
+
+def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config: dict) -> dict[str, Any]:
+    """131 end to end: the reference engine here with the learner's preemption (called in the worker), on the
+    embedded model, with a KV cache too small for every request at once. Each request's output tokens and
+    preemptions, or the learner's error."""
+    from solutions.engine import EngineConfig, LLMEngine
+
+    cfg = EngineConfig(**config)
+    c = Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs)
+    drv = driver(impl, "scheduler")
+    host = RequestHost(c.num_blocks, c.block_size, False)
+    preemption = LearnerPreemption(host, drv)
+
+    class Engine(LLMEngine):
+        scheduler_cls = type("Scheduler", (ref.Scheduler,), {"preemption": preemption})
+
+    engine = Engine(load_model(), cfg, eos_token_id=None)
+    host.kv, host.scheduler = engine.kv_cache_manager, engine.scheduler
+    drv.preemption_world(PREEMPTION_WORLD, register_host(host), config)
+    requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    steps = 0
+    while engine.has_unfinished_requests() and steps < 300:
+        steps += 1
+        try:
+            engine.step()
+        except Exception as exc:  # noqa: BLE001 - the step fails (StepError) when the learner's code raised
+            cause = exc.__cause__ if isinstance(exc.__cause__, LearnerRaised131) else exc
+            if isinstance(cause, LearnerRaised131):
+                return {"error": cause.record}
+            raise
+    return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
+            "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}

@@ -14,7 +14,8 @@ from typing import Any
 
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, short, shrink
-from judge.hidden.support import alone, learner_failure, load_model, random_prompts
+from judge.hidden.end_to_end import alone, load_model, random_prompts
+from judge.remote import learner_failure
 from judge.remote import driver
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache

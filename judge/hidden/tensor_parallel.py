@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from judge.harness import CaseFailure, Cases
-from judge.hidden.support import learner_failure, load_model
+from judge.hidden.end_to_end import load_model
+from judge.remote import learner_failure
 from judge.remote import driver
 from mini_llm import Qwen3Config, causal_attention, rope_cos_sin
 from mini_llm.model import DecoderLayer

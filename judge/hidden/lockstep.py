@@ -1,30 +1,26 @@
-"""What the hidden tests of the scheduler exercises (129, 131) share: workloads, the lockstep runner against the
-reference, shrinking, and the checks on the data the public driver (judge/drivers/scheduler.py) reports.
+"""The scheduler exercises' workloads (129, 131), run in lockstep with the reference: the learner's scheduler (or,
+for 131, the reference scheduler calling the learner's preemption) steps beside the reference's, and every step's
+plan, request states and block pool, as the public driver (judge/drivers/scheduler.py) reports them, must match
+it and keep the invariants. A failing random workload is shrunk to a small one.
 
-Also the model fixtures of the end-to-end cases (the embedded checkpoint in fp32, greedy generation alone).
 Grader side only: the references run here; the learner's code runs in the worker, through the drivers.
 """
 
 from __future__ import annotations
 
-import functools
 import random
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import asdict, replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
-import mini_llm
-import torch
 from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
                                      used_blocks_ok)
-from judge.drivers import keep, load_model as load_checkpoint, register_host
+from judge.drivers import keep, register_host
 from judge.drivers.hosts import RequestHost
-from judge.harness import (CaseFailure, LearnerRaised, int_values, option, raised_failure, rng as seeded,  # noqa: F401
-                           short, shrink)
-from judge.remote import LocalDriver, _exception, driver
+from judge.harness import CaseFailure, rng as seeded, shrink
+from judge.remote import LocalDriver, driver, learner_failure
 from solutions import scheduler as ref
 from framework.request import RequestStatus
-from framework.sampling import SamplingParams
 
 Plan = list[tuple[str, int]]
 
@@ -111,11 +107,6 @@ def check_blocks(data: dict[str, Any], num_blocks: int, label: str) -> None:
                              if b is not None else ": num_free_blocks is not the number of blocks with ref_cnt 0"),
                           hint="blocks are taken only through self.kv.allocate_slots and returned only through "
                                "self.kv.free(request)")
-
-
-def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
-    """The learner's exception (as the driver reported it) as a readable failure naming `name`."""
-    return raised_failure(LearnerRaised(_exception(err)), name, input=where)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -300,120 +291,6 @@ def spec_new(rid: str, n_prompt: int, max_tokens: int = 3, arrival: int = 1, fir
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The model and the independent reference of the end-to-end cases
-
-
-def load_model():
-    """The model of the end-to-end cases: the checkpoint given with --model, else the embedded one (fp32, CPU)."""
-    path = option("model")
-    try:
-        return load_checkpoint(path)
-    except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
-        raise CaseFailure(f"could not load the model at {path or 'the embedded checkpoint'} (a course setup "
-                          f"problem, not your code): {exc}", kind="error") from None
-
-
-@functools.lru_cache(maxsize=256)
-def _alone(model, prompt: tuple[int, ...], max_tokens: int, eos: int | None) -> tuple[int, ...]:
-    return tuple(mini_llm.generate(model, list(prompt), max_tokens, eos_token_id=eos))
-
-
-def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> list[int]:
-    """The greedy continuation of `prompt` generated alone, stopping as the engine must (at a stop string too,
-    when there is a tokenizer to see it)."""
-    tokens = list(_alone(model, tuple(prompt), params.max_tokens, None if params.ignore_eos else eos))
-    if params.stop and tokenizer is not None:
-        for n in range(1, len(tokens) + 1):
-            if any(stop in tokenizer.decode(tokens[:n]) for stop in params.stop):
-                return tokens[:n]
-    return tokens
-
-
-def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
-    rng = seeded(seed)
-    return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# End to end for 126 and 127: the learner's write_kv or paged_attention inside the reference ModelRunner
-
-
-def end_to_end(impl, name: str) -> None:
-    """Three engine steps (prefills, a chunked prefill, decodes) through the model runner with the learner's `name`
-    (write_kv or paged_attention), run in the worker by judge/drivers/model_runner.py on a real multi-layer paged
-    cache; each request's last logits must equal running the model on it alone."""
-    from judge.drivers.model_runner import small_model
-
-    bs, num_blocks = 4, 40
-    model = small_model(option("model"))
-    rng = seeded(126)
-    vocab = model.cfg.vocab_size
-    pool = list(range(num_blocks))
-    rng.shuffle(pool)
-    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 11), ("B", 22), ("C", 5))}
-    tables = {r: [pool.pop() for _ in range(blocks_needed(len(s) + 3, bs))] for r, s in seqs.items()}
-    done = dict.fromkeys(seqs, 0)
-    plans = [[("A", 11, True), ("B", 9, False)], [("B", 13, True), ("C", 5, True), ("A", 1, True)],
-             [("C", 1, True), ("A", 1, True), ("B", 1, True)]]
-    steps, texts, wanted = [], [], []
-    for step, plan in enumerate(plans, 1):
-        steps.append([(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan])
-        texts.append(f"engine step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
-            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan))
-        wanted.append([(r, list(seqs[r][: done[r] + n])) for r, n, need in plan if need])
-        for r, n, _ in plan:
-            done[r] += n
-        for r in seqs:
-            if step < len(plans) and done[r] == len(seqs[r]):
-                seqs[r].append(rng.randrange(vocab))
-    got = driver(impl, "model_runner").run_steps(name, steps, num_blocks, bs, option("model"))
-    if "error" in got:
-        raise learner_failure(got["error"], name, texts[got["engine step"] - 1])
-    for logits, text, want in zip(got["logits"], texts, wanted):
-        for row, (r, tokens) in zip(logits, want):
-            with torch.inference_mode():
-                alone = model(torch.tensor([tokens]))[0, -1].float()
-            err = (row - alone).abs().max().item()
-            if not err <= 1e-4:
-                raise CaseFailure(f"the model's logits for request {r} differ from running it alone by {err:.3g} "
-                                  "(tolerance 1e-4)", input=text,
-                                  hint=f"your {name} passes the cases above? then check what differs in the engine: "
-                                       "several layers, requests of different lengths, non-contiguous views")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Reading integer lists the learner's code returned (lists, tuples, 1-D integer tensors or arrays)
-
-
-def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
-    """The values of a 1-D integer tensor (or, unless tensor_only, a list / tuple / array of integers); a
-    CaseFailure that says what is wrong with anything else."""
-    import numpy as np
-
-    values = int_values(value)
-    if values is not None and (not tensor_only or isinstance(value, torch.Tensor)):
-        return values
-    if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            raise CaseFailure(f"{name} is a {value.dtype} tensor; it must hold integers (torch.long or torch.int32)",
-                              hint="token ids, positions, slots and indices are integers: use dtype=torch.long")
-        raise CaseFailure(f"{name} has shape {tuple(value.shape)}; it must be 1-D",
-                          hint="flatten it: one value per token (or per request)")
-    if tensor_only:
-        extra = " (torch.from_numpy(a) converts a numpy array)" if isinstance(value, np.ndarray) else ""
-        raise CaseFailure(f"{name} is a {type(value).__name__}; it must be a 1-D integer torch tensor{extra}",
-                          hint=f"e.g. torch.tensor(values, dtype=torch.long){extra}")
-    if isinstance(value, np.ndarray):
-        raise CaseFailure(f"{name} is a numpy array of shape {value.shape} and dtype {value.dtype}; it must be 1-D "
-                          "integers")
-    if isinstance(value, (list, tuple, deque)):
-        bad = next(x for x in value if int_values([x]) is None)
-        raise CaseFailure(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
-    raise CaseFailure(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
-                      "integers")
-
-
-# ----------------------------------------------------------------------------------------------------------
 # 131: a reference scheduler here calling the learner's preemption in the worker (the hosts of the other parts
 # are public: judge/drivers/hosts.py)
 
@@ -467,36 +344,3 @@ def world_calling_learner(w: Workload, drv: Any) -> World:
     host.kv, host.scheduler = world.kv, world.sched
     drv.preemption_world(PREEMPTION_WORLD, register_host(host), asdict(c))
     return world
-
-
-def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config: dict) -> dict[str, Any]:
-    """131 end to end: the reference engine here with the learner's preemption (called in the worker), on the
-    embedded model, with a KV cache too small for every request at once. Each request's output tokens and
-    preemptions, or the learner's error."""
-    from solutions.engine import EngineConfig, LLMEngine
-
-    cfg = EngineConfig(**config)
-    c = Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs)
-    drv = driver(impl, "scheduler")
-    host = RequestHost(c.num_blocks, c.block_size, False)
-    preemption = LearnerPreemption(host, drv)
-
-    class Engine(LLMEngine):
-        scheduler_cls = type("Scheduler", (ref.Scheduler,), {"preemption": preemption})
-
-    engine = Engine(load_model(), cfg, eos_token_id=None)
-    host.kv, host.scheduler = engine.kv_cache_manager, engine.scheduler
-    drv.preemption_world(PREEMPTION_WORLD, register_host(host), config)
-    requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-    steps = 0
-    while engine.has_unfinished_requests() and steps < 300:
-        steps += 1
-        try:
-            engine.step()
-        except Exception as exc:  # noqa: BLE001 - the step fails (StepError) when the learner's code raised
-            cause = exc.__cause__ if isinstance(exc.__cause__, LearnerRaised131) else exc
-            if isinstance(cause, LearnerRaised131):
-                return {"error": cause.record}
-            raise
-    return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
-            "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}

@@ -1,0 +1,98 @@
+"""The end-to-end references: the model of the end-to-end cases (the embedded checkpoint in fp32, or --model),
+each request's greedy continuation generated alone, random prompts from the secret seed, and 126/127's check of
+the learner's write_kv or paged_attention inside the framework's model runner against the model run on each
+request alone.
+
+Grader side only: the learner's code runs in the worker, through the drivers.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import mini_llm
+import torch
+from framework.kv_cache_manager import blocks_needed
+from judge.drivers import load_model as load_checkpoint
+from judge.harness import CaseFailure, option, rng as seeded
+from judge.remote import driver, learner_failure
+from framework.sampling import SamplingParams
+
+
+def load_model():
+    """The model of the end-to-end cases: the checkpoint given with --model, else the embedded one (fp32, CPU)."""
+    path = option("model")
+    try:
+        return load_checkpoint(path)
+    except Exception as exc:  # noqa: BLE001 - a course setup problem, not the learner's
+        raise CaseFailure(f"could not load the model at {path or 'the embedded checkpoint'} (a course setup "
+                          f"problem, not your code): {exc}", kind="error") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _alone(model, prompt: tuple[int, ...], max_tokens: int, eos: int | None) -> tuple[int, ...]:
+    return tuple(mini_llm.generate(model, list(prompt), max_tokens, eos_token_id=eos))
+
+
+def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> list[int]:
+    """The greedy continuation of `prompt` generated alone, stopping as the engine must (at a stop string too,
+    when there is a tokenizer to see it)."""
+    tokens = list(_alone(model, tuple(prompt), params.max_tokens, None if params.ignore_eos else eos))
+    if params.stop and tokenizer is not None:
+        for n in range(1, len(tokens) + 1):
+            if any(stop in tokenizer.decode(tokens[:n]) for stop in params.stop):
+                return tokens[:n]
+    return tokens
+
+
+def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
+    rng = seeded(seed)
+    return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end for 126 and 127: the learner's write_kv or paged_attention inside the reference ModelRunner
+
+
+def end_to_end(impl, name: str) -> None:
+    """Three engine steps (prefills, a chunked prefill, decodes) through the model runner with the learner's `name`
+    (write_kv or paged_attention), run in the worker by judge/drivers/model_runner.py on a real multi-layer paged
+    cache; each request's last logits must equal running the model on it alone."""
+    from judge.drivers.model_runner import small_model
+
+    bs, num_blocks = 4, 40
+    model = small_model(option("model"))
+    rng = seeded(126)
+    vocab = model.cfg.vocab_size
+    pool = list(range(num_blocks))
+    rng.shuffle(pool)
+    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 11), ("B", 22), ("C", 5))}
+    tables = {r: [pool.pop() for _ in range(blocks_needed(len(s) + 3, bs))] for r, s in seqs.items()}
+    done = dict.fromkeys(seqs, 0)
+    plans = [[("A", 11, True), ("B", 9, False)], [("B", 13, True), ("C", 5, True), ("A", 1, True)],
+             [("C", 1, True), ("A", 1, True), ("B", 1, True)]]
+    steps, texts, wanted = [], [], []
+    for step, plan in enumerate(plans, 1):
+        steps.append([(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan])
+        texts.append(f"engine step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
+            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan))
+        wanted.append([(r, list(seqs[r][: done[r] + n])) for r, n, need in plan if need])
+        for r, n, _ in plan:
+            done[r] += n
+        for r in seqs:
+            if step < len(plans) and done[r] == len(seqs[r]):
+                seqs[r].append(rng.randrange(vocab))
+    got = driver(impl, "model_runner").run_steps(name, steps, num_blocks, bs, option("model"))
+    if "error" in got:
+        raise learner_failure(got["error"], name, texts[got["engine step"] - 1])
+    for logits, text, want in zip(got["logits"], texts, wanted):
+        for row, (r, tokens) in zip(logits, want):
+            with torch.inference_mode():
+                alone = model(torch.tensor([tokens]))[0, -1].float()
+            err = (row - alone).abs().max().item()
+            if not err <= 1e-4:
+                raise CaseFailure(f"the model's logits for request {r} differ from running it alone by {err:.3g} "
+                                  "(tolerance 1e-4)", input=text,
+                                  hint=f"your {name} passes the cases above? then check what differs in the engine: "
+                                       "several layers, requests of different lengths, non-contiguous views")
