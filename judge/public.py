@@ -47,12 +47,20 @@ def _raised(err: dict) -> str:
 
 def replay(session: Session, log: list) -> str | None:
     """Replay one recorded case to the student's code; None if every answer matches, else the first difference."""
+    calls: list[str] = []
     for req, want in log:
         got = session.request({k: v for k, v in req.items() if k != "id"})
-        problem = _problem(want, got, _described(req))
+        calls.append(_described(req))
+        problem = _problem(want, got, _so_far(calls))
         if problem:
             return problem
     return None
+
+
+def _so_far(calls: list[str]) -> str:
+    """The calls of the case up to the failing one: its first (what was built) and its last few."""
+    shown = calls if len(calls) <= 7 else calls[:1] + [f"... {len(calls) - 6} more calls"] + calls[-5:]
+    return "\n".join(shown)
 
 
 def _problem(want: dict, got: dict, what: str) -> str | None:
@@ -76,13 +84,13 @@ def _problem(want: dict, got: dict, what: str) -> str | None:
     if d is None:
         return None
     if isinstance(g, dict) and isinstance(g.get("problem"), str):
-        return f"{g['problem']}\n      input: {what}"
+        return f"{g['problem']}\ninput: {what}"
     where, expected, value = d
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":
         return f"not implemented yet: {unexpected.get('message') or what}"
-    raised = f"\n      {_raised(unexpected)}" if unexpected else ""
-    return (f"{_path(where) or 'the result'}: expected {short(expected)}, got {short(value)}\n      input: {what}"
+    raised = f"\n{_raised(unexpected)}" if unexpected else ""
+    return (f"{_path(where) or 'the result'}: expected {short(expected)}, got {short(value)}\ninput: {what}"
             f"{raised}")
 
 

@@ -253,3 +253,31 @@ def final(impl: ModuleType, name: str) -> dict:
             "free": e.kv_cache_manager.num_free_blocks,
             "requests": [{"request_id": e.scheduler.name(r.request_id), "prompt": list(r.prompt_token_ids), **_state(e, r)}
                          for r in e.scheduler.added]}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The calls as a learner reads them (the public replay's messages)
+
+
+def _params_text(params: Any) -> str:
+    if isinstance(params, list):
+        return "[" + ", ".join(_params_text(p) for p in params) + "]"
+    if params is None:
+        return "None"
+    default = plain_params(SamplingParams())
+    return "SamplingParams(" + ", ".join(f"{k}={v!r}" for k, v in params.items() if default.get(k) != v) + ")"
+
+
+def describe(fn: str, name: str, *args: Any) -> str:
+    """A call of this driver as the code the learner's engine ran (the model is the embedded checkpoint)."""
+    if fn == "new_engine":
+        config, eos = args[0], args[1]
+        tokenizer = ", a tokenizer" if len(args) > 3 and args[3] else ""
+        return f"engine = LLMEngine(model, EngineConfig(**{config!r}){tokenizer}, eos_token_id={eos})"
+    if fn == "add":
+        return f"engine.add_request({args[0]!r}, {_params_text(args[1])})"
+    if fn == "generate":
+        return f"engine.generate({args[0]!r}, {_params_text(args[1])})"
+    if fn == "step":
+        return "engine.step()"
+    return "(read: every request's state, and the free blocks)"

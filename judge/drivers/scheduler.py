@@ -331,3 +331,49 @@ def used_blocks_ok(data: dict, num_blocks: int) -> tuple[int | None, bool]:
 
 
 __all__ = ["Config", "Spec", "Workload", "World", "blocks_needed", "make_request", "dummy_token", "snapshot"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The calls as a learner reads them (the public replay's messages)
+
+
+def script(w: Workload) -> str:
+    """The workload as code a learner can paste (with the running requests placed by hand)."""
+    c = w.config
+    lines = [f"kv = KVCacheManager(num_blocks={c.num_blocks}, block_size={c.block_size}, "
+             f"enable_prefix_caching={c.prefix})",
+             f"s = Scheduler(kv, token_budget={c.token_budget}, max_num_seqs={c.max_num_seqs}, "
+             f"enable_chunked_prefill={c.chunked})"]
+    for sp in sorted(w.requests, key=lambda sp: -1 if sp.computed is not None else sp.arrival):
+        req = f"Request({list(sp.prompt)}, SamplingParams(max_tokens={sp.max_tokens}, ignore_eos=True), " \
+              f"request_id={sp.rid!r})"
+        if sp.computed is None:
+            lines.append(f"s.add_request({req})  # before engine step {sp.arrival}")
+        else:
+            lines.append(f"running at the start: {req} with num_computed_tokens={sp.computed}, "
+                         f"output_token_ids={list(sp.outputs)}, its blocks allocated")
+    lines.append("each step: out = s.schedule(); then, as the engine does: num_computed_tokens += num_new_tokens, "
+                 "one token appended when a request completes its pending tokens, s.finish(r, 'length') at "
+                 "max_tokens")
+    return "\n".join(lines)
+
+
+def call_text(workload: dict, fn: str, rid: str, n: int, scheduled: list[str]) -> str:
+    """131's one call on a hand-built state, as code."""
+    text = script(Workload.from_plain(workload)).rsplit("\n", 1)[0]
+    if scheduled:
+        text += f"\nalready scheduled in this step (one token each, blocks allocated): {list(scheduled)}"
+    if fn == "preempt":
+        return text + f"\npreempt(s, {rid})"
+    return text + f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
+
+
+def describe(fn: str, *args: Any) -> str:
+    """A call of this driver as what the learner's code was asked to do."""
+    if fn == "new_world":
+        return script(Workload.from_plain(args[1]))
+    if fn == "step":
+        return f"engine step {args[1]}: out = s.schedule()"
+    if fn == "call":
+        return call_text(*args)
+    return f"{fn}{tuple(args)!r}"

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator
 
-from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, snapshot,  # noqa: F401
+from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, script, snapshot,  # noqa: F401
                                      used_blocks_ok)
 from judge.drivers import keep, register_host
 from judge.drivers.hosts import RequestHost
@@ -23,27 +23,6 @@ from solutions import scheduler as ref
 from framework.request import RequestStatus
 
 Plan = list[tuple[str, int]]
-
-
-def script(w: Workload) -> str:
-    """The workload as code a learner can paste (with the running requests placed by hand)."""
-    c = w.config
-    lines = [f"kv = KVCacheManager(num_blocks={c.num_blocks}, block_size={c.block_size}, "
-             f"enable_prefix_caching={c.prefix})",
-             f"s = Scheduler(kv, token_budget={c.token_budget}, max_num_seqs={c.max_num_seqs}, "
-             f"enable_chunked_prefill={c.chunked})"]
-    for sp in sorted(w.requests, key=lambda sp: -1 if sp.computed is not None else sp.arrival):
-        req = f"Request({list(sp.prompt)}, SamplingParams(max_tokens={sp.max_tokens}, ignore_eos=True), " \
-              f"request_id={sp.rid!r})"
-        if sp.computed is None:
-            lines.append(f"s.add_request({req})  # before engine step {sp.arrival}")
-        else:
-            lines.append(f"running at the start: {req} with num_computed_tokens={sp.computed}, "
-                         f"output_token_ids={list(sp.outputs)}, its blocks allocated")
-    lines.append("each step: out = s.schedule(); then, as the engine does: num_computed_tokens += num_new_tokens, "
-                 "one token appended when a request completes its pending tokens, s.finish(r, 'length') at "
-                 "max_tokens")
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
 from judge.drivers.hosts import RequestHost
+from judge.drivers.scheduler import call_text
 from judge.drivers import register_host
 from judge.hidden.end_to_end import alone, load_model
 from judge.hidden.lockstep import (PREEMPTION_WORLD, Config, LearnerPreemption, LearnerRaised131, Plan, Workload, World,
-                                   check_blocks, check_workloads, first_difference, random_workloads, script,
+                                   check_blocks, check_workloads, first_difference, random_workloads,
                                    snapshot, spec_new, spec_running)
 from judge.remote import driver, learner_failure
 from solutions import scheduler as ref
@@ -75,15 +76,11 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
         r = want.requests[other]
         assert want.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
         out.scheduled.append(ScheduledRequest(r, 1))
-    text = script(w).rsplit("\n", 1)[0]
-    if scheduled:
-        text += f"\nalready scheduled in this step (one token each, blocks allocated): {list(scheduled)}"
+    text = call_text(w.plain(), fn, rid, n, list(scheduled))
     if fn == "preempt":
-        text += f"\npreempt(s, {rid})"
         ref.Scheduler.preempt(want.sched, want.requests[rid])
         exp_ret = None
     else:
-        text += f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
         exp_ret = ref.Scheduler.allocate_or_preempt(want.sched, want.requests[rid], n, out)
     res = driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
     if "error" in res:
