@@ -17,6 +17,7 @@ import dataclasses
 import operator
 from typing import Any
 
+from framework.kv_cache_manager import blocks_needed
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
@@ -186,7 +187,20 @@ class RemoteKVCacheManager:
         blocks = plain_ints(computed_blocks)
         if blocks is None or isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_slots(request, num_new_tokens: int, computed_blocks: list of ints)")
-        return self.link.call("allocate_slots", self.link.name_of(request), operator.index(num_new_tokens), blocks)
+        name, n = self.link.name_of(request), operator.index(num_new_tokens)
+        if not blocks and self.holds(request, n):
+            return True
+        return self.link.call("allocate_slots", name, n, blocks)
+
+    def holds(self, request: Request, num_new_tokens: int) -> bool:
+        """Whether `request`'s blocks already hold `num_new_tokens` more tokens, without prefix caching: then
+        allocate_slots (framework/kv_cache_manager.py, KVCacheManagerBase) takes no block, names none, changes
+        nothing and returns True, so the answer is known here and nothing crosses (most decode steps). The state
+        the learner's code left travels with the next call, checked there."""
+        nc, table = request.num_computed_tokens, request.block_table
+        return self.prefix_cache is None and type(nc) is int and nc >= 0 and num_new_tokens >= 0 and \
+            type(table) is list and blocks_needed(nc + num_new_tokens, self.block_size) <= len(table) <= \
+            self.block_pool.num_blocks
 
     def free(self, request: Request) -> None:
         self.link.call("free", self.link.name_of(request))
@@ -210,8 +224,11 @@ class RemotePreemption:
         self.link.scheduler = scheduler
         if isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_or_preempt(scheduler, request, num_new_tokens: int, out)")
-        ok, plan = self.link.call("allocate_or_preempt", self.link.name_of(request),
-                                  operator.index(num_new_tokens), self.link.plan(out))
+        name, n, plan = self.link.name_of(request), operator.index(num_new_tokens), self.link.plan(out)
+        kv = self.link.kv
+        if kv is not None and kv.holds(request, n):  # the statement: True once allocate_slots succeeds
+            return True
+        ok, plan = self.link.call("allocate_or_preempt", name, n, plan)
         self.link.set_plan(out, plan)
         return ok
 
