@@ -139,20 +139,22 @@ def _identity(r: Request) -> list:
 
 
 def _request_state(r: Request) -> list:
-    """The fields of a request the parts read and write, as plain values."""
-    values = [r.num_computed_tokens, r.num_cached_tokens, r.num_preemptions]
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+    """The fields of a request the parts read and write, as plain values (read for every request at every call:
+    the usual kinds are checked first, quickly)."""
+    nc, num_cached, num_preemptions = r.num_computed_tokens, r.num_cached_tokens, r.num_preemptions
+    if not type(nc) is type(num_cached) is type(num_preemptions) is int and \
+            any(isinstance(v, bool) or not isinstance(v, int) for v in (nc, num_cached, num_preemptions)):
         raise TypeError(f"request {r.request_id}: num_computed_tokens, num_cached_tokens and num_preemptions must "
-                        f"be ints, got {values!r:.80}")
+                        f"be ints, got {[nc, num_cached, num_preemptions]!r:.80}")
     outputs, table = plain_ints(r.output_token_ids), plain_ints(r.block_table)
     if outputs is None or table is None:
         raise TypeError(f"request {r.request_id}: output_token_ids and block_table must be lists of ints")
-    if not isinstance(r.status, RequestStatus):
-        raise TypeError(f"request {r.request_id}: status is {r.status!r:.40}, it must be a RequestStatus")
-    reason, error = r.finish_reason, r.error
-    if not all(v is None or isinstance(v, str) for v in (reason, error)):
+    status, reason, error = r.status, r.finish_reason, r.error
+    if not isinstance(status, RequestStatus):
+        raise TypeError(f"request {r.request_id}: status is {status!r:.40}, it must be a RequestStatus")
+    if not (reason is None or isinstance(reason, str)) or not (error is None or isinstance(error, str)):
         raise TypeError(f"request {r.request_id}: finish_reason and error must be a str or None")
-    return [values[0], outputs, table, r.status.value, reason, values[1], values[2], error]
+    return [nc, outputs, table, status._value_, reason, num_cached, num_preemptions, error]
 
 
 class _PoolView:
