@@ -18,7 +18,7 @@ import dataclasses
 import importlib
 import sys
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -99,6 +99,7 @@ class RequestHost:
         self.synced: dict[str, list] = {}  # what the worker holds of each request (sent or received last)
         self.synced_queues: list[list[str]] | None = None
         self.synced_pool: list | None = None
+        self.synced_named: dict[str, int] = {}
         self.ops: dict[str, Callable] = {"get_computed_blocks": self.get_computed_blocks,
                                          "allocate_slots": self.allocate_slots, "free": self.free,
                                          "evict": self.evict}
@@ -184,7 +185,22 @@ class RequestHost:
             if self.synced.get(name) != fields:
                 self.synced[name] = fields
                 out["requests"].append([name, *fields])
+        if self.kv.prefix_cache is not None:
+            named = [[n, v] for n, v in self._named() if self.synced_named.get(n) != v]
+            if named:
+                out["named"] = named
+                self.synced_named.update(named)
         return out
+
+    def _named(self) -> Iterator[tuple[str, int]]:
+        """With prefix caching, how many full blocks of each request the KV-cache manager has named
+        (framework/kv_cache_manager.py, BlockNames; -1 while one waits to be named): a stand-in answers an
+        allocation that needs no new block and names none itself (judge/drivers/stand_ins.py, `holds`)."""
+        names = getattr(self.kv, "block_names", None)
+        for name, r in self.requests.items():
+            bn = names.get(r) if isinstance(names, dict) else None
+            offered = getattr(bn, "num_offered", None) if bn is not None else 0
+            yield name, offered if type(offered) is int and not getattr(bn, "unregistered", None) else -1
 
     def answer(self, value: Any = None) -> dict:
         return {"state": self.state(), "value": value}

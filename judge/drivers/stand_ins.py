@@ -38,6 +38,7 @@ class Link:
         # what the grader's copies hold (sent or received last): only what differs is sent
         self.synced: dict[str, list] = {}
         self.synced_queues: list[list[str]] | None = None
+        self.named: dict[str, int] = {}  # with prefix caching: the full blocks of each the grader has named
 
     def name_of(self, request: Any) -> str:
         if not isinstance(request, Request):
@@ -93,6 +94,7 @@ class Link:
         if self.kv is not None and "free" in state:
             pool = self.kv.block_pool
             pool.num_free_blocks, pool.ref_cnt = state["free"], state["ref_cnt"]
+        self.named.update(state.get("named", ()))
 
     def plan(self, out: Any) -> dict:
         """A SchedulerOutput as names: {"scheduled": [[name, num_new_tokens], ...], "preempted": [name, ...]}."""
@@ -190,19 +192,24 @@ class RemoteKVCacheManager:
         if blocks is None or isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_slots(request, num_new_tokens: int, computed_blocks: list of ints)")
         name, n = self.link.name_of(request), operator.index(num_new_tokens)
-        if not blocks and self.holds(request, n):
+        if not blocks and self.holds(name, request, n):
             return True
         return self.link.call("allocate_slots", name, n, blocks)
 
-    def holds(self, request: Request, num_new_tokens: int) -> bool:
-        """Whether `request`'s blocks already hold `num_new_tokens` more tokens, without prefix caching: then
-        allocate_slots (framework/kv_cache_manager.py, KVCacheManagerBase) takes no block, names none, changes
-        nothing and returns True, so the answer is known here and nothing crosses (most decode steps). The state
-        the learner's code left travels with the next call, checked there."""
+    def holds(self, name: str, request: Request, num_new_tokens: int) -> bool:
+        """Whether `request` (named `name`) already has the blocks for `num_new_tokens` more tokens, and, with
+        prefix caching, the grader has named every full block among them: then allocate_slots
+        (framework/kv_cache_manager.py, KVCacheManagerBase) takes no block, names none, changes nothing and
+        returns True, so the answer is known here and nothing crosses (most decode steps). The state the learner's
+        code left travels with the next call, checked there."""
         nc, table = request.num_computed_tokens, request.block_table
-        return self.prefix_cache is None and type(nc) is int and nc >= 0 and num_new_tokens >= 0 and \
-            type(table) is list and blocks_needed(nc + num_new_tokens, self.block_size) <= len(table) <= \
-            self.block_pool.num_blocks
+        if type(nc) is not int or nc < 0 or num_new_tokens < 0 or type(table) is not list or \
+                not 0 < len(table) <= self.block_pool.num_blocks:
+            return False
+        if self.prefix_cache is not None and not 0 <= (nc + num_new_tokens) // self.block_size <= \
+                self.link.named.get(name, 0):
+            return False
+        return blocks_needed(nc + num_new_tokens, self.block_size) <= len(table)
 
     def free(self, request: Request) -> None:
         self.link.call("free", self.link.name_of(request))
@@ -228,7 +235,7 @@ class RemotePreemption:
             raise TypeError("allocate_or_preempt(scheduler, request, num_new_tokens: int, out)")
         name, n, plan = self.link.name_of(request), operator.index(num_new_tokens), self.link.plan(out)
         kv = self.link.kv
-        if kv is not None and kv.holds(request, n):  # the statement: True once allocate_slots succeeds
+        if kv is not None and kv.holds(name, request, n):  # the statement: True once allocate_slots succeeds
             return True
         ok, plan = self.link.call("allocate_or_preempt", name, n, plan)
         self.link.set_plan(out, plan)
