@@ -38,7 +38,12 @@ class Link:
         # what the grader's copies hold (sent or received last): only what differs is sent
         self.synced: dict[str, list] = {}
         self.synced_queues: list[list[str]] | None = None
-        self.named: dict[str, int] = {}  # with prefix caching: the full blocks of each the grader has named
+        # the grader's KV cache, as its last answer left it: (num_blocks, block_size, prefix caching), the free
+        # blocks, the reference counts, and with prefix caching the full blocks of each request it has named
+        self.layout: tuple[int, int, bool] = (0, 1, False)
+        self.free: int | None = None  # not known before the grader's first answer
+        self.ref_cnt: list[int] = []
+        self.named: dict[str, int] = {}
 
     def name_of(self, request: Any) -> str:
         if not isinstance(request, Request):
@@ -92,9 +97,31 @@ class Link:
                     queue.clear()
                     queue.extend(self.requests[n] for n in names)
         if self.kv is not None and "free" in state:
-            pool = self.kv.block_pool
-            pool.num_free_blocks, pool.ref_cnt = state["free"], state["ref_cnt"]
+            pool, self.free, self.ref_cnt = self.kv.block_pool, state["free"], state["ref_cnt"]
+            pool.num_free_blocks, pool.ref_cnt = self.free, list(self.ref_cnt)  # the learner's to read (or spoil)
         self.named.update(state.get("named", ()))
+
+    def known_allocation(self, name: str, request: Request, n: int, computed: list[int]) -> bool | None:
+        """What `allocate_slots(request, n, computed)` answers, where it is known here, else None: it is
+        framework/kv_cache_manager.py's (KVCacheManagerBase), on the grader's pool as its last answer left it.
+        False when the blocks needed exceed the free ones (it changes nothing then); True when no new block is
+        needed and, with prefix caching, the grader has named every full block among them (it takes none, names
+        none). Then nothing crosses (most decode steps, and a waiting request that does not fit); the state the
+        learner's code left travels with the next call, checked there."""
+        num_blocks, block_size, prefix = self.layout
+        nc, table = request.num_computed_tokens, request.block_table
+        if self.free is None or type(nc) is not int or type(table) is not list or not 0 <= nc <= num_blocks * \
+                block_size or not 0 <= n <= num_blocks * block_size or len(table) > num_blocks or \
+                any(not 0 <= b < num_blocks for b in computed):
+            return None
+        total = nc + len(computed) * block_size + n
+        num_new_blocks = blocks_needed(total, block_size) - len(table) - len(computed)
+        if num_new_blocks + sum(1 for b in computed if self.ref_cnt[b] == 0) > self.free:
+            return False
+        if computed or num_new_blocks > 0 or not table or \
+                prefix and not total // block_size <= self.named.get(name, 0):
+            return None
+        return True
 
     def plan(self, out: Any) -> dict:
         """A SchedulerOutput as names: {"scheduled": [[name, num_new_tokens], ...], "preempted": [name, ...]}."""
@@ -176,7 +203,7 @@ class RemoteKVCacheManager:
         self.block_size = block_size
         self.block_pool = _PoolView(num_blocks)
         self.prefix_cache = _RemotePrefixCache(self.link) if enable_prefix_caching else None
-        self.link.kv = self
+        self.link.kv, self.link.layout = self, (num_blocks, block_size, bool(enable_prefix_caching))
 
     @property
     def num_free_blocks(self) -> int:
@@ -192,24 +219,8 @@ class RemoteKVCacheManager:
         if blocks is None or isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_slots(request, num_new_tokens: int, computed_blocks: list of ints)")
         name, n = self.link.name_of(request), operator.index(num_new_tokens)
-        if not blocks and self.holds(name, request, n):
-            return True
-        return self.link.call("allocate_slots", name, n, blocks)
-
-    def holds(self, name: str, request: Request, num_new_tokens: int) -> bool:
-        """Whether `request` (named `name`) already has the blocks for `num_new_tokens` more tokens, and, with
-        prefix caching, the grader has named every full block among them: then allocate_slots
-        (framework/kv_cache_manager.py, KVCacheManagerBase) takes no block, names none, changes nothing and
-        returns True, so the answer is known here and nothing crosses (most decode steps). The state the learner's
-        code left travels with the next call, checked there."""
-        nc, table = request.num_computed_tokens, request.block_table
-        if type(nc) is not int or nc < 0 or num_new_tokens < 0 or type(table) is not list or \
-                not 0 < len(table) <= self.block_pool.num_blocks:
-            return False
-        if self.prefix_cache is not None and not 0 <= (nc + num_new_tokens) // self.block_size <= \
-                self.link.named.get(name, 0):
-            return False
-        return blocks_needed(nc + num_new_tokens, self.block_size) <= len(table)
+        known = self.link.known_allocation(name, request, n, blocks)
+        return known if known is not None else self.link.call("allocate_slots", name, n, blocks)
 
     def free(self, request: Request) -> None:
         self.link.call("free", self.link.name_of(request))
@@ -234,9 +245,8 @@ class RemotePreemption:
         if isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_or_preempt(scheduler, request, num_new_tokens: int, out)")
         name, n, plan = self.link.name_of(request), operator.index(num_new_tokens), self.link.plan(out)
-        kv = self.link.kv
-        if kv is not None and kv.holds(name, request, n):  # the statement: True once allocate_slots succeeds
-            return True
+        if self.link.kv is not None and self.link.known_allocation(name, request, n, []):
+            return True  # the statement: True once allocate_slots succeeds (first try: nobody preempted)
         ok, plan = self.link.call("allocate_or_preempt", name, n, plan)
         self.link.set_plan(out, plan)
         return ok
