@@ -9,6 +9,10 @@ each) and, with every call, sends the state of each one as the learner's code le
 of the scheduler it watches, where they differ from what the grader's copies hold; the grader's answer is the
 same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real `Request`s, a real `SchedulerOutput`, real logits.
 A value the learner left of the wrong kind is refused here, in their code, with a TypeError.
+
+An allocation whose answer framework code decides from the pool as the grader last left it (no new block needed and
+none to name, or more needed than are free) is answered here, without crossing (`Link.known_allocation`): most of a
+scheduler's decode steps, and the retries of a waiting request that does not fit.
 """
 
 from __future__ import annotations
