@@ -195,7 +195,8 @@ class RequestHost:
     def _named(self) -> Iterator[tuple[str, int]]:
         """With prefix caching, how many full blocks of each request the KV-cache manager has named
         (framework/kv_cache_manager.py, BlockNames; -1 while one waits to be named): a stand-in answers an
-        allocation that needs no new block and names none itself (judge/drivers/stand_ins.py, `Link.known_allocation`)."""
+        allocation that needs no new block and names none itself (judge/drivers/stand_ins.py,
+        `Link.known_allocation`)."""
         names = getattr(self.kv, "block_names", None)
         for name, r in self.requests.items():
             bn = names.get(r) if isinstance(names, dict) else None

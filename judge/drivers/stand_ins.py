@@ -7,7 +7,8 @@ One `Link` is one world of parts in the grader. It names the worker's requests (
 each) and, with every call, sends the state of each one as the learner's code left it (`num_computed_tokens`,
 `output_token_ids`, `block_table`, status, finish reason, `num_cached_tokens`, `num_preemptions`, error) and the queues
 of the scheduler it watches, where they differ from what the grader's copies hold; the grader's answer is the
-same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real `Request`s, a real `SchedulerOutput`, real logits.
+same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real
+`Request`s, a real `SchedulerOutput`, real logits.
 A value the learner left of the wrong kind is refused here, in their code, with a TypeError.
 
 An allocation whose answer framework code decides from the pool as the grader last left it (no new block needed and
