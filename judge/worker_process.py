@@ -39,6 +39,7 @@ GRADER_MEMORY_MB = 768  # growth of the grader's resident memory one submission 
 ENDS_SUBMISSION = ("protocol", "grader memory")  # verdicts after which the submission's other cases are not run
 MAX_CALLBACK_DEPTH = 4  # callbacks served while serving one (a host calling the learner's code, which calls back)
 _POLL = 0.05  # seconds between checks of the deadline and of the process while nothing arrives
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 class _Output:
@@ -63,11 +64,17 @@ class _Output:
         return head + middle + self.tail.decode("utf-8", "replace")
 
 
+_statm: dict[int, int] = {}  # pid -> its descriptor of /proc/self/statm, opened once (read at every message)
+
+
 def resident_bytes() -> int | None:
     """This process's resident memory now (None where /proc is not there)."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        pid = os.getpid()  # a forked grader opens its own
+        if pid not in _statm:
+            _statm.clear()
+            _statm[pid] = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(_statm[pid], 100, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
 

@@ -121,10 +121,10 @@ def reference_stats(workloads: list[scheduler.Workload]) -> dict[str, int]:
 
 def test_random_workloads_chunk_preempt_and_hit_the_prefix_cache():
     h = scheduler
-    chunked = reference_stats(h.random_workloads(129, 30, h._cfg_chunked, (2, 8), (1, 30), (1, 8)))
-    whole = reference_stats(h.random_workloads(130, 30, h._cfg_whole, (2, 8), (1, 16), (1, 6)))
-    small = reference_stats(h.random_workloads(131, 40, h._cfg_small, (2, 6), (1, 14), (1, 10), last_arrival=4))
-    prefix = reference_stats(h.random_workloads(132, 30, h._cfg_prefix, (3, 8), (1, 10), (1, 5),
+    chunked = reference_stats(h.random_workloads(129, 24, h._cfg_chunked, (2, 8), (1, 30), (1, 8)))
+    whole = reference_stats(h.random_workloads(130, 24, h._cfg_whole, (2, 8), (1, 16), (1, 6)))
+    small = reference_stats(h.random_workloads(131, 32, h._cfg_small, (2, 6), (1, 14), (1, 10), last_arrival=4))
+    prefix = reference_stats(h.random_workloads(132, 24, h._cfg_prefix, (3, 8), (1, 10), (1, 5),
                                                 shared_prefixes=True))
     assert chunked["chunks"] > 50 and whole["chunks"] == 0
     assert small["preempted"] > 20 and prefix["hits"] > 20

@@ -18,7 +18,7 @@ import dataclasses
 import importlib
 import sys
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -31,6 +31,7 @@ from judge.registry import ROOT
 MAX_HOSTS = 64  # hosts the drivers asked for kept at once: opening another drops the oldest
 MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, a host accepts
 MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it (the model's vocabulary for 130)
+_STATUSES = {s.value: s for s in RequestStatus}
 
 
 def reference(part: str) -> Any:
@@ -93,10 +94,12 @@ class RequestHost:
         self.num_blocks, self.max_id = num_blocks, max_id
         self.scheduler: Any = None
         self.requests: dict[str, Any] = {}
+        self.names: dict[Any, str] = {}  # the copies' names, by request (a Request hashes by identity)
         self.new: list[str] = []  # named here since the last answer (the worker makes its own copy)
         self.synced: dict[str, list] = {}  # what the worker holds of each request (sent or received last)
         self.synced_queues: list[list[str]] | None = None
         self.synced_pool: list | None = None
+        self.synced_named: dict[str, int] = {}
         self.ops: dict[str, Callable] = {"get_computed_blocks": self.get_computed_blocks,
                                          "allocate_slots": self.allocate_slots, "free": self.free,
                                          "evict": self.evict}
@@ -114,8 +117,8 @@ class RequestHost:
             prompt = _ints(prompt, 0, self.max_id - 1, f"a prompt token of request {request_id}")
             if not prompt:
                 raise ValueError(f"request {request_id} has no prompt token")
-            self.requests[name] = Request(prompt, params, request_id=request_id,
-                                          generator=make_generator(params, torch.device("cpu")))
+            r = Request(prompt, params, request_id=request_id, generator=make_generator(params, torch.device("cpu")))
+            self.requests[name], self.names[r] = r, name
         for rec in state["requests"]:
             if not isinstance(rec, list) or len(rec) != 9:
                 raise CallbackRefused("a request's state that is not the stand-ins'")
@@ -123,10 +126,11 @@ class RequestHost:
             outputs = _ints(rec[2], 0, self.max_id - 1, f"request {r.request_id}: an output token")
             table = _ints(rec[3], 0, self.num_blocks - 1, f"request {r.request_id}: a block id", self.num_blocks)
             nc = _int(rec[1], 0, len(r.prompt_token_ids) + len(outputs), f"request {r.request_id}: num_computed_tokens")
-            if rec[4] not in [s.value for s in RequestStatus]:
+            status = _STATUSES.get(rec[4]) if type(rec[4]) is str else None
+            if status is None:
                 raise CallbackRefused("a status that is not a RequestStatus")
             r.num_computed_tokens, r.output_token_ids, r.block_table = nc, outputs, table
-            r.status, r.finish_reason = RequestStatus(rec[4]), _text(rec[5])
+            r.status, r.finish_reason = status, _text(rec[5])
             r.num_cached_tokens = _int(rec[6], 0, MAX_TOKENS, f"request {r.request_id}: num_cached_tokens")
             r.num_preemptions = _int(rec[7], 0, MAX_TOKENS, f"request {r.request_id}: num_preemptions")
             if rec[8] is not None and type(rec[8]) is not str:
@@ -151,17 +155,16 @@ class RequestHost:
         return r
 
     def name_of(self, r: Any) -> str:
-        for name, known in self.requests.items():
-            if known is r:
-                return name
-        name = f"g{len(self.requests)}"
-        self.requests[name] = r
-        self.new.append(name)
+        name = self.names.get(r)
+        if name is None:
+            name = self.names[r] = f"g{len(self.requests)}"
+            self.requests[name] = r
+            self.new.append(name)
         return name
 
     @staticmethod
     def _fields(r: Any) -> list:
-        return [r.num_computed_tokens, list(r.output_token_ids), list(r.block_table), r.status.value,
+        return [r.num_computed_tokens, list(r.output_token_ids), list(r.block_table), r.status._value_,
                 r.finish_reason, r.num_cached_tokens, r.num_preemptions, r.error]
 
     def state(self) -> dict:
@@ -182,7 +185,23 @@ class RequestHost:
             if self.synced.get(name) != fields:
                 self.synced[name] = fields
                 out["requests"].append([name, *fields])
+        if self.kv.prefix_cache is not None:
+            named = [[n, v] for n, v in self._named() if self.synced_named.get(n) != v]
+            if named:
+                out["named"] = named
+                self.synced_named.update(named)
         return out
+
+    def _named(self) -> Iterator[tuple[str, int]]:
+        """With prefix caching, how many full blocks of each request the KV-cache manager has named
+        (framework/kv_cache_manager.py, BlockNames; -1 while one waits to be named): a stand-in answers an
+        allocation that needs no new block and names none itself (judge/drivers/stand_ins.py,
+        `Link.known_allocation`)."""
+        names = getattr(self.kv, "block_names", None)
+        for name, r in self.requests.items():
+            bn = names.get(r) if isinstance(names, dict) else None
+            offered = getattr(bn, "num_offered", None) if bn is not None else 0
+            yield name, offered if type(offered) is int and not getattr(bn, "unregistered", None) else -1
 
     def answer(self, value: Any = None) -> dict:
         return {"state": self.state(), "value": value}

@@ -296,7 +296,8 @@ def preemption_world(impl: ModuleType, name: str, host: int, config: dict) -> No
     from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
 
     link = Link(host)
-    kv = bound(RemoteKVCacheManager, link)(config["num_blocks"], config["block_size"], False)
+    prefix = bool(config.get("prefix", config.get("enable_prefix_caching")))  # as the grader's: see holds()
+    kv = bound(RemoteKVCacheManager, link)(config["num_blocks"], config["block_size"], prefix)
     world = type("Preempting", (), {})()
     world.kv, world.sched = kv, type("Graded", (SchedulerBase,), {"preemption": impl})(kv)
     link.scheduler = world.sched

@@ -7,8 +7,13 @@ One `Link` is one world of parts in the grader. It names the worker's requests (
 each) and, with every call, sends the state of each one as the learner's code left it (`num_computed_tokens`,
 `output_token_ids`, `block_table`, status, finish reason, `num_cached_tokens`, `num_preemptions`, error) and the queues
 of the scheduler it watches, where they differ from what the grader's copies hold; the grader's answer is the
-same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real `Request`s, a real `SchedulerOutput`, real logits.
+same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real
+`Request`s, a real `SchedulerOutput`, real logits.
 A value the learner left of the wrong kind is refused here, in their code, with a TypeError.
+
+An allocation whose answer framework code decides from the pool as the grader last left it (no new block needed and
+none to name, or more needed than are free) is answered here, without crossing (`Link.known_allocation`): most of a
+scheduler's decode steps, and the retries of a waiting request that does not fit.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import dataclasses
 import operator
 from typing import Any
 
+from framework.kv_cache_manager import blocks_needed
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
@@ -37,6 +43,12 @@ class Link:
         # what the grader's copies hold (sent or received last): only what differs is sent
         self.synced: dict[str, list] = {}
         self.synced_queues: list[list[str]] | None = None
+        # the grader's KV cache, as its last answer left it: (num_blocks, block_size, prefix caching), the free
+        # blocks, the reference counts, and with prefix caching the full blocks of each request it has named
+        self.layout: tuple[int, int, bool] = (0, 1, False)
+        self.free: int | None = None  # not known before the grader's first answer
+        self.ref_cnt: list[int] = []
+        self.named: dict[str, int] = {}
 
     def name_of(self, request: Any) -> str:
         if not isinstance(request, Request):
@@ -90,8 +102,31 @@ class Link:
                     queue.clear()
                     queue.extend(self.requests[n] for n in names)
         if self.kv is not None and "free" in state:
-            pool = self.kv.block_pool
-            pool.num_free_blocks, pool.ref_cnt = state["free"], state["ref_cnt"]
+            pool, self.free, self.ref_cnt = self.kv.block_pool, state["free"], state["ref_cnt"]
+            pool.num_free_blocks, pool.ref_cnt = self.free, list(self.ref_cnt)  # the learner's to read (or spoil)
+        self.named.update(state.get("named", ()))
+
+    def known_allocation(self, name: str, request: Request, n: int, computed: list[int]) -> bool | None:
+        """What `allocate_slots(request, n, computed)` answers, where it is known here, else None: it is
+        framework/kv_cache_manager.py's (KVCacheManagerBase), on the grader's pool as its last answer left it.
+        False when the blocks needed exceed the free ones (it changes nothing then); True when no new block is
+        needed and, with prefix caching, the grader has named every full block among them (it takes none, names
+        none). Then nothing crosses (most decode steps, and a waiting request that does not fit); the state the
+        learner's code left travels with the next call, checked there."""
+        num_blocks, block_size, prefix = self.layout
+        nc, table = request.num_computed_tokens, request.block_table
+        if self.free is None or type(nc) is not int or type(table) is not list or not 0 <= nc <= num_blocks * \
+                block_size or not 0 <= n <= num_blocks * block_size or len(table) > num_blocks or \
+                any(not 0 <= b < num_blocks for b in computed):
+            return None
+        total = nc + len(computed) * block_size + n
+        num_new_blocks = blocks_needed(total, block_size) - len(table) - len(computed)
+        if num_new_blocks + sum(1 for b in computed if self.ref_cnt[b] == 0) > self.free:
+            return False
+        if computed or num_new_blocks > 0 or not table or \
+                prefix and not total // block_size <= self.named.get(name, 0):
+            return None
+        return True
 
     def plan(self, out: Any) -> dict:
         """A SchedulerOutput as names: {"scheduled": [[name, num_new_tokens], ...], "preempted": [name, ...]}."""
@@ -138,20 +173,22 @@ def _identity(r: Request) -> list:
 
 
 def _request_state(r: Request) -> list:
-    """The fields of a request the parts read and write, as plain values."""
-    values = [r.num_computed_tokens, r.num_cached_tokens, r.num_preemptions]
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+    """The fields of a request the parts read and write, as plain values (read for every request at every call:
+    the usual kinds are checked first, quickly)."""
+    nc, num_cached, num_preemptions = r.num_computed_tokens, r.num_cached_tokens, r.num_preemptions
+    if not type(nc) is type(num_cached) is type(num_preemptions) is int and \
+            any(isinstance(v, bool) or not isinstance(v, int) for v in (nc, num_cached, num_preemptions)):
         raise TypeError(f"request {r.request_id}: num_computed_tokens, num_cached_tokens and num_preemptions must "
-                        f"be ints, got {values!r:.80}")
+                        f"be ints, got {[nc, num_cached, num_preemptions]!r:.80}")
     outputs, table = plain_ints(r.output_token_ids), plain_ints(r.block_table)
     if outputs is None or table is None:
         raise TypeError(f"request {r.request_id}: output_token_ids and block_table must be lists of ints")
-    if not isinstance(r.status, RequestStatus):
-        raise TypeError(f"request {r.request_id}: status is {r.status!r:.40}, it must be a RequestStatus")
-    reason, error = r.finish_reason, r.error
-    if not all(v is None or isinstance(v, str) for v in (reason, error)):
+    status, reason, error = r.status, r.finish_reason, r.error
+    if not isinstance(status, RequestStatus):
+        raise TypeError(f"request {r.request_id}: status is {status!r:.40}, it must be a RequestStatus")
+    if not (reason is None or isinstance(reason, str)) or not (error is None or isinstance(error, str)):
         raise TypeError(f"request {r.request_id}: finish_reason and error must be a str or None")
-    return [values[0], outputs, table, r.status.value, reason, values[1], values[2], error]
+    return [nc, outputs, table, status._value_, reason, num_cached, num_preemptions, error]
 
 
 class _PoolView:
@@ -171,7 +208,7 @@ class RemoteKVCacheManager:
         self.block_size = block_size
         self.block_pool = _PoolView(num_blocks)
         self.prefix_cache = _RemotePrefixCache(self.link) if enable_prefix_caching else None
-        self.link.kv = self
+        self.link.kv, self.link.layout = self, (num_blocks, block_size, bool(enable_prefix_caching))
 
     @property
     def num_free_blocks(self) -> int:
@@ -186,7 +223,9 @@ class RemoteKVCacheManager:
         blocks = plain_ints(computed_blocks)
         if blocks is None or isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_slots(request, num_new_tokens: int, computed_blocks: list of ints)")
-        return self.link.call("allocate_slots", self.link.name_of(request), operator.index(num_new_tokens), blocks)
+        name, n = self.link.name_of(request), operator.index(num_new_tokens)
+        known = self.link.known_allocation(name, request, n, blocks)
+        return known if known is not None else self.link.call("allocate_slots", name, n, blocks)
 
     def free(self, request: Request) -> None:
         self.link.call("free", self.link.name_of(request))
@@ -210,8 +249,10 @@ class RemotePreemption:
         self.link.scheduler = scheduler
         if isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_or_preempt(scheduler, request, num_new_tokens: int, out)")
-        ok, plan = self.link.call("allocate_or_preempt", self.link.name_of(request),
-                                  operator.index(num_new_tokens), self.link.plan(out))
+        name, n, plan = self.link.name_of(request), operator.index(num_new_tokens), self.link.plan(out)
+        if self.link.kv is not None and self.link.known_allocation(name, request, n, []):
+            return True  # the statement: True once allocate_slots succeeds (first try: nobody preempted)
+        ok, plan = self.link.call("allocate_or_preempt", name, n, plan)
         self.link.set_plan(out, plan)
         return ok
 
