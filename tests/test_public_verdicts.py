@@ -1,0 +1,124 @@
+"""Every fixture of tests/judge_cases/ through the public cases, as a student edition's judge replays them: each
+exercise's public cases are recorded on the reference once (judge.edition.record), then replayed to each fixture
+(judge.public.replay). A right_* fixture passes them all; a wrong_* fixture says in its docstring whether the
+public cases catch it (`PUBLIC: caught`, it fails one) or only the hidden ones do (`PUBLIC: hidden only (why)`,
+it passes them all), so the marker cannot go stale.
+
+The replay runs in this process, on the worker's own request handling (a worker per fixture would cost a second
+each): the requests and answers cross as the JSON they are on the pipes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import judge
+from judge import edition, harness, public, wire
+from judge._worker import Worker
+from judge.loader import load_file, module_name_for
+from judge.remote import Session
+
+CASES_DIR = Path(__file__).parent / "judge_cases"
+FOLDERS = {125: "block_pool", 126: "slot_mapping", 127: "paged_attention", 128: "batch_layout", 129: "scheduler",
+           130: "inference_loop", 131: "preemption", 132: "prefix_caching", 133: "online_loop", 134: "spec_decode",
+           135: "tensor_parallel"}
+FIXTURES = [(ex_id, path) for ex_id, folder in FOLDERS.items()
+            for path in sorted((CASES_DIR / folder).glob("*.py")) if path.name.startswith(("right_", "wrong_"))]
+MARKER = re.compile(r"PUBLIC: (caught|hidden only \(.+?\))")
+SECONDS_PER_CASE = 5  # a loop that never ends times out in a student's copy too (case_timeout, 10 s or more);
+# here sooner: no public case takes a second
+
+
+class FixtureTimeout(Exception):
+    pass
+
+
+class InProcess(Session):
+    """The worker's answers to the replayed requests, computed here on the fixture's module."""
+
+    def __init__(self, module: Any) -> None:
+        self.worker = Worker({}, None, None)
+        self.worker.module, self.worker.learner_file = module, module.__file__
+
+    def request(self, msg: dict) -> dict:
+        return json.loads(wire.dumps(self.worker.handle(json.loads(json.dumps(msg)))))
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    def expire(*_: Any) -> None:
+        raise FixtureTimeout(f"still running after {seconds} s")
+
+    saved = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, saved)
+
+
+def public_failures(ex_id: int, path: Path, logs: dict[str, list], first_only: bool) -> dict[str, str]:
+    """{public case: why the fixture fails it} (the first failure only if `first_only`)."""
+    ex = judge.get_exercise(ex_id)
+    name = module_name_for(path, ex)
+    saved = sys.modules.get(name)
+    failures: dict[str, str] = {}
+    try:
+        session = InProcess(load_file(path, ex))
+        with harness.grading(harness.Context(learner_file=str(path), exercise=ex)):
+            for case, log in logs.items():
+                with time_limit(SECONDS_PER_CASE):
+                    result = harness.run_case(harness.Case(case, _replayed(session, log)), None)
+                if not result.passed:
+                    failures[case] = f"{result.verdict}: {result.message}"
+                    if first_only:
+                        break
+    finally:
+        if saved is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = saved
+    return failures
+
+
+def _replayed(session: Session, log: list) -> Any:
+    """A case that replays `log` to the fixture, failed with the replay's first difference."""
+    def run(_: Any) -> None:
+        problem = public.replay(session, log)
+        if problem:
+            raise harness.CaseFailure(problem)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def recorded() -> dict[int, dict[str, list]]:
+    """Each exercise's public cases, recorded on the reference when first needed."""
+    return {}
+
+
+def marker_of(path: Path) -> str | None:
+    found = MARKER.search(path.read_text())
+    return found.group(1) if found else None
+
+
+@pytest.mark.parametrize("ex_id,path", FIXTURES, ids=[f"{e}/{p.stem}" for e, p in FIXTURES])
+def test_public_verdict(ex_id: int, path: Path, recorded: dict[int, dict[str, list]]) -> None:
+    if ex_id not in recorded:
+        recorded[ex_id] = edition.record(judge.get_exercise(ex_id))
+    right = path.name.startswith("right_")
+    marker = None if right else marker_of(path)
+    assert right or marker, f"{path.name}: its docstring says neither 'PUBLIC: caught' nor 'PUBLIC: hidden only (why)'"
+    failures = public_failures(ex_id, path, recorded[ex_id], first_only=marker == "caught")
+    if marker == "caught":
+        assert failures, f"{path.name} passes every public case of {ex_id}, but says 'PUBLIC: caught'"
+    else:
+        assert not failures, "\n".join(f"[{case}] {why}" for case, why in failures.items())
