@@ -5,7 +5,7 @@ public cases catch it (`PUBLIC: caught`, it fails one) or only the hidden ones d
 it passes them all), so the marker cannot go stale.
 
 The replay runs in this process, on the worker's own request handling (a worker per fixture would cost a second
-each): the requests and answers cross as the JSON they are on the pipes."""
+each): the answers cross as the JSON they are on the pipes."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 import judge
 from judge import edition, harness, public, wire
 from judge._worker import Worker
-from judge.loader import load_file, module_name_for
+from judge.loader import module_name_for
 from judge.remote import Session
 
 CASES_DIR = Path(__file__).parent / "judge_cases"
@@ -41,14 +41,17 @@ class FixtureTimeout(Exception):
 
 
 class InProcess(Session):
-    """The worker's answers to the replayed requests, computed here on the fixture's module."""
+    """The worker's request handler on the fixture, loaded here as the worker loads it (its API checked); every
+    reply through the wire's encoding, as in tests/test_judge_messages.py."""
 
-    def __init__(self, module: Any) -> None:
-        self.worker = Worker({}, None, None)
-        self.worker.module, self.worker.learner_file = module, module.__file__
+    def __init__(self, ex: Any, path: Path) -> None:
+        sent: list[dict] = []
+        self.worker = Worker({"exercise": ex.id, "impl": str(path)}, sent.append, lambda: b"")  # callbacks: here
+        self.worker.load()
+        self.fatal = next((str(m.get("message")) for m in sent if m.get("t") == "fatal"), None)
 
     def request(self, msg: dict) -> dict:
-        return json.loads(wire.dumps(self.worker.handle(json.loads(json.dumps(msg)))))
+        return json.loads(wire.dumps(self.worker.handle(msg)))
 
 
 @contextlib.contextmanager
@@ -72,7 +75,9 @@ def public_failures(ex_id: int, path: Path, logs: dict[str, list], first_only: b
     saved = sys.modules.get(name)
     failures: dict[str, str] = {}
     try:
-        session = InProcess(load_file(path, ex))
+        session = InProcess(ex, path)
+        if session.fatal:
+            return {"(loading it)": session.fatal}
         with harness.grading(harness.Context(learner_file=str(path), exercise=ex)):
             for case, log in logs.items():
                 with time_limit(SECONDS_PER_CASE):
