@@ -14,6 +14,7 @@ import json
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -56,16 +57,20 @@ class InProcess(Session):
 
 @contextlib.contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
+    """FixtureTimeout after `seconds`; pytest-timeout's own alarm (the same signal) is set again after."""
     def expire(*_: Any) -> None:
         raise FixtureTimeout(f"still running after {seconds} s")
 
     saved = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    t0 = time.monotonic()
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, saved)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 0.001))
 
 
 def public_failures(ex_id: int, path: Path, logs: dict[str, list], first_only: bool) -> dict[str, str]:
