@@ -17,6 +17,7 @@ EXERCISE = Exercise(
         "slot mapping: the worked example",
         "slot mapping: a chunk that starts inside a block",
         "slot mapping: a table exactly full is fine, one too short is a ValueError",
+        "slot mapping: an empty range past the end of the table is a ValueError",
         "write_kv: the worked example's prefill, into layer 1 of a 2-layer cache",
         "write_kv: a prefill into a non-contiguous block table",
         "write_kv: in place into one layer of a multi-layer cache (the others must not change)",

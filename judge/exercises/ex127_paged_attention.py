@@ -18,6 +18,7 @@ EXERCISE = Exercise(
         "one prefill, one request",
         "one decode step after cached tokens",
         "a prefill, a chunk starting mid-block and a decode in one batch",
+        "a custom softmax scale (0.0 included)",
         "a request with no new tokens contributes no rows",
     ),
 )

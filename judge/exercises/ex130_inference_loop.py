@@ -23,5 +23,7 @@ EXERCISE = Exercise(
         "chunked prefill: a prompt chunk samples nothing, step returns no output for it",
         "rows of logits: the j-th row is the j-th item that needs logits",
         "continuous batching: a waiting request starts as soon as a slot frees",
+        "seeded sampling uses each request's own generator",
+        "stop strings (through the tokenizer)",
     ),
 )

@@ -1,6 +1,7 @@
 """Wrong: positions is a float tensor.
 
 EXPECT: positions
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

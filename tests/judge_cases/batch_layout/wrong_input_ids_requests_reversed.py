@@ -1,6 +1,7 @@
 """Wrong: input_ids lays out the requests in reverse order.
 
 EXPECT: input_ids
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: logits_indices local to each request instead of flat.
 
 EXPECT: logits_indices
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: The logits index points at the first new token of a request.
 
 EXPECT: logits_indices
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

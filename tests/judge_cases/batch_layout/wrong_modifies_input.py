@@ -1,6 +1,7 @@
 """Wrong: Appends to the caller's block tables.
 
 EXPECT: modified
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: Every request gets a logits index.
 
 EXPECT: logits_indices
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

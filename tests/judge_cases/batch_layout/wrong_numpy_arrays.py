@@ -1,6 +1,7 @@
 """Wrong: Returns numpy arrays where torch tensors are expected.
 
 EXPECT: torch tensor
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: Only the first request is laid out.
 
 EXPECT: input_ids
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

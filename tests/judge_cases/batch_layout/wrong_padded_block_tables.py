@@ -1,6 +1,7 @@
 """Wrong: block_tables padded with zeros to a common width.
 
 EXPECT: block_tables
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: Positions restart at 0 instead of continuing from num_computed.
 
 EXPECT: positions
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: query_start_loc without its leading 0.
 
 EXPECT: query_start_loc
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

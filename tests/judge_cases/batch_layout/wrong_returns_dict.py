@@ -1,6 +1,7 @@
 """Wrong: Returns a dict instead of an object with attributes.
 
 EXPECT: dict
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: seq_lens counts only the new tokens.
 
 EXPECT: seq_lens
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: The slot is the position: the block table is ignored.
 
 EXPECT: slot_mapping
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: At a block boundary the slot stays in the previous block.
 
 EXPECT: slot_mapping
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

@@ -1,6 +1,7 @@
 """Wrong: The slot uses the offset within this step's chunk, not the absolute position.
 
 EXPECT: slot_mapping
+PUBLIC: caught
 """
 
 from types import SimpleNamespace

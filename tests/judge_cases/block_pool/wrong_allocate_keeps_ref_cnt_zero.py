@@ -1,6 +1,7 @@
 """Wrong: allocate does not set the reference counts.
 
 EXPECT: allocate sets each handed-out block's ref_cnt to 1
+PUBLIC: caught
 """
 from collections import Counter, deque
 

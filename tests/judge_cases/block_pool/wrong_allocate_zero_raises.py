@@ -1,6 +1,7 @@
 """Wrong: allocate(0) raises instead of returning [].
 
 EXPECT: BlockPool.allocate raised ValueError
+PUBLIC: caught
 """
 from collections import Counter, deque
 

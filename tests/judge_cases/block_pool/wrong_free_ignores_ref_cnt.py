@@ -1,6 +1,7 @@
 """Wrong: free releases a block outright, ignoring its other owners.
 
 EXPECT: free drops ONE reference per id
+PUBLIC: caught
 """
 from collections import Counter, deque
 

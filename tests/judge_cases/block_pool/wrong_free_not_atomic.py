@@ -1,6 +1,7 @@
 """Wrong: free validates each id while freeing: a bad id leaves earlier ones freed.
 
 EXPECT: a call that raises must change nothing
+PUBLIC: caught
 """
 from collections import Counter, deque
 

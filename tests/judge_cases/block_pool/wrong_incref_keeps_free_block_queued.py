@@ -1,6 +1,7 @@
 """Wrong: incref of a free block leaves it in the free queue.
 
 EXPECT: incref of a free block (ref_cnt 0) takes it out of the free queue
+PUBLIC: caught
 """
 from collections import Counter, deque
 

@@ -1,6 +1,7 @@
 """Wrong: The free queue used as a stack: the most recently freed block is reused first.
 
 EXPECT: returned the wrong block ids
+PUBLIC: caught
 """
 from collections import Counter, deque
 

@@ -2,6 +2,7 @@
 `except NoFreeBlocksError` would not catch it.
 
 EXPECT: not a class of the same name
+PUBLIC: caught
 """
 from collections import Counter, deque
 

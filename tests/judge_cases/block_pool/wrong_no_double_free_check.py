@@ -1,6 +1,7 @@
 """Wrong: free does not check for double frees.
 
 EXPECT: is a double free
+PUBLIC: caught
 """
 from collections import Counter, deque
 

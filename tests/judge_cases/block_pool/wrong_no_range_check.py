@@ -1,6 +1,7 @@
 """Wrong: ids are not range-checked: -1 silently means the last block.
 
 EXPECT: must reject ids outside
+PUBLIC: caught
 """
 from collections import Counter, deque
 

@@ -1,6 +1,7 @@
 """Wrong: num_free_blocks kept as a counter of allocated/freed ids: wrong with shared blocks.
 
 EXPECT: num_free_blocks is wrong
+PUBLIC: caught
 """
 from collections import Counter, deque
 

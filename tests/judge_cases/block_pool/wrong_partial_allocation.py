@@ -1,6 +1,7 @@
 """Wrong: allocate hands out what is free, then raises: not all or nothing.
 
 EXPECT: a call that raises must change nothing
+PUBLIC: caught
 """
 from collections import Counter, deque
 

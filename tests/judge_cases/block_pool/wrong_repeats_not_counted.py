@@ -1,6 +1,7 @@
 """Wrong: free checks each id once, not how often it repeats within the call.
 
 EXPECT: count repeats within one call
+PUBLIC: caught
 """
 from collections import Counter, deque
 

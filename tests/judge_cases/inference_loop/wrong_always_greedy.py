@@ -1,6 +1,7 @@
 """Wrong: always the most likely token: temperature and the request's generator are ignored.
 
 EXPECT: seed
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

@@ -1,6 +1,7 @@
 """Wrong: completes_prompt is read after num_computed_tokens was advanced, so nothing is ever sampled.
 
 EXPECT: read s.completes_prompt BEFORE
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

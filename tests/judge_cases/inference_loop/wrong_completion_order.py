@@ -1,6 +1,7 @@
 """Wrong: generate returns the outputs in the order the requests finished.
 
 EXPECT: not in prompt order
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

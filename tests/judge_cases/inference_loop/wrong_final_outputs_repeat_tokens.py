@@ -1,6 +1,7 @@
 """Wrong: generate's final outputs carry every token again in new_token_ids; a final output has none.
 
 EXPECT: a final output has none
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: one forward pass per scheduled request instead of one for all.
 
 EXPECT: the forward pass carried 1 item(s)
+PUBLIC: caught
 """
 
 import torch

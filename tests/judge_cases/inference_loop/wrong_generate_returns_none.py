@@ -1,6 +1,7 @@
 """Wrong: generate runs the loop but forgets to return the outputs.
 
 EXPECT: end generate with `return [self.make_output(r, []) for r in requests]`
+PUBLIC: caught
 """
 
 

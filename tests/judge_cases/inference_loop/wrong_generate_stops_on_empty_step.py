@@ -2,6 +2,7 @@
 with a small token budget is left unfinished.
 
 EXPECT: not until a step returns []
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: a request stops only at max_tokens; end-of-sequence is ignored.
 
 EXPECT: its last token is end-of-sequence
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

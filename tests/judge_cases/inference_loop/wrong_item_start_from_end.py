@@ -1,6 +1,7 @@
 """Wrong: an item's tokens are taken from the end of the request (right unless a prompt is cut into chunks).
 
 EXPECT: wrong token_ids in the item
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

@@ -1,6 +1,7 @@
 """Wrong: num_computed_tokens is advanced before the items are built, so each item starts past the new tokens.
 
 EXPECT: build every item BEFORE you update num_computed_tokens
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: one token too many: stops when the output is longer than max_tokens.
 
 EXPECT: it has max_tokens=
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

@@ -1,6 +1,7 @@
 """Wrong: a finished request is marked finished but never retired, so its blocks are never freed.
 
 EXPECT: should have finished
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

@@ -1,6 +1,7 @@
 """Wrong: num_computed_tokens advances by one per step, as if every request were a decode.
 
 EXPECT: has num_computed_tokens
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

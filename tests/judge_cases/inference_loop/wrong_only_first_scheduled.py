@@ -1,6 +1,7 @@
 """Wrong: only the first scheduled request is run and updated.
 
 EXPECT: the forward pass carried 1 item(s)
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

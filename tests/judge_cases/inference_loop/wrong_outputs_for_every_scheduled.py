@@ -1,6 +1,7 @@
 """Wrong: step returns an output for every scheduled request, a prompt chunk that sampled nothing too.
 
 EXPECT: wrong outputs returned by step
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

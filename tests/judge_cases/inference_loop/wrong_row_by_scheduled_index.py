@@ -1,6 +1,7 @@
 """Wrong: the row of logits is the request's index in the scheduled list, not among the items that need logits.
 
 EXPECT: keep a row counter that advances only when a request samples
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

@@ -1,6 +1,7 @@
 """Wrong: every scheduled request asks for logits and samples, a prompt chunk that is not the last too.
 
 EXPECT: wrong need_logits
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

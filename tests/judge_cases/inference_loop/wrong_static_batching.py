@@ -1,6 +1,7 @@
 """Wrong: static batching: prompts are added in groups of max_num_seqs, the next group only once the last is done.
 
 EXPECT: static batching
+PUBLIC: caught
 """
 
 from framework.engine import LLMEngineBase, stop_reason

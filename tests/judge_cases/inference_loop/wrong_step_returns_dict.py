@@ -1,6 +1,7 @@
 """Wrong: step returns its outputs in a dict keyed by request id, not a list.
 
 EXPECT: return a list, [self.make_output
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: step forgets its return statement when something was scheduled.
 
 EXPECT: end step with `return outputs`
+PUBLIC: caught
 """
 
 

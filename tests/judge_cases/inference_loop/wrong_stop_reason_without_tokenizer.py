@@ -1,6 +1,7 @@
 """Wrong: stop_reason is called without the tokenizer, so stop strings never stop a request.
 
 EXPECT: with all three arguments
+PUBLIC: caught
 """
 
 

@@ -1,5 +1,6 @@
 """Wrong: abort takes the request out of the scheduler and marks it finished, but never frees its blocks.
 EXPECT: must be finished with reason 'abort' and its blocks freed
+PUBLIC: hidden only (only the hidden concurrent schedules reach it: their streams depend on thread timing, so they are not replayed)
 """
 
 import asyncio

@@ -1,6 +1,7 @@
 """Wrong: the loop holds its lock until every running request is done, so a request added meanwhile waits for
 them (static batching).
 EXPECT: the loop took no new request while one ran
+PUBLIC: hidden only (only the hidden concurrent schedules reach it: their streams depend on thread timing, so they are not replayed)
 """
 
 import asyncio

@@ -1,5 +1,6 @@
 """Wrong: a consumer cancelled while it waits leaves its request running in the engine.
 EXPECT: after cancelling the task waiting on the stream
+PUBLIC: hidden only (only the hidden concurrent schedules reach it: their streams depend on thread timing, so they are not replayed)
 """
 
 import asyncio

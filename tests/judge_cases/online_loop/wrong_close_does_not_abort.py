@@ -1,5 +1,6 @@
 """Wrong: closing a stream only stops reading it: the request runs on to the end in the engine.
 EXPECT: after await stream.aclose()
+PUBLIC: hidden only (only the hidden concurrent schedules reach it: their streams depend on thread timing, so they are not replayed)
 """
 
 import asyncio

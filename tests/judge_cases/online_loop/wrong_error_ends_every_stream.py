@@ -1,5 +1,6 @@
 """Wrong: a failing step ends every open stream with the error, not only its own requests'.
 EXPECT: the stream of request c
+PUBLIC: hidden only (only the hidden concurrent schedules reach it: their streams depend on thread timing, so they are not replayed)
 """
 
 import asyncio

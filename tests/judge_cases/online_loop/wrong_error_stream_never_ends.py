@@ -1,5 +1,6 @@
 """Wrong: a failing step is caught, but its requests' streams never get a final output.
 EXPECT: never ended
+PUBLIC: hidden only (only the hidden concurrent schedules reach it: their streams depend on thread timing, so they are not replayed)
 CASES: a failing step ends only
 """
 

@@ -1,5 +1,6 @@
 """Wrong: the j-th output of a step goes to the j-th open stream, not to its request's stream.
 EXPECT: tokens differ from generating the prompt alone
+PUBLIC: hidden only (only the hidden concurrent schedules reach it: their streams depend on thread timing, so they are not replayed)
 """
 
 import asyncio

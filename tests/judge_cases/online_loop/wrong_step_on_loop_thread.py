@@ -1,5 +1,6 @@
 """Wrong: the step runs on the event loop's thread, freezing every other coroutine while it runs.
 EXPECT: ran on the event loop's thread
+PUBLIC: caught
 """
 
 import asyncio

@@ -1,5 +1,6 @@
 """Wrong: after its final output the stream waits for more instead of stopping (no StopAsyncIteration).
 EXPECT: never ended
+PUBLIC: caught
 CASES: one request streams
 """
 

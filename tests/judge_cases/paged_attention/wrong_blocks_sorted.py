@@ -1,6 +1,7 @@
 """Wrong: Blocks read in increasing id order instead of block-table order.
 
 EXPECT: read the blocks in block-table order
+PUBLIC: caught
 """
 import math
 

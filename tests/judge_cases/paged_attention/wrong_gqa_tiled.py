@@ -1,6 +1,7 @@
 """Wrong: Grouped-query attention with KV heads tiled (h % n_kv) instead of interleaved.
 
 EXPECT: not h % n_kv_heads
+PUBLIC: caught
 """
 import math
 

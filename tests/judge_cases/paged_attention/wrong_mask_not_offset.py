@@ -1,6 +1,7 @@
 """Wrong: The causal mask starts at key 0 for query 0: the cached context is ignored.
 
 EXPECT: the causal mask ignores the cached context
+PUBLIC: caught
 """
 import math
 

@@ -1,6 +1,7 @@
 """Wrong: No causal mask: every query sees the whole context.
 
 EXPECT: no causal mask
+PUBLIC: caught
 """
 import math
 

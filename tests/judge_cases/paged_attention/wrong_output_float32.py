@@ -1,6 +1,7 @@
 """Wrong: The output is always float32, whatever the query's dtype.
 
 EXPECT: the output must have the query's dtype
+PUBLIC: hidden only (the public replay compares values, not dtypes: only the hidden bfloat16 case checks it)
 """
 import math
 

@@ -1,6 +1,7 @@
 """Wrong: The scale argument is ignored (always 1/sqrt(head_dim)).
 
 EXPECT: the `scale` argument is ignored
+PUBLIC: caught
 """
 import math
 

@@ -1,6 +1,7 @@
 """Wrong: Scale 1/head_dim instead of 1/sqrt(head_dim).
 
 EXPECT: you seem to use 1/head_dim
+PUBLIC: caught
 """
 import math
 

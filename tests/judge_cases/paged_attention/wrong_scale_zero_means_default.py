@@ -1,6 +1,7 @@
 """Wrong: `scale = scale or 1/sqrt(head_dim)` replaces an explicit scale=0.0 by the default.
 
 EXPECT: test `scale is None`, not `scale or 1/sqrt(head_dim)`
+PUBLIC: caught
 """
 import math
 

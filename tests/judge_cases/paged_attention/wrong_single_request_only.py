@@ -1,6 +1,7 @@
 """Wrong: Only the first request is computed.
 
 EXPECT: compute every request of the batch
+PUBLIC: caught
 """
 import math
 

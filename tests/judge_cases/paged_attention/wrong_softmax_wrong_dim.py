@@ -1,6 +1,7 @@
 """Wrong: Softmax over the queries (dim 0) instead of the keys.
 
 EXPECT: wrong output
+PUBLIC: caught
 """
 import math
 

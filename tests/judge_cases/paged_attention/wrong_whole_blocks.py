@@ -1,6 +1,7 @@
 """Wrong: Reads whole blocks: the unused rows of the last block join the context.
 
 EXPECT: only the first seq_len rows
+PUBLIC: caught
 """
 import math
 

@@ -1,6 +1,7 @@
 """Wrong: the preempted request joins the tail of the waiting queue.
 
 EXPECT: HEAD of scheduler.waiting
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

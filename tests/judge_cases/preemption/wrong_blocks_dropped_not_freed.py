@@ -1,6 +1,7 @@
 """Wrong: the block table is emptied but the blocks never go back to the pool.
 
 EXPECT: returns the victim's blocks to the pool
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

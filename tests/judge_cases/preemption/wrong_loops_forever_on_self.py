@@ -1,6 +1,7 @@
 """Wrong: never preempts the request itself, and so retries forever when it is the newest.
 
 EXPECT: timeout
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: victims are not recorded in out.preempted.
 
 EXPECT: record it in out.preempted
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

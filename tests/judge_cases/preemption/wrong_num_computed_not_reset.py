@@ -1,6 +1,7 @@
 """Wrong: num_computed_tokens is not reset, though the KV cache is gone.
 
 EXPECT: reset the victim's num_computed_tokens to 0
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

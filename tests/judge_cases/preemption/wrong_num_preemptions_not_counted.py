@@ -1,6 +1,7 @@
 """Wrong: num_preemptions is not incremented.
 
 EXPECT: request.num_preemptions += 1
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: the output tokens are dropped: the request restarts from its prompt.
 
 EXPECT: keep the victim's output_token_ids
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

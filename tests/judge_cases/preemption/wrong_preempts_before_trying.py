@@ -1,6 +1,7 @@
 """Wrong: preempts a victim before even trying to allocate.
 
 EXPECT: wrong out.preempted
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: the preempted request keeps status RUNNING.
 
 EXPECT: status is RequestStatus.WAITING
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: returns True after the request preempted itself.
 
 EXPECT: returns False
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

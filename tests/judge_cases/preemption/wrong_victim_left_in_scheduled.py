@@ -1,6 +1,7 @@
 """Wrong: a victim already scheduled in this step stays in out.scheduled.
 
 EXPECT: must be removed from out.scheduled
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: the oldest running request is preempted instead of the newest.
 
 EXPECT: not the oldest
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: block_hashes hashes every block with NONE_HASH as its parent.
 
 EXPECT: hashes[i] = hash_block(hashes[i-1], block i)
+PUBLIC: caught
 """
 
 import hashlib

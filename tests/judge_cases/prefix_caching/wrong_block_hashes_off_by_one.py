@@ -1,6 +1,7 @@
 """Wrong: off by one: the last full block is missed when the length is a multiple of block_size.
 
 EXPECT: one per FULL block
+PUBLIC: caught
 """
 
 import hashlib

@@ -1,6 +1,7 @@
 """Wrong: evict does nothing: a reused block is still found under its old hash.
 
 EXPECT: forgets both directions
+PUBLIC: caught
 """
 
 import hashlib

@@ -1,6 +1,7 @@
 """Wrong: evict forgets the block but not its hash, so lookups still find the overwritten block.
 
 EXPECT: forgets both directions
+PUBLIC: caught
 """
 
 import hashlib

@@ -1,6 +1,7 @@
 """Wrong: the first block is hashed on its own instead of with NONE_HASH as its parent.
 
 EXPECT: hash 0 is not hash_block(NONE_HASH, block 0)
+PUBLIC: caught
 """
 
 import hashlib

@@ -1,6 +1,7 @@
 """Wrong: the tokens are hashed as a set: their order (and repeats) are lost.
 
 EXPECT: gives the same hash to blocks
+PUBLIC: caught
 """
 
 import hashlib

@@ -2,6 +2,7 @@
 (or two runs of the engine) name the same block differently.
 
 EXPECT: block hashes must be equal across processes
+PUBLIC: hidden only (only a second process, with another PYTHONHASHSEED, shows it)
 """
 
 from itertools import takewhile

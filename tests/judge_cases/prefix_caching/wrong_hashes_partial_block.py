@@ -1,6 +1,7 @@
 """Wrong: the trailing partial block gets a hash too.
 
 EXPECT: one per FULL block
+PUBLIC: caught
 """
 
 import hashlib

@@ -1,6 +1,7 @@
 """Wrong: insert only checks the hash, so a block that already holds a hash is recorded under a second one.
 
 EXPECT: the first holder wins
+PUBLIC: caught
 """
 
 import hashlib

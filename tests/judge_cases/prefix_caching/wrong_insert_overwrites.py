@@ -1,6 +1,7 @@
 """Wrong: insert overwrites an existing entry (the last holder wins).
 
 EXPECT: the first holder wins
+PUBLIC: caught
 """
 
 import hashlib

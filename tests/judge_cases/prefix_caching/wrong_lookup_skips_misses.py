@@ -1,6 +1,7 @@
 """Wrong: lookup skips a missing hash and goes on, so the blocks found are not a prefix.
 
 EXPECT: stops at the first one not cached
+PUBLIC: caught
 """
 
 import hashlib

@@ -1,6 +1,7 @@
 """Wrong: hash_block ignores the parent: equal blocks after different prefixes share a hash.
 
 EXPECT: is the same for parents NONE_HASH and p1
+PUBLIC: caught
 """
 
 import hashlib

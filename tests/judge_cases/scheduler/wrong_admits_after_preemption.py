@@ -1,6 +1,7 @@
 """Wrong: new requests are admitted in a step that preempted.
 
 EXPECT: nothing is admitted in a step that preempted
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

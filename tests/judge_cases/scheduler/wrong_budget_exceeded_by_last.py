@@ -1,6 +1,7 @@
 """Wrong: with chunked prefill the last new prompt is admitted whole, past the budget.
 
 EXPECT: more than token_budget
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

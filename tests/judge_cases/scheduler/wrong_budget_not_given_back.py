@@ -1,6 +1,7 @@
 """Wrong: a running budget counter: a preempted victim's tokens never come back.
 
 EXPECT: a preempted victim's tokens come back
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: prompts are chunked even when chunked prefill is off.
 
 EXPECT: without chunked prefill a prompt is admitted whole or not at all
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

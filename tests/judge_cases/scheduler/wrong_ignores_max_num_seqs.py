@@ -1,6 +1,7 @@
 """Wrong: max_num_seqs is not checked.
 
 EXPECT: more than max_num_seqs
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

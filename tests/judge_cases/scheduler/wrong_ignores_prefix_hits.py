@@ -1,6 +1,7 @@
 """Wrong: prefix-cache hits are ignored: the cached tokens are recomputed.
 
 EXPECT: tokens to compute = num_tokens - num_computed_tokens - len(computed)
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

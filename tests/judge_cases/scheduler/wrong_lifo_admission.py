@@ -1,6 +1,7 @@
 """Wrong: the most recent waiting request is admitted first.
 
 EXPECT: self.waiting[0] first
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: stops admitting at the first prompt that does not fit, even with chunked prefill on.
 
 EXPECT: admitted with a chunk of budget-left tokens
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

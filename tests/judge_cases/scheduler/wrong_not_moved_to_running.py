@@ -1,6 +1,7 @@
 """Wrong: an admitted request leaves the waiting queue but never joins running.
 
 EXPECT: moves from self.waiting to the end of self.running
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

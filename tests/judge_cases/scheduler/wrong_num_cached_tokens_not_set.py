@@ -1,6 +1,7 @@
 """Wrong: num_cached_tokens is not recorded on admission.
 
 EXPECT: num_cached_tokens differs
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: a request preempted earlier in the running loop is still scheduled.
 
 EXPECT: it was preempted earlier in this step
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

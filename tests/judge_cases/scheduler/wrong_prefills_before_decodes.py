@@ -1,6 +1,7 @@
 """Wrong: running prompts still being prefilled go before the decodes.
 
 EXPECT: decodes (one token left) go first
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

@@ -1,6 +1,7 @@
 """Wrong: adds the prefix hits to num_computed_tokens, which allocate_slots already did.
 
 EXPECT: left to compute
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

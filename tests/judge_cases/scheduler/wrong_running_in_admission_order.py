@@ -1,6 +1,7 @@
 """Wrong: running requests in admission order, decodes not put first.
 
 EXPECT: decodes (one token left) go first
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

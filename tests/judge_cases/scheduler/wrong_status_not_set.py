@@ -1,6 +1,7 @@
 """Wrong: an admitted request keeps status WAITING.
 
 EXPECT: status RequestStatus.RUNNING
+PUBLIC: caught
 """
 
 from framework.request import RequestStatus

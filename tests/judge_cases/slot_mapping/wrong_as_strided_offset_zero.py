@@ -1,8 +1,9 @@
 """Wrong: write_kv builds its flat view with `as_strided(..., storage_offset=0)`. On a standalone cache that is the
 same tensor, but the model runner gives it `key_caches[l]`, a view whose storage starts at layer 0: layer l's K/V
-land in layer 0. Caught by the public cases too.
+land in layer 0.
 
 EXPECT: another layer changed
+PUBLIC: caught
 """
 import torch
 

@@ -1,6 +1,7 @@
 """Wrong: The block id is added, not multiplied by block_size.
 
 EXPECT: multiply the block id by block_size
+PUBLIC: caught
 """
 
 

@@ -1,8 +1,9 @@
 """Wrong: write_kv rebinds the cache tensor's data (`key_cache.data = key_cache.index_put(...)`) instead of writing
 into it. The tensor object it was given now points at new storage, but the caller's multi-layer cache, of which
-it was a view, is unchanged: in the model runner the logits are wrong. Caught by the public cases too.
+it was a view, is unchanged: in the model runner the logits are wrong.
 
 EXPECT: only rebinds
+PUBLIC: caught
 """
 
 

@@ -1,8 +1,8 @@
 """Wrong: returns [] for any empty range, without checking it against the table first: the statement says a range
-that ends past the table raises ValueError even when empty (compute_slot_mapping([0, 1], 3, 3, 1)). Only a hidden
-edge case catches it.
+that ends past the table raises ValueError even when empty (compute_slot_mapping([0, 1], 3, 3, 1)).
 
 EXPECT: even when start == end
+PUBLIC: caught
 """
 
 

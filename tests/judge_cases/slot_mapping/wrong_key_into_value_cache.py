@@ -1,6 +1,7 @@
 """Wrong: write_kv stores the key in the value cache too.
 
 EXPECT: value_cache got the keys
+PUBLIC: caught
 """
 
 

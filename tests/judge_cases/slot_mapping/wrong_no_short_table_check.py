@@ -1,6 +1,7 @@
 """Wrong: A block table that is too short is not reported.
 
 EXPECT: expected ValueError
+PUBLIC: caught
 """
 
 

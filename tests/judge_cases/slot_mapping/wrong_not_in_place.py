@@ -1,6 +1,7 @@
 """Wrong: write_kv builds new caches and returns them instead of writing in place.
 
 EXPECT: IN PLACE
+PUBLIC: caught
 """
 
 

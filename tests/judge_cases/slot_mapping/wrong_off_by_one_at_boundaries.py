@@ -1,6 +1,7 @@
 """Wrong: The block index is computed from p - 1: wrong at the first row of every block.
 
 EXPECT: wrong only at the first row of a block
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: write_kv treats key as [N, head_dim]: KV head 0 is broadcast to every head.
 
 EXPECT: all heads at once
+PUBLIC: caught
 """
 
 

@@ -1,7 +1,7 @@
 """Wrong: write_kv writes in place correctly but also returns the key cache; the statement says it returns None.
-Caught by the public cases too.
 
 EXPECT: it must return None
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: write_kv uses the slot as a block index (writes a whole block).
 
 EXPECT: slot_mapping
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: The slot is the position: the block table is ignored.
 
 EXPECT: a slot is not the position
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: Positions counted from 0 instead of start.
 
 EXPECT: the slots are for positions start .. end-1
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: the first mismatching draft is accepted too, and the model's token follows it.
 
 EXPECT: wrong returned after the call
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: after all drafts are accepted, no bonus token from the last row.
 
 EXPECT: wrong returned after the call
+PUBLIC: caught
 """
 
 

@@ -1,6 +1,7 @@
 """Wrong: num_computed_tokens advances by 1 + d, the drafts counted whether accepted or not.
 
 EXPECT: advance num_computed_tokens by the number of tokens appended
+PUBLIC: caught
 """
 
 

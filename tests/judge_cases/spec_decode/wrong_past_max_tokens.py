@@ -2,6 +2,7 @@
 request emits past max_tokens (and past its end-of-sequence token).
 
 EXPECT: the request emitted past its stop
+PUBLIC: caught
 """
 
 

@@ -2,6 +2,7 @@
 split unevenly across the query-head groups).
 
 EXPECT: contiguous blocks, not every ws-th head
+PUBLIC: caught
 """
 import torch
 

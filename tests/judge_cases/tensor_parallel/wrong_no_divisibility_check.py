@@ -1,6 +1,7 @@
 """Wrong: shard_layer cuts 4 heads into 3 uneven parts instead of refusing.
 
 EXPECT: accepted a world_size that does not divide
+PUBLIC: caught
 """
 import torch
 

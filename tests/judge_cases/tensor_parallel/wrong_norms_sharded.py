@@ -1,6 +1,7 @@
 """Wrong: the RMSNorm weights are split across the ranks like the projections, instead of replicated.
 
 EXPECT: the RMSNorm weights are replicated
+PUBLIC: caught
 """
 import torch
 

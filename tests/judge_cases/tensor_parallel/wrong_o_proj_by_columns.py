@@ -1,6 +1,7 @@
 """Wrong: o_proj is split along its output features, like q_proj (column-parallel), instead of its input features.
 
 EXPECT: o_proj is split along its input features
+PUBLIC: caught
 """
 import torch
 

@@ -1,6 +1,7 @@
 """Wrong: the MLP's all-reduce sums the intermediate activation, before down_proj (the wrong projection).
 
 EXPECT: all-reduce 2: the ranks' tensors do not sum to down_proj's output
+PUBLIC: caught
 """
 import torch
 

@@ -1,6 +1,7 @@
 """Wrong: o_proj's output is all-reduced twice.
 
 EXPECT: each must call it exactly twice
+PUBLIC: caught
 """
 import torch
 

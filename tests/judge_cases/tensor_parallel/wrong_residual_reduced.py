@@ -1,6 +1,7 @@
 """Wrong: the residual is added before the all-reduce, so it is summed world_size times.
 
 EXPECT: reduce before adding the residual
+PUBLIC: caught
 """
 import torch
 

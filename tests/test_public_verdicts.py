@@ -1,0 +1,134 @@
+"""Every fixture of tests/judge_cases/ through the public cases, as a student edition's judge replays them: each
+exercise's public cases are recorded on the reference once (judge.edition.record), then replayed to each fixture
+(judge.public.replay). A right_* fixture passes them all; a wrong_* fixture says in its docstring whether the
+public cases catch it (`PUBLIC: caught`, it fails one) or only the hidden ones do (`PUBLIC: hidden only (why)`,
+it passes them all), so the marker cannot go stale.
+
+The replay runs in this process, on the worker's own request handling (a worker per fixture would cost a second
+each): the answers cross as the JSON they are on the pipes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import judge
+from judge import edition, harness, public, wire
+from judge._worker import Worker
+from judge.loader import module_name_for
+from judge.remote import Session
+
+CASES_DIR = Path(__file__).parent / "judge_cases"
+FOLDERS = {125: "block_pool", 126: "slot_mapping", 127: "paged_attention", 128: "batch_layout", 129: "scheduler",
+           130: "inference_loop", 131: "preemption", 132: "prefix_caching", 133: "online_loop", 134: "spec_decode",
+           135: "tensor_parallel"}
+FIXTURES = [(ex_id, path) for ex_id, folder in FOLDERS.items()
+            for path in sorted((CASES_DIR / folder).glob("*.py")) if path.name.startswith(("right_", "wrong_"))]
+MARKER = re.compile(r"PUBLIC: (caught|hidden only \(.+?\))")
+SECONDS_PER_CASE = 5  # a loop that never ends times out in a student's copy too (case_timeout, 10 s or more);
+# here sooner: no public case takes a second
+
+
+class FixtureTimeout(Exception):
+    """A public case still running after SECONDS_PER_CASE: it fails, as it would in a student's copy."""
+
+
+class InProcess(Session):
+    """The worker's request handler on the fixture, loaded here as the worker loads it (its API checked); every
+    reply through the wire's encoding, as in tests/test_judge_messages.py."""
+
+    def __init__(self, ex: Any, path: Path) -> None:
+        sent: list[dict] = []
+        self.worker = Worker({"exercise": ex.id, "impl": str(path)}, sent.append, lambda: b"")  # callbacks: here
+        self.worker.load()
+        self.fatal = next((str(m.get("message")) for m in sent if m.get("t") == "fatal"), None)
+
+    def request(self, msg: dict) -> dict:
+        return json.loads(wire.dumps(self.worker.handle(msg)))
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """FixtureTimeout after `seconds`; pytest-timeout's own alarm (the same signal) is set again after."""
+    def expire(*_: Any) -> None:
+        raise FixtureTimeout(f"still running after {seconds} s")
+
+    saved = signal.signal(signal.SIGALRM, expire)
+    t0 = time.monotonic()
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, saved)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 0.001))
+
+
+def public_failures(ex_id: int, path: Path, logs: dict[str, list], first_only: bool) -> dict[str, str]:
+    """{public case: why the fixture fails it} (the first failure only if `first_only`)."""
+    ex = judge.get_exercise(ex_id)
+    name = module_name_for(path, ex)
+    saved = sys.modules.get(name)
+    failures: dict[str, str] = {}
+    try:
+        session = InProcess(ex, path)
+        if session.fatal:
+            return {"(loading it)": session.fatal}
+        with harness.grading(harness.Context(learner_file=str(path), exercise=ex)):
+            for case, log in logs.items():
+                with time_limit(SECONDS_PER_CASE):
+                    result = harness.run_case(harness.Case(case, _replayed(session, log)), None)
+                if not result.passed:
+                    failures[case] = f"{result.verdict}: {result.message}"
+                    if first_only:
+                        break
+    finally:
+        if saved is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = saved
+    return failures
+
+
+def _replayed(session: Session, log: list) -> Any:
+    """A case that replays `log` to the fixture, failed with the replay's first difference."""
+    def run(_: Any) -> None:
+        problem = public.replay(session, log)
+        if problem:
+            raise harness.CaseFailure(problem)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def recorded() -> dict[int, dict[str, list]]:
+    """Each exercise's public cases, recorded on the reference when first needed."""
+    return {}
+
+
+def marker_of(path: Path) -> str | None:
+    found = MARKER.search(path.read_text())
+    return found.group(1) if found else None
+
+
+@pytest.mark.parametrize("ex_id,path", FIXTURES, ids=[f"{e}/{p.stem}" for e, p in FIXTURES])
+def test_public_verdict(ex_id: int, path: Path, recorded: dict[int, dict[str, list]]) -> None:
+    if ex_id not in recorded:
+        recorded[ex_id] = edition.record(judge.get_exercise(ex_id))
+    right = path.name.startswith("right_")
+    marker = None if right else marker_of(path)
+    assert right or marker, f"{path.name}: its docstring says neither 'PUBLIC: caught' nor 'PUBLIC: hidden only (why)'"
+    failures = public_failures(ex_id, path, recorded[ex_id], first_only=marker == "caught")
+    if marker == "caught":
+        assert failures, f"{path.name} passes every public case of {ex_id}, but says 'PUBLIC: caught'"
+    else:
+        assert not failures, "\n".join(f"[{case}] {why}" for case, why in failures.items())
