@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from framework.sampling import SamplingParams
+from judge.drivers.async_engine import TIMELINE
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.support import alone, learner_failure, load_model, random_prompts
@@ -93,8 +94,8 @@ class Run:
             raise CaseFailure(reply["hung"], input=self.input,
                               hint="add_request returns as soon as the request is queued; the background task "
                                    "steps the engine while it has unfinished requests")
-        timeline = {key: reply.get(key, reply.get(f"_{key}")) for key in ("steps", "aborts", "idle")}
-        self.streams, self.steps, self.aborts, self.idle = reply["streams"], *timeline.values()
+        timeline = [reply.get(key, reply.get(f"_{key}")) for key in TIMELINE]  # a replayable reply: diagnostics
+        self.streams, (self.steps, self.aborts, self.idle) = reply["streams"], timeline
 
     def failed_requests(self) -> set[str]:
         return {name for s in self.steps if s["failed"] for name in s["scheduled"]}
