@@ -110,16 +110,14 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(partial_editio
     secret = (config / "mini-llm-judge" / "secret_seed").read_text().strip()
     assert len(secret) == 32 and not any(secret in (out / f).read_text(errors="replace") for f in files)
 
-    def judge_cli(*args: str) -> str:
-        return _judge(out, env, *args).stdout
-
     n128, n125 = (len(judge.get_exercise(i).public_cases) for i in (128, 125))
-    stub = judge_cli("128")
-    assert stub.splitlines()[-1] == f"0 passed, {n128} failed", stub
-    assert "not implemented yet" in stub
-    # contract-level replay: a NamedTuple batch with extra fields is right, a dict of lists is not
-    graded = _judge_each(out, env, tmp_path, 128, [CASES / "batch_layout" / f"{name}.py" for name in (
-        "right_pure_python_lists", "wrong_positions_from_zero", "right_namedtuple_extra_field", "wrong_returns_dict")])
+    # contract-level replay: a NamedTuple batch with extra fields is right, a dict of lists is not; the stub is not
+    graded = _judge_each(out, env, tmp_path, 128, [out / "practice" / "batch.py"] + [
+        CASES / "batch_layout" / f"{name}.py" for name in (
+            "right_pure_python_lists", "wrong_positions_from_zero", "right_namedtuple_extra_field",
+            "wrong_returns_dict")])
+    stub, verdict = graded["batch"]
+    assert verdict == f"0 passed, {n128} failed" and "not implemented yet" in stub, stub
     graded |= _judge_each(out, env, tmp_path, 125, [CASES / "block_pool" / f"{name}.py" for name in (
         "right_array_ref_cnt_error_subclass", "right_own_free_queue", "wrong_lifo")])
     for name, n in (("right_pure_python_lists", n128), ("right_namedtuple_extra_field", n128),
@@ -173,13 +171,11 @@ def test_133_public_cases_replay_on_the_students_copy(bare_edition, tmp_path):
                    "preemption", "engine", "kv_cache_manager", "model_runner"):
         (out / "practice" / f"{module}.py").write_text((ROOT / "solutions" / f"{module}.py").read_text())
 
-    def judge_cli(*args: str) -> str:
-        return _judge(out, env, "133", *args).stdout
-
     n133 = len(judge.get_exercise(133).public_cases)
-    assert judge_cli().splitlines()[-1] == f"0 passed, {n133} failed"
-    graded = _judge_each(out, env, tmp_path, 133, [CASES / "online_loop" / f"{name}.py" for name in (
-        "right_dedicated_thread", "right_lock_and_queue", "wrong_step_on_loop_thread")])
+    graded = _judge_each(out, env, tmp_path, 133, [out / "practice" / "async_engine.py"] + [
+        CASES / "online_loop" / f"{name}.py" for name in (
+            "right_dedicated_thread", "right_lock_and_queue", "wrong_step_on_loop_thread")])
+    assert graded["async_engine"][1] == f"0 passed, {n133} failed", graded["async_engine"][0]
     for name in ("right_dedicated_thread", "right_lock_and_queue"):
         assert graded[name][1] == f"{n133} passed, 0 failed", graded[name][0]
     assert graded["wrong_step_on_loop_thread"][1] == f"0 passed, {n133} failed", graded["wrong_step_on_loop_thread"][0]
@@ -391,13 +387,11 @@ def test_exercise_135_released_alone_runs_its_public_cases(bare_edition, tmp_pat
     out, env = bare_edition, _student(bare_edition, tmp_path)
     assert (out / "judge/drivers/tensor_parallel.py").is_file() and not (out / "solutions/tensor_parallel.py").exists()
 
-    def judge_cli(*args: str) -> str:
-        return _judge(out, env, "135", *args).stdout
-
-    stub = judge_cli()
-    assert stub.splitlines()[-1] == "0 passed, 4 failed" and "not implemented yet" in stub, stub
-    graded = _judge_each(out, env, tmp_path, 135, [CASES / "tensor_parallel" / f"{name}.py" for name in (
-        "right_functional", "right_mini_llm_modules", "wrong_residual_reduced")])
+    graded = _judge_each(out, env, tmp_path, 135, [out / "practice" / "tensor_parallel.py"] + [
+        CASES / "tensor_parallel" / f"{name}.py" for name in (
+            "right_functional", "right_mini_llm_modules", "wrong_residual_reduced")])
+    stub, verdict = graded["tensor_parallel"]
+    assert verdict == "0 passed, 4 failed" and "not implemented yet" in stub, stub
     for right in ("right_functional", "right_mini_llm_modules"):
         assert graded[right][1] == "4 passed, 0 failed", graded[right][0]
     assert not graded["wrong_residual_reduced"][1].endswith(" 0 failed"), graded["wrong_residual_reduced"][0]
@@ -409,11 +403,8 @@ def test_spec_decode_released_alone_grades_its_public_cases(bare_edition, tmp_pa
     out, env = bare_edition, _student(bare_edition, tmp_path)
     assert not (out / "solutions" / "spec_decode.py").exists() and (out / "judge/public/spec_decode.json").is_file()
 
-    def judge_cli(*args: str) -> str:
-        return _judge(out, env, "134", *args).stdout
-
-    assert judge_cli().splitlines()[-1] == "0 passed, 5 failed"
-    graded = _judge_each(out, env, tmp_path, 134, [CASES / "spec_decode" / f"{name}.py" for name in (
-        "right_loop_appending", "wrong_no_bonus_token")])
+    graded = _judge_each(out, env, tmp_path, 134, [out / "practice" / "spec_decode.py"] + [
+        CASES / "spec_decode" / f"{name}.py" for name in ("right_loop_appending", "wrong_no_bonus_token")])
+    assert graded["spec_decode"][1] == "0 passed, 5 failed", graded["spec_decode"][0]
     assert graded["right_loop_appending"][1] == "5 passed, 0 failed", graded["right_loop_appending"][0]
     assert not graded["wrong_no_bonus_token"][1].endswith(" 0 failed"), graded["wrong_no_bonus_token"][0]
