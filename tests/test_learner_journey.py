@@ -4,10 +4,13 @@ In a temporary copy of the course whose practice/ starts as the untouched stubs,
 
 1. With nothing written, the banner under COURSE_IMPL=practice names the reference for every module (the chapters
    then run the reference, which tests/test_notebooks.py runs already).
-2. For each exercise in order, one of its CORRECT variants from tests/judge_cases/<slug>/right_*.py (written
-   differently from the reference; never the reference itself) becomes the practice file; `python
-   practice/judge.py N` must pass it, which is what makes `course.use` switch that module to it; then the
-   chapter(s) of that exercise run on it, with the banner naming exactly the exercises done so far.
+2. For each exercise, one of its CORRECT variants from tests/judge_cases/<slug>/right_*.py (written differently
+   from the reference; never the reference itself) is graded by `python practice/judge.py all` (one run for all
+   of them: in a copy with the references, the judge grades each exercise on the references of the others) and
+   must pass; the stubs are then put back. The judge keeps each result by the file's content, so that writing
+   the variants back one by one, in exercise order, is what makes `course.use` switch each module to the
+   learner's; after each, the chapter(s) of that exercise run on it, with the banner naming exactly the exercises
+   done so far.
 3. At the end, with everything the learner's, the chapters that a later exercise changed run again
    (FINAL_CHAPTERS; the others ran at their exercise's stage on every module they use).
 
@@ -127,16 +130,22 @@ def run_chapters(root: Path, chapters: list[str], done: set[int], known: list[st
 
 def test_learner_journey(course_copy: Path):
     root, done, known = course_copy, set(), []
-    print("\nwith nothing written:")
+    stubs = {module: (root / "practice" / f"{module}.py").read_text() for _, module, _, _ in JOURNEY}
+    for _, module, variant, _ in JOURNEY:
+        shutil.copy(CASES / variant, root / "practice" / f"{module}.py")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "practice/judge.py", "all"], cwd=root, env=env_for(root),
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, f"the judge rejects a variant:\n{proc.stdout[-3000:]}"
+    print(f"\nevery variant graded in {time.perf_counter() - t0:.0f}s ({proc.stdout.splitlines()[-1]})")
+    for module, stub in stubs.items():
+        (root / "practice" / f"{module}.py").write_text(stub)
+    print("with nothing written:")
     run_chapters(root, [], done, known)
     for ex, module, variant, chapters in JOURNEY:
-        target = root / "practice" / f"{module}.py"
-        shutil.copy(CASES / variant, target)
-        proc = subprocess.run([sys.executable, "practice/judge.py", str(ex)], cwd=root, env=env_for(root),
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"the judge rejects {variant}:\n{proc.stdout[-3000:]}"
+        shutil.copy(CASES / variant, root / "practice" / f"{module}.py")  # the file the judge passed
         done.add(ex)
-        print(f"exercise {ex} done with {variant} ({proc.stdout.splitlines()[-1]}):")
+        print(f"exercise {ex} done with {variant}:")
         run_chapters(root, chapters, done, known)
     print("with everything written:")
     run_chapters(root, FINAL_CHAPTERS, done, known)

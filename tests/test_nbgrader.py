@@ -1,9 +1,9 @@
 """nbgrader grading from the judge's hidden tests (nbgrader/, docs/instructors.md).
 
 A temporary course gets the generated assignments of exercises 128 and 130; nbgrader releases them and autogrades
-a correct and a wrong submission of each, and a crashing and an endlessly looping one of 128 (the judge's limits
-are the same for every exercise): the gradebook must hold full marks, less than full marks, zero and zero (and zero
-for a kernel that dies). Cheaper checks cover every registered
+a correct and a wrong submission of each, and a crashing, an endlessly looping and a process-killing one of 128
+(the judge's limits are the same for every exercise): the gradebook must hold full marks, less than full marks,
+zero, zero and zero. Cheaper checks cover every registered
 exercise: its generated solution cell (the reference in solution regions) passes the judge, and clearing the
 solutions gives back the learner's stub.
 """
@@ -29,7 +29,7 @@ import judge.sandbox
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
 GRADED = (128, 130)
-STUDENTS = {128: ("correct", "wrong", "crash", "loop"), 130: ("correct", "wrong")}
+STUDENTS = {128: ("correct", "wrong", "crash", "loop", "dies"), 130: ("correct", "wrong")}
 JUDGE_TIMEOUT = "10"  # seconds per case while grading here
 JUDGE_TOTAL_TIMEOUT = "25"  # seconds per submission: a loop submission times out twice, then the cap stops it
 
@@ -150,7 +150,8 @@ def _submissions(ex_id: int, solution: str) -> dict[str, str]:
         wrong = (CASES / "batch_layout" / "wrong_positions_from_zero.py").read_text()
         crash = "import ctypes\n\n\ndef build_batch(items, block_size):\n    return ctypes.string_at(0)\n"
         loop = "def build_batch(items, block_size):\n    while True:\n        pass\n"
-        return {"correct": solution, "wrong": wrong, "crash": crash, "loop": loop}
+        dies = "import os\n\nos._exit(1)\n"  # kills its process: it never runs in the kernel; the judge gives it 0
+        return {"correct": solution, "wrong": wrong, "crash": crash, "loop": loop, "dies": dies}
     return {"correct": solution, "wrong": (CASES / "inference_loop" / "wrong_max_tokens_off_by_one.py").read_text()}
 
 
@@ -164,15 +165,16 @@ def _nbgrader(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Com
 def graded_course(tmp_path_factory, model_dir) -> Path:
     course = tmp_path_factory.mktemp("course")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               JUDGE_TIMEOUT=JUDGE_TIMEOUT, JUDGE_TOTAL_TIMEOUT=JUDGE_TOTAL_TIMEOUT, JUDGE_MODEL=model_dir, NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
+               JUDGE_TIMEOUT=JUDGE_TIMEOUT, JUDGE_TOTAL_TIMEOUT=JUDGE_TOTAL_TIMEOUT, JUDGE_MODEL=model_dir,
+               NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     if judge.sandbox.bwrap_problem():  # autograding refuses to run unisolated unless told to
         env["JUDGE_UNISOLATED"] = "1"
     gen.write_course(course, list(GRADED))
+    run = _nbgrader(["generate_assignment", "*"], course, env)  # every assignment of the course, in one run
+    assert run.returncode == 0, run.stdout + run.stderr
     for ex_id in GRADED:
         name = gen.assignment_name(judge.get_exercise(ex_id))
-        run = _nbgrader(["generate_assignment", name], course, env)
-        assert run.returncode == 0, run.stdout + run.stderr
         released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
         solution = _cell(nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4), "solution").source
         for student, code in _submissions(ex_id, solution).items():
@@ -183,14 +185,6 @@ def graded_course(tmp_path_factory, model_dir) -> Path:
             nbformat.write(nb, path)
         run = _nbgrader(["autograde", name], course, env)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    # A solution cell that kills its process: it never runs in the kernel; the judge gives it 0.
-    name = gen.assignment_name(judge.get_exercise(128))
-    nb = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
-    _cell(nb, "solution").source = "import os\n\nos._exit(1)\n"
-    (course / "submitted" / "dies" / name).mkdir(parents=True)
-    nbformat.write(nb, course / "submitted" / "dies" / name / f"{name}.ipynb")
-    run = _nbgrader(["autograde", name, "--student", "dies"], course, env)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return course
 
 
@@ -206,9 +200,7 @@ def test_autograded_scores(graded_course, ex_id):
     assert scores["correct"] == max_score, scores
     assert 0 <= scores["wrong"] < max_score, scores
     if ex_id == 128:
-        assert scores["crash"] == 0 and scores["loop"] == 0, scores
-        with Gradebook(f"sqlite:///{graded_course / 'gradebook.db'}") as gb:
-            assert gb.find_submission(name, "dies").score == 0
+        assert scores["crash"] == 0 and scores["loop"] == 0 and scores["dies"] == 0, scores
 
 
 def test_feedback_and_grades_csv(graded_course):

@@ -72,6 +72,22 @@ def _judge(edition: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
                           env=env, timeout=600)
 
 
+def _judge_each(edition: Path, env: dict, tmp_path: Path, ex: int, files: list[Path]) -> dict[str, tuple[str, str]]:
+    """`python practice/judge.py EX --impl DIR --unisolated` on a folder of these files, as a class is graded (one
+    judge process for them all): {file stem: (its report, its last line "N passed, M failed")}."""
+    folder = tmp_path / f"class_{ex}"
+    folder.mkdir()
+    for f in files:
+        shutil.copy(f, folder / f.name)
+    out = _judge(edition, env, str(ex), "--impl", str(folder), "--unisolated").stdout
+    reports = {}
+    for block in re.split(r"^== exercise ", out, flags=re.MULTILINE)[1:]:
+        stem = re.search(r"grading \S*?(\w+)\.py", block)[1]
+        reports[stem] = (block, re.search(r"^-- (\d+ passed, \d+ failed)", block, re.MULTILINE)[1])
+    assert set(reports) == {f.stem for f in files}, out
+    return reports
+
+
 def _copy(edition: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(edition, tmp_path / "edition"))
 
@@ -94,27 +110,23 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(partial_editio
     secret = (config / "mini-llm-judge" / "secret_seed").read_text().strip()
     assert len(secret) == 32 and not any(secret in (out / f).read_text(errors="replace") for f in files)
 
-    def judge_cli(*args: str) -> str:
-        return _judge(out, env, *args).stdout
-
-    n128 = len(judge.get_exercise(128).public_cases)
-    stub = judge_cli("128")
-    assert stub.splitlines()[-1] == f"0 passed, {n128} failed", stub
-    assert "not implemented yet" in stub
-    right = judge_cli("128", "--impl", str(CASES / "batch_layout/right_pure_python_lists.py"), "--unisolated")
-    assert right.splitlines()[-1] == f"{n128} passed, 0 failed", right
-    wrong = judge_cli("128", "--impl", str(CASES / "batch_layout/wrong_positions_from_zero.py"), "--unisolated")
+    n128, n125 = (len(judge.get_exercise(i).public_cases) for i in (128, 125))
+    # contract-level replay: a NamedTuple batch with extra fields is right, a dict of lists is not; the stub is not
+    graded = _judge_each(out, env, tmp_path, 128, [out / "practice" / "batch.py"] + [
+        CASES / "batch_layout" / f"{name}.py" for name in (
+            "right_pure_python_lists", "wrong_positions_from_zero", "right_namedtuple_extra_field",
+            "wrong_returns_dict")])
+    stub, verdict = graded["batch"]
+    assert verdict == f"0 passed, {n128} failed" and "not implemented yet" in stub, stub
+    graded |= _judge_each(out, env, tmp_path, 125, [CASES / "block_pool" / f"{name}.py" for name in (
+        "right_array_ref_cnt_error_subclass", "right_own_free_queue", "wrong_lifo")])
+    for name, n in (("right_pure_python_lists", n128), ("right_namedtuple_extra_field", n128),
+                    ("right_array_ref_cnt_error_subclass", n125), ("right_own_free_queue", n125)):
+        assert graded[name][1] == f"{n} passed, 0 failed", graded[name][0]
+    wrong = graded["wrong_positions_from_zero"][0]
     assert "batch.positions[5]: expected 6, got 0" in wrong, wrong
     assert "input: build_batch([([11, 12, 13, 14, 15], 0, [7, 2], True)," in wrong, wrong
-    # contract-level replay: a NamedTuple batch with extra fields is right, a dict of lists is not
-    right = judge_cli("128", "--impl", str(CASES / "batch_layout/right_namedtuple_extra_field.py"), "--unisolated")
-    assert right.splitlines()[-1] == f"{n128} passed, 0 failed", right
-    for rel in ("block_pool/right_array_ref_cnt_error_subclass.py", "block_pool/right_own_free_queue.py"):
-        right = judge_cli("125", "--impl", str(CASES / rel), "--unisolated")
-        n125 = len(judge.get_exercise(125).public_cases)
-        assert right.splitlines()[-1] == f"{n125} passed, 0 failed", right
-    shown = "".join(judge_cli(ex, "--impl", str(CASES / rel), "--unisolated")
-                    for ex, rel in (("125", "block_pool/wrong_lifo.py"), ("128", "batch_layout/wrong_returns_dict.py")))
+    shown = graded["wrong_lifo"][0] + graded["wrong_returns_dict"][0]
     assert "pool = BlockPool(4); pool.allocate(3)" in shown, shown
     assert not any(word in shown for word in ("__handle__", "null", "true", "false")), shown
 
@@ -138,13 +150,14 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(bare_
                    "preemption"):  # the student has done the other exercises
         (out / "practice" / f"{module}.py").write_text((ROOT / "solutions" / f"{module}.py").read_text())
     cases = CASES / "inference_loop"
-    right = judge_cli("--impl", str(cases / "right_rows_by_index_streamed.py"), "--unisolated")
-    assert right.splitlines()[-1] == f"{n130} passed, 0 failed", right
-    wrong = judge_cli("--impl", str(cases / "wrong_items_after_update.py"), "--unisolated")
-    assert wrong.splitlines()[-1].startswith("0 passed"), wrong
-    rows = judge_cli("--impl", str(cases / "wrong_row_by_scheduled_index.py"), "--unisolated")
-    assert not rows.splitlines()[-1].endswith(" 0 failed"), rows  # the sampling row mix-up is public too
-    loop = judge_cli("--impl", str(ROOT / "chapters" / "stall_free_loop.py"), "--unisolated")  # chapter 6's bug
+    graded = _judge_each(out, env, tmp_path, 130, [
+        cases / "right_rows_by_index_streamed.py", cases / "wrong_items_after_update.py",
+        cases / "wrong_row_by_scheduled_index.py", ROOT / "chapters" / "stall_free_loop.py"])  # chapter 6's bug
+    assert graded["right_rows_by_index_streamed"][1] == f"{n130} passed, 0 failed", graded
+    assert graded["wrong_items_after_update"][1].startswith("0 passed"), graded["wrong_items_after_update"][0]
+    rows, verdict = graded["wrong_row_by_scheduled_index"]
+    assert not verdict.endswith(" 0 failed"), rows  # the sampling row mix-up is public too
+    loop = graded["stall_free_loop"][0]
     assert re.search(r"^FAIL  several requests share each forward pass", loop, re.MULTILINE), loop
 
 
@@ -158,15 +171,14 @@ def test_133_public_cases_replay_on_the_students_copy(bare_edition, tmp_path):
                    "preemption", "engine", "kv_cache_manager", "model_runner"):
         (out / "practice" / f"{module}.py").write_text((ROOT / "solutions" / f"{module}.py").read_text())
 
-    def judge_cli(*args: str) -> str:
-        return _judge(out, env, "133", *args).stdout
-
-    assert judge_cli().splitlines()[-1] == "0 passed, 2 failed"
-    cases = CASES / "online_loop"
-    right = judge_cli("--impl", str(cases / "right_dedicated_thread.py"), "--unisolated")
-    assert right.splitlines()[-1] == "2 passed, 0 failed", right
-    wrong = judge_cli("--impl", str(cases / "wrong_step_on_loop_thread.py"), "--unisolated")
-    assert wrong.splitlines()[-1] == "0 passed, 2 failed", wrong
+    n133 = len(judge.get_exercise(133).public_cases)
+    graded = _judge_each(out, env, tmp_path, 133, [out / "practice" / "async_engine.py"] + [
+        CASES / "online_loop" / f"{name}.py" for name in (
+            "right_dedicated_thread", "right_lock_and_queue", "wrong_step_on_loop_thread")])
+    assert graded["async_engine"][1] == f"0 passed, {n133} failed", graded["async_engine"][0]
+    for name in ("right_dedicated_thread", "right_lock_and_queue"):
+        assert graded[name][1] == f"{n133} passed, 0 failed", graded[name][0]
+    assert graded["wrong_step_on_loop_thread"][1] == f"0 passed, {n133} failed", graded["wrong_step_on_loop_thread"][0]
 
 
 # Stages in exercise order: the exercises done in the stage (id, module, a correct variant), then the chapters run
@@ -375,18 +387,15 @@ def test_exercise_135_released_alone_runs_its_public_cases(bare_edition, tmp_pat
     out, env = bare_edition, _student(bare_edition, tmp_path)
     assert (out / "judge/drivers/tensor_parallel.py").is_file() and not (out / "solutions/tensor_parallel.py").exists()
 
-    def judge_cli(*args: str) -> str:
-        return _judge(out, env, "135", *args).stdout
-
+    graded = _judge_each(out, env, tmp_path, 135, [out / "practice" / "tensor_parallel.py"] + [
+        CASES / "tensor_parallel" / f"{name}.py" for name in (
+            "right_functional", "right_mini_llm_modules", "wrong_residual_reduced")])
     n135 = len(judge.get_exercise(135).public_cases)
-    stub = judge_cli()
-    assert stub.splitlines()[-1] == f"0 passed, {n135} failed" and "not implemented yet" in stub, stub
-    cases = CASES / "tensor_parallel"
-    for right in ("right_functional.py", "right_mini_llm_modules.py"):
-        got = judge_cli("--impl", str(cases / right), "--unisolated")
-        assert got.splitlines()[-1] == f"{n135} passed, 0 failed", got
-    wrong = judge_cli("--impl", str(cases / "wrong_residual_reduced.py"), "--unisolated")
-    assert not wrong.splitlines()[-1].endswith(" 0 failed"), wrong
+    stub, verdict = graded["tensor_parallel"]
+    assert verdict == f"0 passed, {n135} failed" and "not implemented yet" in stub, stub
+    for right in ("right_functional", "right_mini_llm_modules"):
+        assert graded[right][1] == f"{n135} passed, 0 failed", graded[right][0]
+    assert not graded["wrong_residual_reduced"][1].endswith(" 0 failed"), graded["wrong_residual_reduced"][0]
 
 
 def test_spec_decode_released_alone_grades_its_public_cases(bare_edition, tmp_path):
@@ -395,12 +404,8 @@ def test_spec_decode_released_alone_grades_its_public_cases(bare_edition, tmp_pa
     out, env = bare_edition, _student(bare_edition, tmp_path)
     assert not (out / "solutions" / "spec_decode.py").exists() and (out / "judge/public/spec_decode.json").is_file()
 
-    def judge_cli(*args: str) -> str:
-        return _judge(out, env, "134", *args).stdout
-
-    assert judge_cli().splitlines()[-1] == "0 passed, 5 failed"
-    cases = CASES / "spec_decode"
-    right = judge_cli("--impl", str(cases / "right_loop_appending.py"), "--unisolated")
-    assert right.splitlines()[-1] == "5 passed, 0 failed", right
-    wrong = judge_cli("--impl", str(cases / "wrong_no_bonus_token.py"), "--unisolated")
-    assert not wrong.splitlines()[-1].endswith(" 0 failed"), wrong
+    graded = _judge_each(out, env, tmp_path, 134, [out / "practice" / "spec_decode.py"] + [
+        CASES / "spec_decode" / f"{name}.py" for name in ("right_loop_appending", "wrong_no_bonus_token")])
+    assert graded["spec_decode"][1] == "0 passed, 5 failed", graded["spec_decode"][0]
+    assert graded["right_loop_appending"][1] == "5 passed, 0 failed", graded["right_loop_appending"][0]
+    assert not graded["wrong_no_bonus_token"][1].endswith(" 0 failed"), graded["wrong_no_bonus_token"][0]

@@ -10,6 +10,12 @@ it scheduled, whether it failed, which thread ran it, whether it overlapped a ca
 engine calls and CPU time of the idle periods, and each request's final state and the free blocks. The grader
 checks those facts (judge/hidden/online_loop.py); nothing here decides a verdict. Requests are named by the
 schedule ("a", "b", ...).
+
+A public case is replayed on a student's copy by comparing this reply with the reference's (judge/public.py). When
+a schedule lets the loop step at its own pace (several requests at once), which step ran which request differs
+between two right loops: with `timeline=False` the steps, aborts and idle periods are diagnostics ("_steps", ...,
+never compared; the grader still reads them) and the reply adds what is the same for every right loop, the number
+of steps run on the event loop's thread.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from judge.drivers.engine import BracketTokenizer, ints, params_of
 from judge.harness import short
 
 READ_TIMEOUT = 3.0  # seconds a consumer waits for its stream's next output before calling it hung
+TIMELINE = ("steps", "aborts", "idle")  # the facts that say when the loop stepped
 
 
 class InjectedFailure(RuntimeError):
@@ -213,9 +220,10 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
 
 
 def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: int | None = None,
-                 time_limit: float = 30.0) -> dict:
+                 time_limit: float = 30.0, timeline: bool = True) -> dict:
     """Play `events` on the learner's AsyncLLM around a fresh reference engine (EngineConfig(**config), the
-    bracket tokenizer); the runner raises at forward pass number `fail_at`. What happened, as plain data."""
+    bracket tokenizer); the runner raises at forward pass number `fail_at`. What happened, as plain data (the
+    timeline as diagnostics unless `timeline`)."""
     if not isinstance(getattr(impl, "AsyncLLM", None), type):
         return {"problem": "AsyncLLM must be a class, as in the starter file"}
     c = EngineConfig(**config)
@@ -235,6 +243,12 @@ def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: in
     requests = {engine.names.get(r.request_id, r.request_id): {
         "outputs": list(r.output_token_ids), "finish_reason": r.finish_reason, "finished": r.is_finished,
         "blocks": len(r.block_table), "error": r.error} for r in engine.requests.values()}
-    return {**played, "steps": steps, "touched_in_step": engine.touched_in_step[:5], "requests": requests,
-            "free": engine.kv_cache_manager.num_free_blocks, "num_blocks": engine.config.num_blocks,
-            "unfinished": bool(engine.scheduler.running or engine.scheduler.waiting)}
+    reply = {**played, "steps": steps, "touched_in_step": engine.touched_in_step[:5], "requests": requests,
+             "free": engine.kv_cache_manager.num_free_blocks, "num_blocks": engine.config.num_blocks,
+             "unfinished": bool(engine.scheduler.running or engine.scheduler.waiting)}
+    if not timeline:
+        reply["steps_on_loop_thread"] = sum(s["on_loop_thread"] for s in steps)
+        for key in TIMELINE:
+            if key in reply:
+                reply[f"_{key}"] = reply.pop(key)
+    return reply

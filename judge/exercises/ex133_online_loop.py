@@ -17,7 +17,11 @@ EXERCISE = Exercise(
                      "solutions.model_runner", "solutions.block_pool", "solutions.prefix_cache",
                      "solutions.preemption", "solutions.batch", "solutions.paged_attention",
                      "solutions.paged_kv_cache"),
-    # the two whose replies do not depend on timing (in the others, which step a request joins may vary)
+    # the schedules whose replies are the same for every right loop (in the others, what a request got before an
+    # abort, a close or a failing step depends on when the loop stepped)
     public_cases=("one request streams the offline engine's tokens",
+                  "a stop string and max_tokens end their streams: finish_reason 'stop' and 'length'",
+                  "many streams at once: each gets its own tokens",
+                  "aborting a finished request does nothing; the idle loop wakes for the next request",
                   "a refused request raises at add_request; the loop serves on"),
 )

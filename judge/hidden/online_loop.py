@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from framework.sampling import SamplingParams
+from judge.drivers.async_engine import TIMELINE
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
@@ -28,14 +29,17 @@ IDLE_CPU_SHARE = 0.25  # of the idle period's wall time; a loop that sleeps on a
 class Schedule:
     """A schedule of events for the driver, with each request's prompt and params."""
 
-    def __init__(self, seed: int, **config: Any) -> None:
+    def __init__(self, seed: int, timeline: bool = True, **config: Any) -> None:
+        """`timeline=False`: a schedule whose reply, but for when the loop stepped, is the same for every right
+        loop, so that a public case can replay it (judge/drivers/async_engine.py, run_schedule)."""
         self.model = load_model()
         self.seed, self.config, self.events, self.requests = seed, {**CONFIG, **config}, [], {}
+        self.timeline = timeline
 
     def add(self, name: str, length: int, max_tokens: int, read: int | None = None, close: str | None = None,
-            ignore_eos: bool = True, prompt: list[int] | None = None) -> None:
+            ignore_eos: bool = True, prompt: list[int] | None = None, stop: list[str] | None = None) -> None:
         prompt = prompt or random_prompts(self.model, self.seed * 100 + len(self.requests), [length])[0]
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos, stop=stop or [])
         self.requests[name] = (prompt, params)
         self.events.append({"op": "add", "name": name, "prompt": prompt, "params": plain_params(params),
                             "read": read, "close": close})
@@ -59,6 +63,7 @@ class Schedule:
             if e["op"] == "add":
                 how = "" if e["read"] is None else f", read {e['read']} output(s) then {e['close']}"
                 params = f", max_tokens={e['params']['max_tokens']}" if e["params"] else ""
+                params += f", stop={e['params']['stop']}" if e["params"] and e["params"]["stop"] else ""
                 parts.append(f"add {e['name']} ({short(e['prompt'])}{params}{how})")
             elif e["op"] == "wait":
                 parts.append(f"wait until {e['name']} has {e['outputs']} output(s)")
@@ -69,7 +74,7 @@ class Schedule:
         return "; ".join(parts) + f" (EngineConfig({self.config}))"
 
     def run(self, impl, fail_at: int | None = None) -> Run:
-        reply = driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at)
+        reply = driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at, timeline=self.timeline)
         return Run(self, reply, fail_at)
 
 
@@ -90,7 +95,8 @@ class Run:
             raise CaseFailure(reply["hung"], input=self.input,
                               hint="add_request returns as soon as the request is queued; the background task "
                                    "steps the engine while it has unfinished requests")
-        self.streams, self.steps = reply["streams"], reply["steps"]
+        timeline = [reply.get(key, reply.get(f"_{key}")) for key in TIMELINE]  # a replayable reply: diagnostics
+        self.streams, (self.steps, self.aborts, self.idle) = reply["streams"], timeline
 
     def failed_requests(self) -> set[str]:
         return {name for s in self.steps if s["failed"] for name in s["scheduled"]}
@@ -153,7 +159,7 @@ class Run:
             raise CaseFailure(f"{where} received outputs of request(s) {sorted(set(wrong))}", input=self.input,
                               hint="route each RequestOutput by its request_id to that request's stream")
         tokens = [t for o in outputs for t in o["new_token_ids"]]
-        want = alone(self.schedule.model, prompt, params, self.schedule.model.cfg.eos_token_id)
+        want = alone(self.schedule.model, prompt, params, self.schedule.model.cfg.eos_token_id, BracketTokenizer())
         if how in ("aclose", "cancel"):
             self.check_left_early(name, stream, tokens, want, how)
             return
@@ -169,7 +175,8 @@ class Run:
                               input=self.input, field="finished", expected=[len(outputs) - 1], got=finals)
         final = outputs[-1]
         ended_by_eos = not params.ignore_eos and want[-1] == self.schedule.model.cfg.eos_token_id
-        reason = {"abort": "abort", "error": "error"}.get(expect, "stop" if ended_by_eos else "length")
+        stopped = ended_by_eos or any(stop in BracketTokenizer().decode(want) for stop in params.stop)
+        reason = {"abort": "abort", "error": "error"}.get(expect, "stop" if stopped else "length")
         if expect == "complete" and tokens != want:
             raise CaseFailure(f"{where}: its tokens differ from generating the prompt alone (the offline engine's "
                               "tokens)", input=self.input, field="new_token_ids, all outputs", expected=want,
@@ -193,7 +200,7 @@ class Run:
                               hint="new_text = text_delta(output.outputs[0].text, characters sent so far, "
                                    "output.finished)")
         if expect == "abort":
-            self.check_freed(name, self.reply["aborts"][name], "abort(request_id)")
+            self.check_freed(name, self.aborts[name], "abort(request_id)")
 
     def check_left_early(self, name: str, stream: dict, tokens: list[int], want: list[int], how: str) -> None:
         if stream["end"] not in ("closed", "cancelled"):
@@ -234,6 +241,33 @@ def _(impl):
     s.run(impl).check()
 
 
+@CASES("a stop string and max_tokens end their streams: finish_reason 'stop' and 'length'", timeout=30)
+def _(impl):
+    s = Schedule(11, timeline=False)
+    prompt = random_prompts(s.model, 1100, [6])[0]
+    fourth = alone(s.model, prompt, SamplingParams(max_tokens=4, ignore_eos=True), None)[-1]
+    s.add("a", 6, 12, prompt=prompt, stop=[f"<{fourth}>"])  # stops at its 4th token, or where it came before
+    s.add("b", 5, 3)
+    s.drain()
+    s.run(impl).check()
+
+
+@CASES("aborting a finished request does nothing; the idle loop wakes for the next request", timeout=30)
+def _(impl):
+    s = Schedule(13, timeline=False)
+    s.add("a", 5, 4)
+    s.drain()
+    s.abort("a")
+    s.add("b", 6, 5)
+    s.drain()
+    run = s.run(impl)
+    run.check()
+    if run.reply["requests"]["a"]["finish_reason"] != "length":
+        raise CaseFailure(f"aborting request a after it had finished made its finish_reason "
+                          f"{run.reply['requests']['a']['finish_reason']!r}; it finished with 'length'",
+                          input=run.input, hint="abort() of a finished or unknown request does nothing")
+
+
 @CASES("a request arriving while another decodes is admitted at once", timeout=30)
 def _(impl):
     s = Schedule(2)
@@ -256,7 +290,7 @@ def _(impl):
 
 @CASES("many streams at once: each gets its own tokens", timeout=30)
 def _(impl):
-    s = Schedule(3, max_num_seqs=3, token_budget=16)
+    s = Schedule(3, timeline=False, max_num_seqs=3, token_budget=16)
     for i, (n, m) in enumerate([(5, 7), (12, 3), (3, 9), (8, 5), (6, 6), (10, 4)]):
         s.add("abcdef"[i], n, m)
     s.drain()
@@ -319,7 +353,7 @@ def _(impl):
     s.add("b", 6, 5)
     s.idle(0.3)
     run = s.run(impl)
-    for period in run.reply["idle"]:
+    for period in run.idle:
         if period["steps"] or period["calls"]:
             raise CaseFailure(f"with no request to serve, the loop called the engine {period['calls']} times "
                               f"({period['steps']} steps) in {period['wall']:.2f} s", input=run.input,
