@@ -13,7 +13,7 @@ from judge import harness
 from judge.drivers import host_call, stand_ins
 from judge.drivers import scheduler as drv
 from judge.hidden import scheduler as hidden
-from judge.hidden.support import Config, Workload, random_workloads, spec_new
+from judge.hidden.lockstep import Config, Workload, random_workloads, spec_new
 from solutions import scheduler as ref
 
 

@@ -1,7 +1,7 @@
 """Public stand-ins for the parts of the course the learner's code calls but that another exercise writes: the
 scheduler (129), the KV-cache manager (125 and 132), preemption (131) and the model runner (126 to 128). They hold
 no answer: each call sends plain data to the grader, which runs the reference part there (a host, in
-judge/hidden/support.py) and sends back what it did, applied here to the worker's own objects, in place.
+judge/drivers/hosts.py) and sends back what it did, applied here to the worker's own objects, in place.
 
 One `Link` is one world of parts in the grader. It names the worker's requests ("#0", "#1", ... as it first sees
 each) and, with every call, sends the state of each one as the learner's code left it (`num_computed_tokens`,

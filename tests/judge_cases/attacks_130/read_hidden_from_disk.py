@@ -16,7 +16,7 @@ def _search():
                 dirnames[:] = []
                 continue
             for name in filenames:
-                if name in ("engine.py", "inference_loop.py", "support.py"):
+                if name in ("engine.py", "inference_loop.py", "lockstep.py"):
                     path = os.path.join(dirpath, name)
                     try:
                         text = open(path).read()
