@@ -4,32 +4,21 @@ called an engine step). Run in this process, through the worker's own request ha
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 
 import judge
-from judge import harness, public, wire
-from judge._worker import Worker
-from judge.remote import RemoteModule, Session
+from judge import harness, public
+from judge.remote import RemoteModule
+
+from in_process import InProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 WIRE = re.compile(r"__handle__|\bnull\b|\btrue\b|\bfalse\b|(?<!engine )\bstep \d")
 # Hidden messages not checked yet, and why (remove the entry once fixed).
 HIDDEN_PENDING: dict[int, str] = {}
-
-
-class InProcess(Session):
-    """The worker's request handler on a module loaded here, every reply through the wire's encoding."""
-
-    def __init__(self, ex, target: dict) -> None:
-        self.worker = Worker({"exercise": ex.id, **target}, lambda msg: None, lambda: b"")  # callbacks: in-process
-        self.worker.load()
-
-    def request(self, msg: dict) -> dict:
-        return json.loads(wire.dumps(self.worker.handle(msg)))
 
 
 class Recording(InProcess):

@@ -10,7 +10,6 @@ each): the answers cross as the JSON they are on the pipes."""
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import signal
 import sys
@@ -21,10 +20,11 @@ from typing import Any, Iterator
 import pytest
 
 import judge
-from judge import edition, harness, public, wire
-from judge._worker import Worker
+from judge import edition, harness, public
 from judge.loader import module_name_for
 from judge.remote import Session
+
+from in_process import InProcess
 
 CASES_DIR = Path(__file__).parent / "judge_cases"
 FOLDERS = {125: "block_pool", 126: "slot_mapping", 127: "paged_attention", 128: "batch_layout", 129: "scheduler",
@@ -39,20 +39,6 @@ SECONDS_PER_CASE = 5  # a loop that never ends times out in a student's copy too
 
 class FixtureTimeout(Exception):
     """A public case still running after SECONDS_PER_CASE: it fails, as it would in a student's copy."""
-
-
-class InProcess(Session):
-    """The worker's request handler on the fixture, loaded here as the worker loads it (its API checked); every
-    reply through the wire's encoding, as in tests/test_judge_messages.py."""
-
-    def __init__(self, ex: Any, path: Path) -> None:
-        sent: list[dict] = []
-        self.worker = Worker({"exercise": ex.id, "impl": str(path)}, sent.append, lambda: b"")  # callbacks: here
-        self.worker.load()
-        self.fatal = next((str(m.get("message")) for m in sent if m.get("t") == "fatal"), None)
-
-    def request(self, msg: dict) -> dict:
-        return json.loads(wire.dumps(self.worker.handle(msg)))
 
 
 @contextlib.contextmanager
@@ -80,7 +66,7 @@ def public_failures(ex_id: int, path: Path, logs: dict[str, list], first_only: b
     saved = sys.modules.get(name)
     failures: dict[str, str] = {}
     try:
-        session = InProcess(ex, path)
+        session = InProcess(ex, {"impl": str(path)})
         if session.fatal:
             return {"(loading it)": session.fatal}
         with harness.grading(harness.Context(learner_file=str(path), exercise=ex)):
