@@ -58,6 +58,20 @@ class PracticeStandIns:
 
         return importlib.util.spec_from_file_location(fullname, file)
 
+    @staticmethod
+    def withdraw() -> None:
+        """Take the finder off sys.meta_path and forget the modules it lent, so that a process that goes on after
+        grading (a notebook's kernel) finds `solutions.<name>` only where it is."""
+        finders = [f for f in sys.meta_path if isinstance(f, PracticeStandIns)]
+        sys.meta_path[:] = [f for f in sys.meta_path if f not in finders]
+        practice = {os.path.join(f.root, "practice") for f in finders}
+        package = sys.modules.get("solutions")
+        for name, module in list(sys.modules.items()):
+            if name.startswith("solutions.") and os.path.dirname(getattr(module, "__file__", None) or "") in practice:
+                del sys.modules[name]
+                if getattr(package, name.rpartition(".")[2], None) is module:
+                    delattr(package, name.rpartition(".")[2])
+
 
 def _set_limits(memory_mb: int | None) -> None:
     import resource

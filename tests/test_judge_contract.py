@@ -94,3 +94,24 @@ def test_every_random_hidden_case_is_drawn_from_the_secret_seed():
     offenders = [f"{p.name}:{n}" for p in sorted((ROOT / "judge" / "hidden").glob("*.py"))
                  for n, line in enumerate(p.read_text().splitlines(), 1) if "random.Random(" in line]
     assert not offenders, offenders
+
+
+def test_the_practice_modules_lent_for_missing_references_are_withdrawn_after_grading(tmp_path, monkeypatch):
+    """In a process that goes on after grading (a notebook's kernel), `solutions.<name>` is again only what the copy
+    holds: the finder that lent the student's practice module is gone, and so is the module it lent."""
+    import sys
+
+    from judge import drivers
+    from judge._worker import PracticeStandIns
+
+    (tmp_path / "practice").mkdir()
+    (tmp_path / "practice" / "lent_part.py").write_text("WHO = 'the practice module'\n")
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, PracticeStandIns(str(tmp_path))])
+    import solutions.lent_part  # noqa: F401 - lent by the finder
+
+    assert sys.modules["solutions.lent_part"].WHO == "the practice module"
+    drivers.forget()
+    assert "solutions.lent_part" not in sys.modules and not hasattr(sys.modules["solutions"], "lent_part")
+    assert not any(isinstance(f, PracticeStandIns) for f in sys.meta_path)
+    with pytest.raises(ModuleNotFoundError):
+        import solutions.lent_part  # noqa: F401,F811

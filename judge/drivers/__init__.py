@@ -135,9 +135,13 @@ def drop_host(number: int) -> None:
 
 
 def forget() -> None:
-    """Drop the hosts and the kept objects (after each submission)."""
+    """Drop the hosts, the kept objects and the practice modules lent for missing references (after each
+    submission)."""
+    from judge._worker import PracticeStandIns
+
     _hosts.clear()
     _kept.clear()
+    PracticeStandIns.withdraw()
 
 
 def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | None = None) -> dict:
