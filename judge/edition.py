@@ -116,7 +116,8 @@ python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e . && .venv/bin/j
 {rows}
 
 Check your work with `.venv/bin/python practice/judge.py ID` (e.g. `{released[0].id if released else 128}`): it runs
-the public cases of the exercise (a worked example and a few basic cases) and ends with `N passed, N failed`.
+the public cases of the exercise (its statement's worked examples and at least four cases over the whole contract;
+`practice/judge.py list` gives how many) and ends with `N passed, N failed`.
 Your instructor grades the hidden cases. An exercise that runs on other parts of the engine uses your own
 `practice/` modules for the parts whose reference is not in this copy, and says so.
 
