@@ -20,9 +20,10 @@ from solutions import scheduler as ref
 def run(workloads) -> None:
     with harness.grading(harness.Context(options={})):
         for w in workloads:
-            world, step = drv.new_world(ref, w.plain()), 1
-            while drv.pending(ref, world, step):
-                drv.step(ref, world, step)
+            drv.new_world(ref, "world", w.plain())
+            step = 1
+            while drivers.kept("world").pending(step):
+                drv.step(ref, "world", step)
                 step += 1
 
 
