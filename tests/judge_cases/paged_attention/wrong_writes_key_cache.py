@@ -2,6 +2,7 @@
 right, but the caller's KV cache is changed (the next step would read scaled keys).
 
 EXPECT: paged_attention modified its input key_cache
+PUBLIC: caught
 """
 import math
 
