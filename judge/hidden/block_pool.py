@@ -15,8 +15,7 @@ from typing import Any
 
 from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE, op_text
 from judge.harness import CaseFailure, Cases, short, shrink
-from judge.remote import learner_failure
-from judge.remote import driver
+from judge.remote import driver, learner_failure
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 
 CASES = Cases()

@@ -25,8 +25,7 @@ from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.hidden.end_to_end import alone, load_model, random_prompts
-from judge.remote import learner_failure
-from judge.remote import LocalDriver, driver
+from judge.remote import LocalDriver, driver, learner_failure
 from solutions import engine as ref
 
 _ENGINES: list["Engine"] = []  # the engines of the running case

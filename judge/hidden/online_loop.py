@@ -18,8 +18,7 @@ from judge.drivers.async_engine import TIMELINE
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
-from judge.remote import learner_failure
-from judge.remote import driver
+from judge.remote import driver, learner_failure
 
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}

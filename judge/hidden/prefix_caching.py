@@ -15,8 +15,7 @@ from typing import Any
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, short, shrink
 from judge.hidden.end_to_end import alone, load_model, random_prompts
-from judge.remote import learner_failure
-from judge.remote import driver
+from judge.remote import driver, learner_failure
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
 from solutions.kv_cache_manager import KVCacheManager

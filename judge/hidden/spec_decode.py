@@ -18,8 +18,7 @@ import torch
 from framework.sampling import SamplingParams, sampling_probs
 from judge.drivers import load_model
 from judge.harness import CaseFailure, Cases
-from judge.remote import learner_failure
-from judge.remote import LocalDriver, driver
+from judge.remote import LocalDriver, driver, learner_failure
 from judge.secret import rng as seeded
 from solutions import spec_decode as ref
 

@@ -15,8 +15,7 @@ import torch
 
 from judge.harness import CaseFailure, Cases
 from judge.hidden.end_to_end import load_model
-from judge.remote import learner_failure
-from judge.remote import driver
+from judge.remote import driver, learner_failure
 from mini_llm import Qwen3Config, causal_attention, rope_cos_sin
 from mini_llm.model import DecoderLayer
 
