@@ -18,6 +18,15 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
+def blocks_to_allocate(request: Request, num_new_tokens: int, computed_blocks: Sequence[int], block_size: int,
+                       ref_cnt: Sequence[int]) -> tuple[int, int]:
+    """What `allocate_slots` takes from the pool: (new blocks, new blocks + prefix hits on free blocks). A hit on a
+    free block takes it out of the free queue, so it counts against what is free too."""
+    total = request.num_computed_tokens + len(computed_blocks) * block_size + num_new_tokens
+    num_new_blocks = blocks_needed(total, block_size) - len(request.block_table) - len(computed_blocks)
+    return num_new_blocks, num_new_blocks + sum(1 for b in computed_blocks if ref_cnt[b] == 0)
+
+
 @dataclass
 class BlockNames:
     """What the manager knows of one request's full blocks. A request's tokens only grow, so the hash of a full
@@ -54,11 +63,9 @@ class KVCacheManagerBase:
         """Grow `request.block_table` to hold `num_new_tokens` more tokens, first taking `computed_blocks`
         (prefix hits of a new request). All or nothing: returns False, changing nothing, when blocks run out."""
         pool = self.block_pool
-        total = request.num_computed_tokens + len(computed_blocks) * self.block_size + num_new_tokens
-        num_new_blocks = blocks_needed(total, self.block_size) - len(request.block_table) - len(computed_blocks)
-        # A hit on a free block takes it out of the free queue, so it counts against what is free.
-        num_free_hits = sum(1 for b in computed_blocks if pool.ref_cnt[b] == 0)
-        if num_new_blocks + num_free_hits > pool.num_free_blocks:
+        num_new_blocks, taken = blocks_to_allocate(request, num_new_tokens, computed_blocks, self.block_size,
+                                                   pool.ref_cnt)
+        if taken > pool.num_free_blocks:
             return False
         if not request.block_table:  # admitted, or readmitted after its blocks were freed: a new table to name
             self.block_names.pop(request, None)

@@ -22,7 +22,7 @@ import dataclasses
 import operator
 from typing import Any
 
-from framework.kv_cache_manager import blocks_needed
+from framework.kv_cache_manager import blocks_to_allocate
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
@@ -119,12 +119,11 @@ class Link:
                 block_size or not 0 <= n <= num_blocks * block_size or len(table) > num_blocks or \
                 any(not 0 <= b < num_blocks for b in computed):
             return None
-        total = nc + len(computed) * block_size + n
-        num_new_blocks = blocks_needed(total, block_size) - len(table) - len(computed)
-        if num_new_blocks + sum(1 for b in computed if self.ref_cnt[b] == 0) > self.free:
+        num_new_blocks, taken = blocks_to_allocate(request, n, computed, block_size, self.ref_cnt)
+        if taken > self.free:
             return False
         if computed or num_new_blocks > 0 or not table or \
-                prefix and not total // block_size <= self.named.get(name, 0):
+                prefix and not (nc + n) // block_size <= self.named.get(name, 0):
             return None
         return True
 
