@@ -111,12 +111,13 @@ def _driver_error(want: Any, got: Any) -> dict | None:
 
 
 def _described(req: dict) -> str:
-    """A driver call as the Python it stands for, from the driver's own `describe`, else as the driver's function
-    and its arguments."""
+    """A driver call as the Python it stands for, from the driver's own `describe`, else (no describe, or it gives
+    None) as the driver's function and its arguments."""
     args = [_value(a) for a in req.get("args", [])]
     describe = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "describe", None)
-    if describe:
-        return describe(req.get("attr"), *args)
+    text = describe(req.get("attr"), *args) if describe else None
+    if text:
+        return text
     text = ", ".join(repr(a) if isinstance(a, str) else short(a) for a in args)
     return f"{req.get('attr')}({text if len(text) < 200 else text[:200] + ' ...'})"
 

@@ -369,12 +369,12 @@ def call_text(workload: dict, fn: str, rid: str, n: int, scheduled: list[str]) -
     return text + f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
 
 
-def describe(fn: str, *args: Any) -> str:
-    """A call of this driver as what the learner's code was asked to do."""
+def describe(fn: str, *args: Any) -> str | None:
+    """A call of this driver as what the learner's code was asked to do (None: the replay shows the call)."""
     if fn == "new_world":
         return script(Workload.from_plain(args[1]))
     if fn == "step":
         return f"engine step {args[1]}: out = s.schedule()"
     if fn == "call":
         return call_text(*args)
-    return f"{fn}{tuple(args)!r}"
+    return None
