@@ -2,7 +2,7 @@
 
 It reads only what the statement makes public: what each call returned or raised, `list(pool.ref_cnt)` and
 `pool.num_free_blocks`, so the learner may keep the free queue and the counts however they like (a deque, an
-`array.array`, ...). Keys starting with "_" are diagnostics (the learner's traceback), never compared.
+`array.array`, ...).
 """
 
 from __future__ import annotations
@@ -55,20 +55,18 @@ def run(impl: ModuleType, num_blocks: int, ops: list) -> dict[str, Any]:
         pool = impl.BlockPool(num_blocks)
     except Exception as exc:  # noqa: BLE001
         return {"created": {"raised": raised_name(exc), "_error": learner_error(exc)}, "steps": []}
-    first = state(pool)
-    trace: dict[str, Any] = {"created": first, "steps": []}
-    if "problem" in first:
+    current = state(pool)
+    trace: dict[str, Any] = {"created": current, "steps": []}
+    if "problem" in current:
         return trace
-    current = first
     for op in ops:
         method = "allocate" if op[0] == "drain" else op[0]
         arg = current["num_free_blocks"] if op[0] == "drain" else op[1]
-        step: dict[str, Any] = {"raised": None}
         fn = getattr(pool, method, None)
         if not callable(fn):
-            step["problem"] = f"BlockPool has no method {method}"
-            trace["steps"].append(step)
+            trace["steps"].append({"raised": None, "problem": f"BlockPool has no method {method}"})
             return trace
+        step: dict[str, Any] = {"raised": None}
         try:
             ret = fn(list(arg) if isinstance(arg, list) else arg)
         except Exception as exc:  # noqa: BLE001

@@ -1,21 +1,19 @@
 """The end-to-end references: the model of the end-to-end cases (the embedded checkpoint in fp32, or --model),
-each request's greedy continuation generated alone, random prompts from the secret seed, and 126/127's check of
-the learner's write_kv or paged_attention inside the framework's model runner against the model run on each
-request alone.
-
-Grader side only: the learner's code runs in the worker, through the drivers.
+each request's greedy continuation generated alone, random prompts from the secret seed, 126/127's check of the
+learner's write_kv or paged_attention inside the framework's model runner, and the check-then-shrink loop of
+125-128 and 132. Grader side only.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import mini_llm
 import torch
 from framework.kv_cache_manager import blocks_needed
 from judge.drivers import load_model as load_checkpoint
-from judge.harness import CaseFailure, option, rng as seeded
+from judge.harness import CaseFailure, option, rng as seeded, shrink
 from judge.remote import driver, learner_failure
 from framework.sampling import SamplingParams
 
@@ -51,8 +49,51 @@ def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
     return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
 
 
+def check_each(values: Iterable[Any], diff: Callable[[Any], CaseFailure | None],
+               candidates: Callable[[Any], Iterable[Any]], max_calls: int = 400,
+               explain: Callable[[Any], CaseFailure | None] | None = None) -> None:
+    """Raise the failure of the first value `diff` rejects, shown on its smallest failing variant (`explain`, if
+    given, diagnoses that one: shrinking goes without); a "not implemented" failure is raised as it is."""
+    for value in values:
+        failure = diff(value)
+        if failure is None:
+            continue
+        if failure.kind == "not implemented":
+            raise failure
+        smallest = shrink(value, lambda v: diff(v) is not None, candidates, max_calls=max_calls)
+        raise (explain or diff)(smallest) or failure
+
+
 # ----------------------------------------------------------------------------------------------------------
 # End to end for 126 and 127: the learner's write_kv or paged_attention inside the reference ModelRunner
+
+
+def engine_steps(seed: int, vocab: int, prompts: dict[str, int], plans: list[list[tuple[str, int, bool]]],
+                 block_size: int, num_blocks: int, spare: int) -> tuple[list[list[tuple[str, tuple]]], dict]:
+    """The items of each engine step of `plans` (per step: request, new tokens, need_logits), labelled by request,
+    and each request's tokens: random prompts of the given lengths in shuffled blocks with room for `spare` more
+    tokens; a request that has computed all its tokens decodes one more in the next step."""
+    rng = seeded(seed)
+    pool = list(range(num_blocks))
+    rng.shuffle(pool)
+    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in prompts.items()}
+    tables = {r: [pool.pop() for _ in range(blocks_needed(len(s) + spare, block_size))] for r, s in seqs.items()}
+    done = dict.fromkeys(seqs, 0)  # tokens of each request already in the cache
+    steps = []
+    for step, plan in enumerate(plans, 1):
+        steps.append([(r, (seqs[r][done[r]: done[r] + n], done[r], tables[r], need)) for r, n, need in plan])
+        for r, n, _ in plan:
+            done[r] += n
+        for r in seqs:
+            if step < len(plans) and done[r] == len(seqs[r]):
+                seqs[r].append(rng.randrange(vocab))
+    return steps, seqs
+
+
+def alone_logits(model, tokens: list[int]) -> torch.Tensor:
+    """The logits of the last of `tokens`, the model run on them alone."""
+    with torch.inference_mode():
+        return model(torch.tensor([tokens]))[0, -1].float()
 
 
 def end_to_end(impl, name: str) -> None:
@@ -63,34 +104,19 @@ def end_to_end(impl, name: str) -> None:
 
     bs, num_blocks = 4, 40
     model = small_model(option("model"))
-    rng = seeded(126)
-    vocab = model.cfg.vocab_size
-    pool = list(range(num_blocks))
-    rng.shuffle(pool)
-    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 11), ("B", 22), ("C", 5))}
-    tables = {r: [pool.pop() for _ in range(blocks_needed(len(s) + 3, bs))] for r, s in seqs.items()}
-    done = dict.fromkeys(seqs, 0)
     plans = [[("A", 11, True), ("B", 9, False)], [("B", 13, True), ("C", 5, True), ("A", 1, True)],
              [("C", 1, True), ("A", 1, True), ("B", 1, True)]]
-    steps, texts, wanted = [], [], []
-    for step, plan in enumerate(plans, 1):
-        steps.append([(seqs[r][done[r]: done[r] + n], done[r], tables[r], need) for r, n, need in plan])
-        texts.append(f"engine step {step} of {len(plans)}, block_size {bs}: " + ", ".join(
-            f"request {r}: {n} new tokens after {done[r]} cached" for r, n, _ in plan))
-        wanted.append([(r, list(seqs[r][: done[r] + n])) for r, n, need in plan if need])
-        for r, n, _ in plan:
-            done[r] += n
-        for r in seqs:
-            if step < len(plans) and done[r] == len(seqs[r]):
-                seqs[r].append(rng.randrange(vocab))
-    got = driver(impl, "model_runner").run_steps(name, steps, num_blocks, bs, option("model"))
+    steps, seqs = engine_steps(126, model.cfg.vocab_size, {"A": 11, "B": 22, "C": 5}, plans, bs, num_blocks, spare=3)
+    texts = [f"engine step {i} of {len(plans)}, block_size {bs}: " + ", ".join(
+        f"request {r}: {len(tokens)} new tokens after {nc} cached" for r, (tokens, nc, _, _) in step)
+        for i, step in enumerate(steps, 1)]
+    got = driver(impl, "model_runner").run_steps(name, [[it for _, it in step] for step in steps], num_blocks, bs,
+                                                 option("model"))
     if "error" in got:
         raise learner_failure(got["error"], name, texts[got["engine step"] - 1])
-    for logits, text, want in zip(got["logits"], texts, wanted):
-        for row, (r, tokens) in zip(logits, want):
-            with torch.inference_mode():
-                alone = model(torch.tensor([tokens]))[0, -1].float()
-            err = (row - alone).abs().max().item()
+    for logits, text, step in zip(got["logits"], texts, steps):
+        for row, (r, (tokens, nc, _, _)) in zip(logits, [(r, it) for r, it in step if it[3]]):
+            err = (row - alone_logits(model, seqs[r][: nc + len(tokens)])).abs().max().item()
             if not err <= 1e-4:
                 raise CaseFailure(f"the model's logits for request {r} differ from running it alone by {err:.3g} "
                                   "(tolerance 1e-4)", input=text,
