@@ -1,7 +1,6 @@
 """Driver of the end-to-end cases of exercises 126 and 127: the framework's model runner with the learner's
 write_kv or paged_attention plugged in, run beside the learner's code on a real multi-layer paged cache, the other
-pieces of the step run by the grader. Returns the
-logits of each engine step; the grader compares them with the model run on each request alone."""
+pieces of the step run by the grader. Returns the logits of each engine step."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@
 `write` builds a real multi-layer cache here and gives `write_kv` one layer of it (`key_caches[layer]`, a view),
 as the model runner does, then returns the whole cache: a write that rebinds (`key_cache.data = ...`) or goes
 through a flat view of the wrong storage offset shows as a layer left unchanged or another layer changed.
-Keys starting with "_" are diagnostics (the learner's traceback), never compared.
 """
 
 from __future__ import annotations
