@@ -8,6 +8,7 @@ a short repr), which inputs the call modified, or the learner's error: never a v
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
@@ -44,18 +45,12 @@ class Spec:
 
     @staticmethod
     def from_plain(d: dict) -> "Spec":
-        reqs = tuple(Req(int(r["t"]), int(r["seq_len"]), tuple(int(b) for b in r["table"]), int(r["qseed"]))
-                     for r in d["reqs"])
-        return Spec(int(d["seed"]), int(d["block_size"]), int(d["n_heads"]), int(d["n_kv_heads"]),
-                    int(d["head_dim"]), int(d["num_blocks"]), reqs, d["scale"], str(d["index_kind"]),
-                    getattr(torch, str(d["dtype"])))
+        reqs = tuple(Req(**{**r, "table": tuple(r["table"])}) for r in d["reqs"])
+        return Spec(**{**d, "reqs": reqs, "dtype": getattr(torch, d["dtype"])})
 
 
 def query_start_loc(s: Spec) -> list[int]:
-    qsl = [0]
-    for r in s.reqs:
-        qsl.append(qsl[-1] + r.t)
-    return qsl
+    return list(itertools.accumulate((r.t for r in s.reqs), initial=0))
 
 
 def make_inputs(s: Spec) -> dict[str, Any]:
