@@ -1,23 +1,32 @@
 """Driver of exercise 128 (build_batch), run beside the learner's code.
 
-It reads the seven fields the statement names, as the engine reads them: the values as lists of ints (block
-tables as lists of lists) and whether each of input_ids, positions, slot_mapping and logits_indices is an integer
-tensor, so that a NamedTuple, a dataclass or a SimpleNamespace, lists or tuples are all fine. Keys starting with
-"_" are diagnostics (the raw fields, the learner's traceback), never compared.
+It reads the seven fields the statement names, as the engine reads them: input_ids, positions, slot_mapping and
+logits_indices as 1-D integer tensors, query_start_loc and seq_lens as integers in a list or a tensor, block
+tables as lists of lists, so that a NamedTuple, a dataclass or a SimpleNamespace are all fine. A field that cannot
+be read so is a "problem", said as the learner reads it.
 """
 
 from __future__ import annotations
 
 import copy
+from collections import deque
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from judge.drivers import learner_error, plain_ints
+from judge.drivers import learner_error
 
 TENSOR_FIELDS = ("input_ids", "positions", "slot_mapping", "logits_indices")
 FIELDS = ("input_ids", "query_start_loc", "positions", "seq_lens", "slot_mapping", "logits_indices", "block_tables")
+
+
+class Unreadable(Exception):
+    """A field that is not the integers the statement asks for: what is wrong, and how to fix it."""
+
+    def __init__(self, problem: str, hint: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem, self.hint = problem, hint
 
 
 def _sendable(value: Any) -> Any:
@@ -32,43 +41,84 @@ def _sendable(value: Any) -> Any:
         return f"{type(value).__name__} {str(value)[:200]}"
 
 
-def _read(name: str, value: Any) -> Any:
-    """The field's integers (block tables: a list of lists), or what it is instead, as text."""
-    if name == "block_tables":
-        rows = value.tolist() if hasattr(value, "tolist") and not isinstance(value, list) else value
-        tables = [plain_ints(t) for t in rows] if isinstance(rows, (list, tuple)) else None
-        got = tables if tables is not None and None not in tables else None
-    else:
-        got = plain_ints(value)
-    if got is None:
-        kind = f"{value.dtype} tensor" if isinstance(value, torch.Tensor) else type(value).__name__
-        return f"not integers: a {kind} {str(value)[:100]}"
-    return got
+def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
+    """The values of a 1-D integer tensor (or, unless tensor_only, a list / tuple / array of integers); Unreadable
+    for anything else."""
+    import numpy as np
+
+    from judge.harness import int_values, short
+
+    values = int_values(value)
+    if values is not None and (not tensor_only or isinstance(value, torch.Tensor)):
+        return values
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise Unreadable(f"{name} is a {value.dtype} tensor; it must hold integers (torch.long or torch.int32)",
+                             "token ids, positions, slots and indices are integers: use dtype=torch.long")
+        raise Unreadable(f"{name} has shape {tuple(value.shape)}; it must be 1-D",
+                         "flatten it: one value per token (or per request)")
+    if tensor_only:
+        extra = " (torch.from_numpy(a) converts a numpy array)" if isinstance(value, np.ndarray) else ""
+        raise Unreadable(f"{name} is a {type(value).__name__}; it must be a 1-D integer torch tensor{extra}",
+                         f"e.g. torch.tensor(values, dtype=torch.long){extra}")
+    if isinstance(value, np.ndarray):
+        raise Unreadable(f"{name} is a numpy array of shape {value.shape} and dtype {value.dtype}; it must be 1-D "
+                         "integers")
+    if isinstance(value, (list, tuple, deque)):
+        bad = next(x for x in value if int_values([x]) is None)
+        raise Unreadable(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
+    raise Unreadable(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
+                     "integers")
+
+
+def read_tables(value: Any) -> list[list[int]]:
+    """block_tables as B lists of block ids (a 2-D tensor or array is read row by row); Unreadable if it is not."""
+    import numpy as np
+
+    if isinstance(value, torch.Tensor) and value.dim() != 2:
+        raise Unreadable(f"block_tables is a tensor of shape {tuple(value.shape)}; it must be B lists")
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise Unreadable(f"block_tables is a {type(value).__name__}; it must be a list of B lists of block ids")
+    return [read_ints(t, f"block_tables[{i}]") for i, t in enumerate(value)]
+
+
+def _unusable(out: Any) -> dict[str, str] | None:
+    """What makes the returned object unusable as a batch, with a hint; None if it has the seven fields."""
+    if out is None:
+        return {"problem": "build_batch returned None", "hint": "did you forget the `return` statement?"}
+    if isinstance(out, dict):
+        return {"problem": "build_batch returned a dict; it must return an object with attributes",
+                "hint": "e.g. return types.SimpleNamespace(**fields), or a dataclass"}
+    missing = [name for name in FIELDS if not hasattr(out, name)]
+    if missing:
+        return {"problem": f"the object build_batch returned ({type(out).__name__}) has no attribute {missing[0]!r}",
+                "hint": "it needs input_ids, positions, slot_mapping, query_start_loc, seq_lens, block_tables and "
+                        "logits_indices"}
+    return None
 
 
 def build(impl: ModuleType, items: list, block_size: int) -> dict[str, Any]:
-    """build_batch(items, block_size): {"batch": {field: values}, "integer tensors": [...], "inputs changed": bool}
-    with the raw fields under "_raw", or {"raised": name} / {"problem": what is wrong with the result}."""
+    """build_batch(items, block_size): {"batch": {field: values}, "inputs changed": bool}, or {"raised": name} /
+    {"problem": what is wrong with the result, "hint": ...}; the raw fields under "_raw" when there are any."""
     given = [(list(t), s, list(tb), n) for t, s, tb, n in items]
     before = copy.deepcopy(given)
     try:
         out = impl.build_batch(given, block_size)
     except Exception as exc:  # noqa: BLE001
         return {"raised": type(exc).__name__, "_error": learner_error(exc)}
-    if out is None:
-        return {"problem": "build_batch returned None", "kind": "None"}
-    if isinstance(out, dict):
-        return {"problem": "build_batch returned a dict; it must return an object with attributes", "kind": "dict"}
-    missing = [name for name in FIELDS if not hasattr(out, name)]
-    if missing:
-        return {"problem": f"the object build_batch returned ({type(out).__name__}) has no attribute {missing[0]!r}",
-                "kind": "missing"}
+    unusable = _unusable(out)
+    if unusable:
+        return unusable
     raw = {name: getattr(out, name) for name in FIELDS}
-    return {"batch": {name: _read(name, v) for name, v in raw.items()},
-            "integer tensors": [name for name in TENSOR_FIELDS if isinstance(raw[name], torch.Tensor)
-                                and not raw[name].dtype.is_floating_point and raw[name].dtype != torch.bool],
-            "inputs changed": given != before,
-            "_raw": {name: _sendable(v) for name, v in raw.items()}, "_items after": given}
+    diagnostics = {"_raw": {name: _sendable(v) for name, v in raw.items()}, "_items after": given}
+    try:
+        batch = {name: read_tables(v) if name == "block_tables" else read_ints(v, name, name in TENSOR_FIELDS)
+                 for name, v in raw.items()}
+    except Unreadable as exc:
+        return {"problem": exc.problem, "hint": exc.hint, **diagnostics}
+    return {"batch": batch, "inputs changed": given != before, **diagnostics}
 
 
 def describe(fn: str, items: list, block_size: int) -> str:

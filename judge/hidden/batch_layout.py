@@ -3,83 +3,21 @@
 from __future__ import annotations
 
 import random
-from collections import deque
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
-import numpy as np
-import torch
 
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, int_values, short, shrink
-from judge.hidden.end_to_end import load_model
-from judge.drivers.batch import FIELDS, TENSOR_FIELDS
+from judge.harness import CaseFailure, Cases, short, shrink
+from judge.hidden.end_to_end import alone_logits, check_each, engine_steps, load_model
+from judge.drivers.batch import FIELDS, describe as build_text
 from judge.remote import driver, learner_failure
 from solutions import batch as ref
 
 CASES = Cases()
 
 Item = tuple[list[int], int, list[int], bool]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Reading the learner's result as plain values
-
-
-def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
-    """The values of a 1-D integer tensor (or, unless tensor_only, a list / tuple / array of integers); a
-    CaseFailure that says what is wrong with anything else."""
-    values = int_values(value)
-    if values is not None and (not tensor_only or isinstance(value, torch.Tensor)):
-        return values
-    if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            raise CaseFailure(f"{name} is a {value.dtype} tensor; it must hold integers (torch.long or torch.int32)",
-                              hint="token ids, positions, slots and indices are integers: use dtype=torch.long")
-        raise CaseFailure(f"{name} has shape {tuple(value.shape)}; it must be 1-D",
-                          hint="flatten it: one value per token (or per request)")
-    if tensor_only:
-        extra = " (torch.from_numpy(a) converts a numpy array)" if isinstance(value, np.ndarray) else ""
-        raise CaseFailure(f"{name} is a {type(value).__name__}; it must be a 1-D integer torch tensor{extra}",
-                          hint=f"e.g. torch.tensor(values, dtype=torch.long){extra}")
-    if isinstance(value, np.ndarray):
-        raise CaseFailure(f"{name} is a numpy array of shape {value.shape} and dtype {value.dtype}; it must be 1-D "
-                          "integers")
-    if isinstance(value, (list, tuple, deque)):
-        bad = next(x for x in value if int_values([x]) is None)
-        raise CaseFailure(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
-    raise CaseFailure(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
-                      "integers")
-
-
-def _tables(value: Any) -> list[list[int]]:
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 2:
-            raise CaseFailure(f"block_tables is a tensor of shape {tuple(value.shape)}; it must be B lists")
-        value = value.tolist()
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if not isinstance(value, (list, tuple)):
-        raise CaseFailure(f"block_tables is a {type(value).__name__}; it must be a list of B lists of block ids")
-    return [read_ints(t, f"block_tables[{i}]") for i, t in enumerate(value)]
-
-
-def read_batch(out: dict[str, Any]) -> dict[str, Any]:
-    """The learner's result, as the driver read it, as {field: list of ints (or list of lists)}; CaseFailure if a
-    field is unusable (the raw field says why)."""
-    if out.get("kind") == "None":
-        raise CaseFailure(out["problem"], hint="did you forget the `return` statement?")
-    if out.get("kind") == "dict":
-        raise CaseFailure(out["problem"], hint="e.g. return types.SimpleNamespace(**fields), or a dataclass")
-    if out.get("kind") == "missing":
-        raise CaseFailure(out["problem"], hint="it needs input_ids, positions, slot_mapping, query_start_loc, "
-                                               "seq_lens, block_tables and logits_indices")
-    values: dict[str, Any] = {}
-    for name in FIELDS:
-        v = out["_raw"][name]
-        values[name] = _tables(v) if name == "block_tables" else read_ints(v, name, name in TENSOR_FIELDS)
-    return values
 
 
 def expected_values(items: list[Item], block_size: int) -> dict[str, Any]:
@@ -134,23 +72,16 @@ def _hint(name: str, items: list[Item], block_size: int, exp: dict[str, Any], go
     return ""
 
 
-def show_input(items: list[Item], block_size: int) -> str:
-    return f"build_batch({[tuple(it) for it in items]!r}, block_size={block_size})"
-
-
 def diff(items: list[Item], block_size: int, impl) -> CaseFailure | None:
     """None if the learner's build_batch agrees with the reference on this input, else the failure (with the input
     attached). It runs in the worker, through the public driver judge/drivers/batch.py."""
-    text = show_input(items, block_size)
+    text = build_text("build", items, block_size)
     out = driver(impl, "batch").build([list(it) for it in items], block_size)
     if "raised" in out:
         return learner_failure(out["_error"], "build_batch", text)
-    try:
-        got = read_batch(out)
-    except CaseFailure as f:
-        f.input = text
-        return f
-    exp = expected_values(items, block_size)
+    if "problem" in out:
+        return CaseFailure(out["problem"], input=text, hint=out["hint"])
+    got, exp = out["batch"], expected_values(items, block_size)
     for name in FIELDS:
         if got[name] != exp[name]:
             n = sum(len(it[0]) for it in items)
@@ -222,25 +153,19 @@ def candidates(value):
 
 
 def check_batches(impl, batches: list[tuple[list[Item], int]]) -> None:
-    fn = impl
-    for items, bs in batches:
-        failure = diff(items, bs, fn)
-        if failure is None:
-            continue
-        if failure.kind == "not implemented":
-            raise failure
-        smallest = shrink((items, bs), lambda v: diff(v[0], v[1], fn) is not None, candidates)
-        raise diff(smallest[0], smallest[1], fn) or failure
+    check_each(batches, lambda v: diff(*v, impl), candidates)
 
 
-def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_req=(1, 6),
-                   spare: bool = True) -> list[tuple[list[Item], int]]:
+def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_req=(1, 6), spare: bool = True,
+                   then: Callable[[random.Random, list[Item]], list[Item]] | None = None) -> list[tuple[list[Item], int]]:
+    """`count` random batches; `then(rng, items)` changes each batch's items after they are drawn."""
     rng = seeded(seed)
     out = []
     for _ in range(count):
         bs = rng.choice(sizes)
         k = rng.randint(*n_req)
-        out.append((make_items(rng, [rng.choice(kinds) for _ in range(k)], bs, spare), bs))
+        items = make_items(rng, [rng.choice(kinds) for _ in range(k)], bs, spare)
+        out.append((then(rng, items) if then else items, bs))
     return out
 
 
@@ -313,38 +238,27 @@ def _(impl):
 
 @CASES("requests that need no logits")
 def _(impl):
-    rng = seeded(8)
-    batches = []
-    for _ in range(25):
-        bs = rng.choice([2, 4, 8])
-        items = make_items(rng, [rng.choice(["prefill", "chunk", "decode"]) for _ in range(rng.randint(2, 6))], bs)
-        items = [(t, nc, tb, rng.random() < 0.5) for t, nc, tb, _ in items]
-        batches.append((items, bs))
-    check_batches(impl, batches)
+    def half_need_logits(rng, items):
+        return [(t, nc, tb, rng.random() < 0.5) for t, nc, tb, _ in items]
+
+    check_batches(impl, random_batches(8, 25, ["prefill", "chunk", "decode"], [2, 4, 8], n_req=(2, 6),
+                                       then=half_need_logits))
 
 
 @CASES("no request needs logits (empty logits_indices)")
 def _(impl):
     check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4),
                          ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])
-    out = driver(impl, "batch").build([[[5, 6, 7], 0, [2], False]], 4)
-    if "logits_indices" not in out["integer tensors"] or out["batch"]["logits_indices"] != []:
-        raise CaseFailure("logits_indices must be an empty integer tensor when no request needs logits",
-                          input=show_input([([5, 6, 7], 0, [2], False)], 4))
 
 
 @CASES("block tables longer than needed")
 def _(impl):
-    rng = seeded(9)
-    batches = []
-    for _ in range(15):
-        bs = rng.choice([2, 4])
-        items = make_items(rng, [rng.choice(["prefill", "chunk", "decode"]) for _ in range(rng.randint(1, 4))], bs,
-                           spare=False)
-        items = [(t, nc, tb + [900 + 7 * k for k in range(rng.randint(1, 3))], lg) for k, (t, nc, tb, lg)
-                 in enumerate(items)]
-        batches.append((items, bs))
-    check_batches(impl, batches)
+    def spare_blocks(rng, items):
+        return [(t, nc, tb + [900 + 7 * k for k in range(rng.randint(1, 3))], lg) for k, (t, nc, tb, lg)
+                in enumerate(items)]
+
+    check_batches(impl, random_batches(9, 15, ["prefill", "chunk", "decode"], [2, 4], n_req=(1, 4), spare=False,
+                                       then=spare_blocks))
 
 
 @CASES("many requests")
@@ -418,65 +332,42 @@ def _(impl):
 
     bs = 4
     runner = Runner(model, num_blocks=64, block_size=bs)
-    rng = seeded(128)
     vocab = model.cfg.vocab_size
-    pool = list(range(64))
-    rng.shuffle(pool)
-    seqs = {r: [rng.randrange(vocab) for _ in range(n)] for r, n in (("A", 13), ("B", 30), ("C", 6), ("D", 9))}
-    tables = {r: [pool.pop() for _ in range(blocks_needed(len(s) + 4, bs))] for r, s in seqs.items()}
-    done = {r: 0 for r in seqs}  # tokens of each request already in the cache
+    plans = [[("A", 13, True), ("B", 12, False), ("C", 6, True)],
+             [("D", 9, True), ("A", 1, True), ("B", 10, False), ("C", 1, True)],
+             [("C", 1, True), ("B", 8, True), ("A", 1, True), ("D", 1, True)]]
+    steps, seqs = engine_steps(128, vocab, {"A": 13, "B": 30, "C": 6, "D": 9}, plans, bs, 64, spare=4)
 
-    def alone(tokens: list[int]) -> torch.Tensor:
-        with torch.inference_mode():
-            return model(torch.tensor([tokens]))[0, -1].float()
-
-    def step(label: str, plan: list[tuple[str, int, bool]]) -> None:
-        """plan: (request, number of new tokens, need_logits)."""
-        labelled = [(r, (seqs[r][done[r]: done[r] + n], done[r], tables[r], need)) for r, n, need in plan]
-        items = [it for _, it in labelled]
-        try:
-            logits = runner.execute_model(items)
-        except Exception as exc:  # noqa: BLE001 - the reference runner, on the batch your code made
+    def check_step(label: str, labelled: list[tuple[str, Item]]) -> None:
+        def blame(bad: str, otherwise: str) -> CaseFailure:
+            """The cause of `bad`, on the smallest part of this step's batch that has it, else `otherwise`."""
             failure = diagnose(impl, labelled, bs)
-            if failure is not None:
-                failure.message = (f"{label}: the runner failed on your batch. The cause, shown on the smallest "
-                                   f"part of this step's batch that still has it: {failure.message}")
-                raise failure from None
-            raise CaseFailure(f"{label}: ModelRunner.execute_model failed on your batch: {type(exc).__name__}: "
-                              f"{short(str(exc))}", input=show_labelled(labelled, bs),
-                              hint="check the types: integer tensors (torch.long or torch.int32) or lists") from None
-        wanted = [(r, done[r] + n, describe(it)) for (r, it), (_, n, need) in zip(labelled, plan) if need]
+            if failure is None:
+                return CaseFailure(f"{label}: {otherwise}", input=show_labelled(labelled, bs),
+                                   hint="check the types: integer tensors (torch.long or torch.int32) or lists")
+            failure.message = (f"{label}: {bad}. The cause, shown on the smallest part of this step's batch that "
+                               f"still has it: {failure.message}")
+            return failure
+
+        try:
+            logits = runner.execute_model([it for _, it in labelled])
+        except Exception as exc:  # noqa: BLE001 - the reference runner, on the batch your code made
+            raise blame("the runner failed on your batch", "ModelRunner.execute_model failed on your batch: "
+                        f"{type(exc).__name__}: {short(str(exc))}") from None
+        wanted = [(r, it[1] + len(it[0]), describe(it)) for r, it in labelled if it[3]]
         bad = None
         if tuple(logits.shape) != (len(wanted), vocab):
             bad = (f"the runner returned logits of shape {tuple(logits.shape)}, expected {(len(wanted), vocab)} "
                    "(one row per request that needs logits)")
         else:
             for row, (r, upto, what) in zip(logits, wanted):
-                err = (row - alone(seqs[r][:upto])).abs().max().item()
+                err = (row - alone_logits(model, seqs[r][:upto])).abs().max().item()
                 if not err <= 1e-4:
                     bad = (f"the logits of request {r} ({what}) differ from running it alone by {err:.3g} "
                            "(tolerance 1e-4)")
                     break
         if bad is not None:
-            failure = diagnose(impl, labelled, bs)
-            if failure is not None:
-                failure.message = (f"{label}: {bad}. The cause, shown on the smallest part of this step's batch "
-                                   f"that still has it: {failure.message}")
-                raise failure
-            raise CaseFailure(f"{label}: {bad}, though every attribute of your batch has the expected values",
-                              input=show_labelled(labelled, bs),
-                              hint="check the types: integer tensors (torch.long or torch.int32) or lists")
-        for r, n, _ in plan:
-            done[r] += n
+            raise blame(bad, f"{bad}, though every attribute of your batch has the expected values")
 
-    _steps(step, seqs, rng, vocab)
-
-
-def _steps(step, seqs, rng, vocab) -> None:
-    step("engine step 1", [("A", 13, True), ("B", 12, False), ("C", 6, True)])
-    for r in ("A", "C"):
-        seqs[r].append(rng.randrange(vocab))
-    step("engine step 2 (mixed)", [("D", 9, True), ("A", 1, True), ("B", 10, False), ("C", 1, True)])
-    for r in ("A", "C", "D"):
-        seqs[r].append(rng.randrange(vocab))
-    step("engine step 3", [("C", 1, True), ("B", 8, True), ("A", 1, True), ("D", 1, True)])
+    for label, labelled in zip(("engine step 1", "engine step 2 (mixed)", "engine step 3"), steps):
+        check_step(label, labelled)
