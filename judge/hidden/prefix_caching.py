@@ -13,8 +13,8 @@ import random
 from typing import Any
 
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, short, shrink
-from judge.hidden.end_to_end import alone, load_model, random_prompts
+from judge.harness import CaseFailure, Cases, short
+from judge.hidden.end_to_end import alone, check_each, load_model, random_prompts
 from judge.remote import driver, learner_failure
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
@@ -29,20 +29,20 @@ NONE_HASH = ref_cache.NONE_HASH
 # hash_block and block_hashes
 
 
-def driver_failure(got: dict[str, Any], text: str) -> CaseFailure | None:
-    """What the driver reported instead of facts: the learner's exception, or a value of the wrong type."""
+def reported(got: dict[str, Any], text: str) -> dict[str, Any]:
+    """The driver's facts; raises what it reported instead: the learner's exception, or a value of the wrong type."""
     if "raised" in got:
-        return learner_failure(got["_error"], got["in"], text)
+        raise learner_failure(got["_error"], got["in"], text)
     if "not an int" in got:
-        return CaseFailure(f"hash_block returned a {got['not an int']}; it must return an int", input=text,
-                           hint="e.g. hash((parent_hash, tuple(token_ids))); a hashlib digest can be turned into an "
-                                "int with int.from_bytes(digest[:8], 'big')")
+        raise CaseFailure(f"hash_block returned a {got['not an int']}; it must return an int", input=text,
+                          hint="e.g. hash((parent_hash, tuple(token_ids))); a hashlib digest can be turned into an "
+                               "int with int.from_bytes(digest[:8], 'big')")
     if "not a list" in got:
-        return CaseFailure(f"block_hashes returned a {got['not a list']}; it must return a list of ints", input=text)
+        raise CaseFailure(f"block_hashes returned a {got['not a list']}; it must return a list of ints", input=text)
     if "not a list of block ids" in got:
-        return CaseFailure(f"lookup returned {got['not a list of block ids']}; it must return a list of block ids",
-                           input=text)
-    return None
+        raise CaseFailure(f"lookup returned {got['not a list of block ids']}; it must return a list of block ids",
+                          input=text)
+    return got
 
 
 @CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order")
@@ -54,11 +54,7 @@ def _(impl):
     text = (f"h = hash_block({NONE_HASH}, {tokens}); p1 = hash_block({NONE_HASH}, [7, 7, 7, 7]); "
             f"p2 = hash_block(p1, [7, 7, 7, 7]); hash_block(p1, {tokens}); hash_block(p2, {tokens}); "
             + "; ".join(f"hash_block({NONE_HASH}, {v})" for v in variants))
-    got = driver(impl, "prefix_cache").hash_calls(calls)
-    failure = driver_failure(got, text)
-    if failure is not None:
-        raise failure
-    same = got["same_as"]
+    same = reported(driver(impl, "prefix_cache").hash_calls(calls), text)["same_as"]
     if same[1] != 0:
         raise CaseFailure("hash_block gave two different hashes for the same arguments",
                           input=f"hash_block({NONE_HASH}, {tokens})", hint="the hash must be deterministic")
@@ -79,9 +75,9 @@ def _(impl):
 
 def check_block_hashes(impl, tokens: list[int], block_size: int) -> CaseFailure | None:
     text = f"block_hashes({tokens!r}, {block_size})"
-    got = driver(impl, "prefix_cache").chain(tokens, block_size, NONE_HASH)
-    failure = driver_failure(got, text)
-    if failure is not None:
+    try:
+        got = reported(driver(impl, "prefix_cache").chain(tokens, block_size, NONE_HASH), text)
+    except CaseFailure as failure:
         return failure
     want = len(tokens) // block_size
     if got["count"] != want:
@@ -122,10 +118,7 @@ def shrink_tokens(value):
 def hash_values(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
     """hash_block's values on `inputs` (as text), computed by the learner's code where `impl` runs."""
     got = driver(impl, "prefix_cache").hash_calls([[p, t] for p, t in inputs])
-    failure = driver_failure(got, " ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs))
-    if failure is not None:
-        raise failure
-    return got["_values"]
+    return reported(got, " ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs))["_values"]
 
 
 def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
@@ -162,14 +155,7 @@ def _(impl):
 
 @CASES("block_hashes: one chained hash per full block, from NONE_HASH")
 def _(impl):
-    for tokens, bs in block_hash_inputs(1, 30):
-        failure = check_block_hashes(impl, tokens, bs)
-        if failure is None:
-            continue
-        if failure.kind == "not implemented":
-            raise failure
-        small = shrink((tokens, bs), lambda v: check_block_hashes(impl, *v) is not None, shrink_tokens)
-        raise check_block_hashes(impl, *small) or failure
+    check_each(block_hash_inputs(1, 30), lambda v: check_block_hashes(impl, *v), shrink_tokens)
 
 
 @CASES("block_hashes: equal prefixes share hashes, a different block changes every hash after it")
@@ -196,17 +182,6 @@ def _(impl):
 # PrefixCache, through its behaviour
 
 
-def run_ops(impl, ops: list[tuple]) -> tuple[list[list[int]], str]:
-    """Apply ops ('insert', h, b) / ('evict', b) / ('lookup', hashes) to the learner's cache; its lookups."""
-    got = driver(impl, "prefix_cache").cache_ops([list(op) for op in ops])
-    shown = ops[: got["call"] + 1] if "call" in got else ops
-    text = "\n".join(["c = PrefixCache()"] + [f"c.{op[0]}({', '.join(map(repr, op[1:]))})" for op in shown])
-    failure = driver_failure(got, text)
-    if failure is not None:
-        raise failure
-    return got["lookups"], text
-
-
 def reference_lookups(ops: list[tuple]) -> list[list[int]]:
     cache, out = ref_cache.PrefixCache(), []
     for op in ops:
@@ -228,12 +203,16 @@ HINTS = {
 
 
 def check_ops(impl, ops: list[tuple], topic: str) -> CaseFailure | None:
+    """None if the learner's cache, given ops ('insert', h, b) / ('evict', b) / ('lookup', hashes), answers every
+    lookup as the reference does; else the failure."""
+    got = driver(impl, "prefix_cache").cache_ops([list(op) for op in ops])
+    shown = ops[: got["call"] + 1] if "call" in got else ops
+    text = "\n".join(["c = PrefixCache()"] + [f"c.{op[0]}({', '.join(map(repr, op[1:]))})" for op in shown])
     try:
-        got, text = run_ops(impl, ops)
+        lookups = reported(got, text)["lookups"]
     except CaseFailure as f:
         return f
-    want = reference_lookups(ops)
-    for i, (g, w) in enumerate(zip(got, want)):
+    for i, (g, w) in enumerate(zip(lookups, reference_lookups(ops))):
         if g != w:
             return CaseFailure(f"lookup number {i + 1} returned the wrong blocks", input=text,
                                field=f"lookup {i + 1}", expected=w, got=g, hint=HINTS[topic])
@@ -292,18 +271,15 @@ def shrink_ops(ops: list[tuple]):
 
 @CASES("PrefixCache: random inserts, evictions and lookups against the reference")
 def _(impl):
-    rng = seeded(132)
-    for _ in range(60):
-        ops = random_ops(rng, rng.randint(4, 30))
+    def explained(ops: list[tuple]) -> CaseFailure | None:
         failure = check_ops(impl, ops, "lookup")
-        if failure is None:
-            continue
-        if failure.kind == "not implemented":
-            raise failure
-        small = shrink(ops, lambda o: check_ops(impl, o, "lookup") is not None, shrink_ops)
-        failure = check_ops(impl, small, "lookup") or failure
-        failure.hint = " / ".join(HINTS.values())
-        raise failure
+        if failure is not None:  # a random script may break any rule
+            failure.hint = " / ".join(HINTS.values())
+        return failure
+
+    rng = seeded(132)
+    scripts = [random_ops(rng, rng.randint(4, 30)) for _ in range(60)]
+    check_each(scripts, lambda ops: check_ops(impl, ops, "lookup"), shrink_ops, explain=explained)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -330,18 +306,12 @@ class LearnerCache:
 
     def replay(self) -> list[list[int]]:
         got = driver(self.impl, "prefix_cache").cache_ops(self.ops)
-        failure = driver_failure(got, "your PrefixCache inside the reference KV-cache manager")
-        if failure is not None:
-            raise failure
-        return got["lookups"]
+        return reported(got, "your PrefixCache inside the reference KV-cache manager")["lookups"]
 
 
 def learner_hashes(impl, tokens: list[int], block_size: int) -> list[int]:
     got = driver(impl, "prefix_cache").hashes(list(tokens), block_size)
-    failure = driver_failure(got, f"block_hashes({list(tokens)}, {block_size})")
-    if failure is not None:
-        raise failure
-    return got["hashes"]
+    return reported(got, f"block_hashes({list(tokens)}, {block_size})")["hashes"]
 
 
 def engine_with(impl, model, reference: bool = False, **config: Any):
@@ -402,10 +372,8 @@ def check_end_to_end(impl, model, waves, params, expected_hits: list[int], text:
 
 
 def lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
+    """The length of the longest common prefix of a and b."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 @CASES("end to end: a shared system prompt is computed once, outputs unchanged", timeout=90)
