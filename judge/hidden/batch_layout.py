@@ -6,7 +6,6 @@ import random
 from types import SimpleNamespace
 from typing import Any, Callable
 
-
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, short, shrink
