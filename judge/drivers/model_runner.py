@@ -4,6 +4,7 @@ pieces of the step run by the grader. Returns the logits of each engine step."""
 
 from __future__ import annotations
 
+from functools import partial
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -36,8 +37,8 @@ def run_steps(impl: ModuleType, name: str, steps: list, num_blocks: int, block_s
     from framework.model_runner import ModelRunnerBase
 
     host = host_call(OPENER, "kernels")
-    pieces = {"build_batch": _remote_batch(host), "write_kv": _remote_write_kv(host),
-              "paged_attention": _remote_attention(host), name: getattr(impl, name)}
+    pieces = {"build_batch": partial(_build_batch, host), "write_kv": partial(_write_kv, host),
+              "paged_attention": partial(_paged_attention, host), name: getattr(impl, name)}
     runner_cls = type("ModelRunner", (ModelRunnerBase,), {k: staticmethod(f) for k, f in pieces.items()})
     runner = runner_cls(small_model(model_path), num_blocks=num_blocks, block_size=block_size)
     out = []
@@ -50,29 +51,18 @@ def run_steps(impl: ModuleType, name: str, steps: list, num_blocks: int, block_s
     return {"logits": out}
 
 
-def _remote_batch(host: int):
-    def build_batch(items: list, block_size: int) -> SimpleNamespace:
-        plain = [[list(t), int(s), list(tb), bool(n)] for t, s, tb, n in items]
-        fields = host_call(host, "build_batch", plain, block_size)
-        return SimpleNamespace(**{k: wire.decode(v) for k, v in fields.items()})
-
-    return build_batch
+def _build_batch(host: int, items: list, block_size: int) -> SimpleNamespace:
+    plain = [[list(t), int(s), list(tb), bool(n)] for t, s, tb, n in items]
+    fields = host_call(host, "build_batch", plain, block_size)
+    return SimpleNamespace(**{k: wire.decode(v) for k, v in fields.items()})
 
 
-def _remote_write_kv(host: int):
-    def write_kv(key_cache, value_cache, key, value, slot_mapping) -> None:
-        kc, vc = host_call(host, "write_kv", *(wire.encode(t) for t in (key_cache, value_cache, key, value,
-                                                                          slot_mapping)))
-        key_cache.copy_(wire.decode(kc))  # into the worker's own layer views, in place
-        value_cache.copy_(wire.decode(vc))
-
-    return write_kv
+def _write_kv(host: int, key_cache, value_cache, key, value, slot_mapping) -> None:
+    kc, vc = host_call(host, "write_kv", *(wire.encode(t) for t in (key_cache, value_cache, key, value, slot_mapping)))
+    key_cache.copy_(wire.decode(kc))  # into the worker's own layer views, in place
+    value_cache.copy_(wire.decode(vc))
 
 
-def _remote_attention(host: int):
-    def paged_attention(query, key_cache, value_cache, query_start_loc, seq_lens, block_tables):
-        tensors = [wire.encode(torch.as_tensor(t)) for t in (query, key_cache, value_cache, query_start_loc,
-                                                              seq_lens)]
-        return wire.decode(host_call(host, "paged_attention", *tensors, [list(t) for t in block_tables]))
-
-    return paged_attention
+def _paged_attention(host: int, query, key_cache, value_cache, query_start_loc, seq_lens, block_tables):
+    tensors = [wire.encode(torch.as_tensor(t)) for t in (query, key_cache, value_cache, query_start_loc, seq_lens)]
+    return wire.decode(host_call(host, "paged_attention", *tensors, [list(t) for t in block_tables]))
