@@ -1,7 +1,7 @@
 """The end-to-end references: the model of the end-to-end cases (the embedded checkpoint in fp32, or --model),
-each request's greedy continuation generated alone, random prompts from the secret seed, 126/127's check of the
-learner's write_kv or paged_attention inside the framework's model runner, and the check-then-shrink loop of
-125-128 and 132. Grader side only.
+each request's greedy continuation generated alone, random prompts from the secret seed, the engine steps of
+126-128's end-to-end cases, 126/127's check of the learner's write_kv or paged_attention inside the framework's
+model runner, and the check-then-shrink loop of 126-128 and 132. Grader side only.
 """
 
 from __future__ import annotations
