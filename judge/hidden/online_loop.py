@@ -83,11 +83,8 @@ class Run:
         self.input = schedule.text() + (f", forward pass {fail_at} raises" if fail_at else "")
         if "problem" in reply:
             raise CaseFailure(reply["problem"], hint="keep `class AsyncLLM:` with the methods of the starter file")
-        if "error" in reply:
-            err = reply["error"]
-            if err.get("memory"):
-                raise MemoryError(err.get("message", ""))
-            raise learner_failure(err, "AsyncLLM", self.input)
+        if "error" in reply:  # a MemoryError stays one (raised_failure), for the "memory" verdict
+            raise learner_failure(reply["error"], "AsyncLLM", self.input)
         if "hung" in reply:
             raise CaseFailure(reply["hung"], input=self.input,
                               hint="add_request returns as soon as the request is queued; the background task "
