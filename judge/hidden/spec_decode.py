@@ -18,9 +18,9 @@ import torch
 from framework.engine import EngineConfig
 from framework.sampling import SamplingParams, sampling_probs
 from framework.spec_decode import SpeculativeConfig, speculating_engine
-from judge.drivers import load_model
 from judge.drivers.engine import plain_params
 from judge.harness import CaseFailure, Cases
+from judge.hidden.end_to_end import load_model
 from judge.remote import LocalDriver, driver, learner_failure
 from judge.secret import rng as seeded
 from solutions import spec_decode as ref
