@@ -27,13 +27,6 @@ python practice/judge.py 128 --reference      grade the reference solution in so
 --impl and --csv grade a class: the learner's code runs under bubblewrap, or not at all unless --unisolated."""
 
 
-def has_hidden_cases() -> bool:
-    try:
-        return importlib.util.find_spec("judge.hidden") is not None
-    except ModuleNotFoundError:
-        return False
-
-
 def has_reference(ex: Exercise) -> bool:
     return importlib.util.find_spec(ex.reference) is not None
 
@@ -42,7 +35,7 @@ def holdings() -> str:
     """What this copy of the course grades with, for --help."""
     exercises = load_exercises().values()
     refs = [str(ex.id) for ex in exercises if has_reference(ex)]
-    cases = ("the hidden test cases" if has_hidden_cases() else
+    cases = ("the hidden test cases" if importlib.util.find_spec("judge.hidden") else
              "the public cases of this copy (a worked example and a few basic cases per exercise; your instructor "
              "grades the hidden ones)")
     return (f"Grade the practice exercises ({', '.join(str(ex.id) for ex in exercises)}) with {cases}. References "
@@ -80,13 +73,14 @@ def _grade_one(ex: Exercise, args, impl: Path | None, isolated: bool = False) ->
         traceback.print_exc()  # for the instructor, on stderr; the report names no file of theirs
         report = Report(ex.id, ex.slug, ex.title, impl.name if impl else ex.practice_file)
         report.fatal = "the judge failed on this submission (a bug of the course, not of your code; it scores 0)"
-        report.results = [CaseResult(name, False, 0.0, "not run", "not run: see above") for name in _case_names(ex)]
+        report.results = [CaseResult(name, False, 0.0, "not run", "not run: see above") for name in case_names(ex)]
     if not args.reference and not args.case and report.results and not isolated:
         cache.save(ex, impl or ex.practice_path, report)
     return report
 
 
-def _case_names(ex: Exercise) -> list[str]:
+def case_names(ex: Exercise) -> list[str]:
+    """The names of the exercise's cases, or one row for them all where its cases do not load."""
     try:
         return importlib.import_module(ex.tests).CASES.names()
     except Exception:  # noqa: BLE001 - the hidden cases themselves do not load: one row of one case
@@ -110,12 +104,9 @@ def isolation_problem(args) -> str | None:
     if not (args.impl or args.csv) or args.unisolated or args.reference:
         return None
     problem = sandbox.install_problem()
-    if problem:
+    if problem or sandbox.bwrap_problem() is None:
         return problem
-    problem = sandbox.bwrap_problem()
-    if problem is None:
-        return None
-    return (f"refusing to grade submissions unisolated: {problem}.\n"
+    return (f"refusing to grade submissions unisolated: {sandbox.bwrap_problem()}.\n"
             "Graded code could then read the hidden tests and the references, change the course for the next "
             "student, or outlive the judge. Install bubblewrap, or pass --unisolated to grade code you trust.")
 

@@ -4,14 +4,14 @@
 
 OUT gets the chapters, the practice stubs and statements, framework/, mini_llm/, course/, the public part of the
 judge (its code, drivers, the metadata of the released exercises, and for each of them its public cases recorded
-from the reference: the worked example and a few basic cases, runnable with `python practice/judge.py ID`), a
-README written for students, the glossary, the scripts that made the embedded model and the package files. References (solutions/) only of the exercises
-given with --with-solutions, and the same in the chapters: each "Solution to exercise N" section of another
-exercise is cut (its text, code and stored outputs), so is any other stored output that shows a reference's source,
-and a chapter's text that names a file of the repository the copy lacks (benchmarks/, docs/performance.md, a
-reference) says so where it names it. Never
-judge/hidden/, nbgrader/, tests/, docs/instructors.md, nor the instructor's secret seed, which this command
-creates (once) on the instructor's machine so that the random hidden cases differ from anything a student can run.
+from the reference, runnable with `python practice/judge.py ID`), a README written for students, the glossary, the
+scripts that made the embedded model and the package files. References (solutions/) only of the exercises given
+with --with-solutions, and the same in the chapters: each "Solution to exercise N" section of another exercise is
+cut (its text, code and stored outputs), so is any other stored output that shows a reference's source, and a
+chapter's text that names a file of the repository the copy lacks (benchmarks/, docs/performance.md, a reference)
+says so where it names it. Never judge/hidden/, nbgrader/, tests/, docs/instructors.md, nor the instructor's secret
+seed, which this command creates (once) on the instructor's machine so that the random hidden cases differ from
+anything a student can run.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from .registry import ROOT, Exercise, load_exercises
 from .sandbox import student_files
-from .public import diagnostic as _diagnostic
+from .public import diagnostic, public_path
 from .remote import Session
 
 SOLUTION_HEADING = re.compile(r"^(#+) Solutions? to exercises? (\d+)")
@@ -55,7 +55,7 @@ def _public(reply: Any) -> Any:
     """A reference's reply without what is not compared and would show the reference's code: tracebacks and a
     driver's diagnostics (keys starting with one "_"; "__" marks wire types)."""
     if isinstance(reply, dict):
-        return {k: _public(v) for k, v in reply.items() if k != "traceback" and not _diagnostic(k)}
+        return {k: _public(v) for k, v in reply.items() if k != "traceback" and not diagnostic(k)}
     if isinstance(reply, list):
         return [_public(v) for v in reply]
     return reply
@@ -192,11 +192,13 @@ def shipped_markdown(text: str, folder: Path) -> str:
 
 
 def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
-    """chapters/ as the edition has them (see the module docstring)."""
+    """chapters/ as the edition has them (see the module docstring); written last, when `out` holds every other
+    file, so that what the copy lacks is known."""
     shutil.copytree(ROOT / "chapters", out / "chapters", ignore=IGNORE)
     bodies = reference_bodies([ex for ex in load_exercises().values() if ex not in with_solutions])
     for path in sorted((out / "chapters").glob("*.ipynb")):
         nb = strip_notebook(json.loads(path.read_text()), {ex.id for ex in with_solutions}, bodies)
+        note_missing_files(nb, out)
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     readme = out / "chapters" / "README.md"
     readme.write_text(shipped_markdown(readme.read_text(), out / "chapters"))
@@ -207,53 +209,38 @@ REPOSITORY_FILE = re.compile(r"(?<![\w/.-])((?:benchmarks|docs|nbgrader|scripts|
                              r"(?:py|md|ipynb|json|sh|csv))")
 
 
-def note_missing_files(out: Path) -> None:
-    """Under each markdown cell of the chapters that names files of the repository the copy lacks, one line that
+def note_missing_files(nb: dict, out: Path) -> None:
+    """Under each markdown cell of the chapter that names files of the repository the copy lacks, one line that
     says so (a chapter's code reaches them through course.reference and course.repository_file)."""
-    for path in sorted((out / "chapters").glob("*.ipynb")):
-        nb = json.loads(path.read_text())
-        for cell in nb["cells"]:
-            text = "".join(cell["source"])
-            missing = [] if cell["cell_type"] != "markdown" else sorted(
-                {f for f in REPOSITORY_FILE.findall(text) if not (out / f).exists()})
-            if missing:
-                names = ", ".join(f"`{f}`" for f in missing)
-                cell["source"] = (f"{text}\n\n{NOT_IN_COPY}{names}: {'it is' if len(missing) == 1 else 'they are'} in "
-                                  "the course's repository.")
-        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        missing = [] if cell["cell_type"] != "markdown" else sorted(
+            {f for f in REPOSITORY_FILE.findall(text) if not (out / f).exists()})
+        if missing:
+            names = ", ".join(f"`{f}`" for f in missing)
+            cell["source"] = (f"{text}\n\n{NOT_IN_COPY}{names}: {'it is' if len(missing) == 1 else 'they are'} in "
+                              "the course's repository.")
 
 
 def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exercise]) -> list[str]:
     """Write the edition into `out` (which must not exist); return its files, relative to out."""
+    ids = {ex.id for ex in released}
+    metadata = [p.relative_to(ROOT) for p in sorted((ROOT / "judge" / "exercises").glob("ex*.py"))
+                if int(p.name[2:5]) in ids]
+    references = [ex.reference.replace(".", "/") + ".py" for ex in with_solutions]
     out.mkdir(parents=True)
     (out / "README.md").write_text(student_readme(released, with_solutions))
-    write_chapters(out, with_solutions)
-    for rel in student_files():
+    for rel in [*student_files(), "judge/exercises/__init__.py", *metadata, "solutions/__init__.py", *references]:
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         if (ROOT / rel).is_dir():
             shutil.copytree(ROOT / rel, out / rel, ignore=IGNORE)
         else:
             shutil.copy2(ROOT / rel, out / rel)
-    judge_out = out / "judge"
-    (judge_out / "exercises").mkdir()
-    shutil.copy2(ROOT / "judge" / "exercises" / "__init__.py", judge_out / "exercises" / "__init__.py")
-    ids = {ex.id for ex in released}
-    for p in sorted((ROOT / "judge" / "exercises").glob("ex*.py")):
-        if int(p.name[2:5]) in ids:
-            shutil.copy2(p, judge_out / "exercises" / p.name)
-    (judge_out / "public").mkdir()
-    from . import public
-
+    (out / "judge" / "public").mkdir()
     for ex in released:
-        cases = record(ex)
-        (judge_out / "public" / public.public_path(ex).name).write_text(
-            json.dumps({"exercise": ex.id, "cases": cases}, indent=0))
-    (out / "solutions").mkdir()
-    shutil.copy2(ROOT / "solutions" / "__init__.py", out / "solutions" / "__init__.py")
-    for ex in with_solutions:
-        rel = ex.reference.replace(".", "/") + ".py"
-        shutil.copy2(ROOT / rel, out / rel)
-    note_missing_files(out)
+        (out / "judge" / "public" / public_path(ex).name).write_text(
+            json.dumps({"exercise": ex.id, "cases": record(ex)}, indent=0))
+    write_chapters(out, with_solutions)
     return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
 

@@ -43,17 +43,14 @@ def options_from_env() -> dict[str, Any]:
             "cases": [c for c in env("JUDGE_CASES", "").split(",") if c] or None}
 
 
-def report_from_dict(d: dict) -> Report:
-    results = [CaseResult(**r) for r in d.pop("results", [])]
-    return Report(**d, results=results)
-
-
 def notebook_report(exercise: int, code: str) -> Report:
     """The judge cell's report: read from the file JudgeAutograde wrote (autograding), else graded here from the
     solution cell's code (a student checking their work: not isolated, and only the cases their copy has)."""
     path = os.environ.get(REPORT_ENV)
     if path and os.path.isfile(path):
-        return report_from_dict(json.loads(Path(path).read_text()))
+        saved = json.loads(Path(path).read_text())
+        results = [CaseResult(**r) for r in saved.pop("results", [])]
+        return Report(**saved, results=results)
     from .runner import grade
     from .sandbox import NOT_ISOLATED
 
@@ -105,6 +102,7 @@ class JudgeAutograde(_Base):
     """Grade the solution cell outside the kernel; leave the kernel nothing but the course's own code."""
 
     def preprocess(self, nb, resources):
+        from .cli import case_names
         from .runner import IsolationUnavailable, grade
 
         ex = get_exercise(_exercise_of(resources["nbgrader"]["assignment"]))
@@ -124,14 +122,14 @@ class JudgeAutograde(_Base):
                 report = Report(ex.id, ex.slug, ex.title, "the submitted notebook")
                 report.fatal = "the judge failed on this submission (a bug of the course, not of your code)"
         graded = {r.name for r in report.results}  # every case gets a result: one not run scores 0
-        report.results += [CaseResult(n, False, 0.0, "not run", "not run (JUDGE_CASES)") for n in _case_names(ex)
+        names = case_names(ex)
+        report.results += [CaseResult(n, False, 0.0, "not run", "not run (JUDGE_CASES)") for n in names
                            if n not in graded and not report.fatal]
         fd, path = tempfile.mkstemp(prefix=f"judge-{os.getpid()}-report-", suffix=".json")  # swept if killed
         with os.fdopen(fd, "w") as f:
             json.dump(report.to_dict(), f)
         os.environ[REPORT_ENV] = path
         resources["judge_report"] = path
-        case_names = _case_names(ex)
         originals = {}
         for i, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
@@ -141,20 +139,14 @@ class JudgeAutograde(_Base):
             m = re.fullmatch(r"case_(\d+)", gid)
             if gid == "judge":
                 cell.source = TRUSTED_JUDGE_CELL.format(id=ex.id)
-            elif m and 1 <= int(m[1]) <= len(case_names):
-                cell.source = TRUSTED_CASE_CELL.format(name=case_names[int(m[1]) - 1])
+            elif m and 1 <= int(m[1]) <= len(names):
+                cell.source = TRUSTED_CASE_CELL.format(name=names[int(m[1]) - 1])
             else:  # the solution cell and anything a student added: never executed
                 cell.cell_type = "raw"
                 cell.pop("outputs", None)
                 cell.pop("execution_count", None)
         resources["judge_originals"] = originals
         return nb, resources
-
-
-def _case_names(ex) -> list[str]:
-    import importlib
-
-    return importlib.import_module(ex.tests).CASES.names()
 
 
 class JudgeRestore(_Base):

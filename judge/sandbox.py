@@ -1,17 +1,13 @@
-"""How the graded process is started: the command line and what it can see.
+"""How the graded process is started: the command line and what it can see (judge/README.md, "How the sandbox
+works").
 
-Isolated (class grading): under bubblewrap (`bwrap`, the sandbox Flatpak uses), the worker runs as nobody in its
-own user, mount, PID, network, IPC and UTS namespaces, with an empty environment. Its file system is built from
-read-only binds: the system's libraries, the Python installation and the virtual environment's site-packages, and
-in /course only what a student receives (`visible_files`), no reference (the parts an exercise runs on
-are run by the grader), and the submission; /tmp is a private tmpfs. Nothing it starts outlives it (bubblewrap is PID 1 of
-its namespace and dies with the grader), it cannot see the grader's processes, and it has no network.
-
-Unisolated (self-study): a plain subprocess with today's limits (a fresh temporary directory, a clean environment,
-its own session, RLIMIT_AS), which guards against accidents only.
-
-Either way Python runs with `-I -B -S`: no environment variables, no user site, no bytecode written, no `site`
-module (so no `.pth` file anywhere can run code); the site-packages folders are put on sys.path explicitly.
+Isolated (class grading): under bubblewrap, as nobody in its own user, mount, PID, network, IPC and UTS namespaces,
+with an empty environment, read-only binds of the system, Python and the site-packages, in /course only what a
+student receives (`visible_files`: no reference, the grader runs the parts an exercise runs on) and the submission,
+and a private /tmp; bubblewrap is PID 1 of its namespace and dies with the grader, so nothing outlives it.
+Unisolated (self-study): a plain subprocess in a fresh temporary folder with a clean environment, its own session and
+the same limits, which guards against accidents only. Either way Python runs with `-I -B -S` (no `site`, so no `.pth`
+file runs) and the site-packages are put on sys.path explicitly.
 """
 
 from __future__ import annotations
@@ -223,5 +219,4 @@ _ENV = {
 
 
 def _env_args() -> list[str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", **_ENV}
-    return [a for k, v in env.items() for a in ("--setenv", k, v)]
+    return [a for k, v in worker_env("/tmp").items() for a in ("--setenv", k, v)]

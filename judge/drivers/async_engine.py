@@ -1,21 +1,16 @@
-"""Driver of exercise 133 (the online loop): the learner's `AsyncLLM` around the reference engine, on a scripted
-arrival schedule, in one event loop of the worker. The engine here is a stand-in whose `step` and parts the grader
-runs (judge/drivers/hosts.py, EngineLoopHost): the worker holds no reference.
+"""Driver of exercise 133 (the online loop): the learner's `AsyncLLM` around a stand-in engine whose `step` and
+parts the grader runs (judge/drivers/hosts.py, EngineLoopHost), on a scripted arrival schedule, in one event loop.
 
-The grader sends a schedule of events (`run_schedule`): add a request and start a consumer reading its stream
-(all of it, or some outputs and then closing the stream or cancelling the consumer), wait until a consumer has
-read some outputs, abort a request, wait for every consumer, stay idle for a while. It receives what happened,
-as plain data: every output of every stream and how each stream ended, every step of the engine (which requests
-it scheduled, whether it failed, which thread ran it, whether it overlapped a call that touched the engine), the
-engine calls and CPU time of the idle periods, and each request's final state and the free blocks. The grader
-checks those facts (judge/hidden/online_loop.py); nothing here decides a verdict. Requests are named by the
-schedule ("a", "b", ...).
+`run_schedule` plays the grader's events (add a request and start a consumer of its stream, which reads all of it or
+some outputs and then closes the stream or is cancelled; wait for a consumer's outputs; abort; wait for every
+consumer; stay idle) and returns what happened as plain data: every stream's outputs and end, every engine step (its
+requests, whether it failed, its thread, engine calls that overlapped it), the idle periods' engine calls and CPU
+time, each request's final state and the free blocks. Requests are named by the schedule ("a", "b", ...); the checks
+are in judge/hidden/online_loop.py.
 
-A public case is replayed on a student's copy by comparing this reply with the reference's (judge/public.py). When
-a schedule lets the loop step at its own pace (several requests at once), which step ran which request differs
-between two right loops: with `timeline=False` the steps, aborts and idle periods are diagnostics ("_steps", ...,
-never compared; the grader still reads them) and the reply adds what is the same for every right loop, the number
-of steps run on the event loop's thread.
+With `timeline=False` (a public case, replayed by comparing replies: judge/public.py), the facts that say when the
+loop stepped, which differ between two right loops, are diagnostics; the reply adds what every right loop shares,
+the number of steps run on the event loop's thread.
 """
 
 from __future__ import annotations
@@ -120,14 +115,11 @@ class Consumer:
         self.closed_at_step: int | None = None  # steps started when the close (or cancel) returned
         self.progress = asyncio.Event()
 
-    async def next_output(self) -> Any:
-        return await self.stream.__anext__()
-
     async def run(self) -> None:
         try:
             while self.read is None or len(self.outputs) < self.read:
                 try:
-                    output = await asyncio.wait_for(self.next_output(), READ_TIMEOUT)
+                    output = await asyncio.wait_for(anext(self.stream), READ_TIMEOUT)
                 except StopAsyncIteration:
                     self.end = "stopped"
                     return
@@ -141,7 +133,7 @@ class Consumer:
                 self.end = "closed"
             else:  # cancel the consumer while it waits for the next output
                 while True:
-                    waiting = asyncio.ensure_future(self.next_output())
+                    waiting = asyncio.ensure_future(anext(self.stream))
                     await asyncio.sleep(0)
                     if not waiting.done():
                         break

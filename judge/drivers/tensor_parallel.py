@@ -62,10 +62,8 @@ class SummingGroup:
 
 def shard(impl: ModuleType, weights: dict[str, torch.Tensor], rank: int, world_size: int, num_heads: int,
           num_kv_heads: int) -> dict[str, Any]:
-    """`shard_layer(weights, rank, world_size, num_heads, num_kv_heads)` on a copy of the weights: {"shard": its
-    tensors (anything else by its type's name), "changed": the inputs it wrote into}, {"not a dict": the type it
-    returned}, or {"raised": "ValueError" for any ValueError, else the class's name} with the exception under
-    "_error"."""
+    """`shard_layer` on a copy of the weights: its shard (a value that is not a tensor by its type's name) and the
+    inputs it wrote into, the type it returned if not a dict, or the exception it raised (any ValueError as one)."""
     given = {n: t.clone() for n, t in weights.items()}
     try:
         out = impl.shard_layer(given, rank, world_size, num_heads, num_kv_heads)
@@ -90,9 +88,9 @@ def describe(fn: str, *args: Any) -> str:
 
 def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Tensor, positions: torch.Tensor,
             config: dict, world_size: int) -> dict[str, Any]:
-    """Every rank's `layer_forward(shards[rank], x, positions, cfg, world_size, all_reduce)`:
-    {"outputs": [tensor or None per rank], "errors": [None or the exception per rank],
-    "out_of_step": [bool per rank], "sent": [[tensors passed to all_reduce] per rank]}."""
+    """Every rank's `layer_forward(shards[rank], x, positions, cfg, world_size, all_reduce)`, in one thread each: per
+    rank its output, what it returned, its exception, whether it waited for ranks that never came, and its tensors
+    passed to all_reduce."""
     cfg = Qwen3Config(**config)
     group = SummingGroup(world_size)
     outputs: list[Any] = [None] * world_size

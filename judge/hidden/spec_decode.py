@@ -15,12 +15,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from framework.engine import EngineConfig
 from framework.sampling import SamplingParams, sampling_probs
-from judge.drivers import load_model
+from framework.spec_decode import SpeculativeConfig, speculating_engine
+from judge.drivers.engine import plain_params
 from judge.harness import CaseFailure, Cases
+from judge.hidden.end_to_end import load_model
 from judge.remote import LocalDriver, driver, learner_failure
 from judge.secret import rng as seeded
 from solutions import spec_decode as ref
+from solutions.engine import LLMEngine
 
 CASES = Cases()
 VOCAB = 16
@@ -200,11 +204,6 @@ def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, 
              speculative: dict[str, Any]) -> dict[str, Any]:
     """Greedy outputs of the reference engine with speculation, run here, calling the learner's verify_and_update
     in the worker (the driver's `verify`, on a copy of the request) and taking back the request's new state."""
-    from framework.engine import EngineConfig
-    from framework.spec_decode import SpeculativeConfig, speculating_engine
-    from judge.drivers.engine import plain_params
-    from solutions.engine import LLMEngine
-
     drv = driver(impl, "spec_decode")
 
     class Raised(Exception):
@@ -238,8 +237,6 @@ def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, 
 
 @CASES("end to end: greedy with speculation equals without", timeout=120)
 def _(impl):
-    from solutions.engine import EngineConfig, LLMEngine
-
     r = seeded("134:e2e")
     vocab = load_model().cfg.vocab_size
     prompts = []

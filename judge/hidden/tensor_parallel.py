@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from judge.drivers.tensor_parallel import describe
 from judge.harness import CaseFailure, Cases
 from judge.hidden.end_to_end import load_model
 from judge.remote import driver, learner_failure
@@ -117,7 +118,7 @@ def as_hidden(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def learner_shards(impl, w: dict, ws: int, s: Shape) -> list[dict]:
     shards = []
     for rank in range(ws):
-        text = f"shard_layer(weights, rank={rank}, world_size={ws}, num_heads={s.heads}, num_kv_heads={s.kv_heads})"
+        text = describe("shard", w, rank, ws, s.heads, s.kv_heads)
         res = driver(impl, "tensor_parallel").shard(w, rank, ws, s.heads, s.kv_heads)
         if "raised" in res:
             raise learner_failure(res["_error"], "shard_layer", f"{text}  # {s.text(ws)}")
@@ -247,7 +248,7 @@ def _(impl):
 def _(impl):
     w = random_layer(Shape(4, 2))
     for ws in (3, 4):
-        text = f"shard_layer(weights, rank=0, world_size={ws}, num_heads=4, num_kv_heads=2)"
+        text = describe("shard", w, 0, ws, 4, 2)
         res = driver(impl, "tensor_parallel").shard(w, 0, ws, 4, 2)
         if res.get("raised") == "ValueError":
             continue
