@@ -1,6 +1,12 @@
 """Fixtures shared by the test modules."""
 
+import importlib.util
 import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -10,8 +16,42 @@ from mini_llm.settings import EMBEDDED_MODEL
 # machine that wrote a student edition has in ~/.config. Subprocesses inherit this.
 os.environ["JUDGE_SECRET_SEED"] = ""
 
+ROOT = Path(__file__).resolve().parent.parent
+NBGRADER_ASSIGNMENTS = [128, 130]  # every exercise a test autogrades with nbgrader
+
 
 @pytest.fixture(scope="module")
 def model_dir() -> str:
     """The embedded checkpoint the judge grades with."""
     return str(EMBEDDED_MODEL)
+
+
+@pytest.fixture(scope="session")
+def nbgrader_generator():
+    """nbgrader/make_assignments.py as a module."""
+    spec = importlib.util.spec_from_file_location("make_assignments", ROOT / "nbgrader" / "make_assignments.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def generated_course(tmp_path_factory, nbgrader_generator) -> Path:
+    """A course with the assignments of NBGRADER_ASSIGNMENTS written and released by `nbgrader generate_assignment`
+    (source/, release/, the gradebook), once for every test file that autogrades: each grades in its own copy."""
+    course = tmp_path_factory.mktemp("generated_course")
+    bin_dir = os.path.dirname(sys.executable)  # nbgrader runs `alembic` from the venv's bin
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
+               NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    nbgrader_generator.write_course(course, NBGRADER_ASSIGNMENTS)
+    run = subprocess.run([os.path.join(bin_dir, "nbgrader"), "generate_assignment", "*"], cwd=course, env=env,
+                         capture_output=True, text=True, timeout=600)  # every assignment of the course, in one run
+    assert run.returncode == 0, run.stdout + run.stderr
+    return course
+
+
+@pytest.fixture(scope="session")
+def copy_generated_course(generated_course) -> Callable[[Path], Path]:
+    """copy(folder): the generated course copied into `folder` (which may exist), for a test to grade in."""
+    return lambda folder: Path(shutil.copytree(generated_course, folder, dirs_exist_ok=True))

@@ -109,20 +109,14 @@ def test_attacks_score_zero_on_the_cli(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def attacked_course(tmp_path_factory, model_dir) -> Path:
-    spec = __import__("importlib.util").util.spec_from_file_location("gen", ROOT / "nbgrader" / "make_assignments.py")
-    gen = __import__("importlib.util").util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    course = tmp_path_factory.mktemp("attacked")
+def attacked_course(tmp_path_factory, model_dir, nbgrader_generator, copy_generated_course) -> Path:
+    course = copy_generated_course(tmp_path_factory.mktemp("attacked"))  # assignments generated and released
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                JUDGE_CASES=",".join(CASES), JUDGE_MODEL=model_dir, NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env[CANARY] = "s3cret-canary"
-    gen.write_course(course, [128])
-    name = gen.assignment_name(judge.get_exercise(128))
+    name = nbgrader_generator.assignment_name(judge.get_exercise(128))
     nbg = [os.path.join(os.path.dirname(sys.executable), "nbgrader")]
-    run = subprocess.run([*nbg, "generate_assignment", name], cwd=course, env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout + run.stderr
     released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
     for p in NBGRADER_ATTACKS:
         nb = nbformat.from_dict(released)

@@ -162,17 +162,14 @@ def _nbgrader(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Com
 
 
 @pytest.fixture(scope="module")
-def graded_course(tmp_path_factory, model_dir) -> Path:
-    course = tmp_path_factory.mktemp("course")
+def graded_course(tmp_path_factory, model_dir, copy_generated_course) -> Path:
+    course = copy_generated_course(tmp_path_factory.mktemp("course"))  # assignments generated and released
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                JUDGE_TIMEOUT=JUDGE_TIMEOUT, JUDGE_TOTAL_TIMEOUT=JUDGE_TOTAL_TIMEOUT, JUDGE_MODEL=model_dir,
                NBGRADER_EXCHANGE_ROOT=str(course / "exchange"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     if judge.sandbox.bwrap_problem():  # autograding refuses to run unisolated unless told to
         env["JUDGE_UNISOLATED"] = "1"
-    gen.write_course(course, list(GRADED))
-    run = _nbgrader(["generate_assignment", "*"], course, env)  # every assignment of the course, in one run
-    assert run.returncode == 0, run.stdout + run.stderr
     for ex_id in GRADED:
         name = gen.assignment_name(judge.get_exercise(ex_id))
         released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
@@ -183,8 +180,8 @@ def graded_course(tmp_path_factory, model_dir) -> Path:
             path = course / "submitted" / student / name / f"{name}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, path)
-        run = _nbgrader(["autograde", name], course, env)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = _nbgrader(["autograde", "*"], course, env)  # every assignment, in one run
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return course
 
 
