@@ -1,16 +1,6 @@
-"""Grading: the cases run here, in the grader; the learner's code runs in a separate process, the worker.
-
-For each case the grader asks the worker to run a public driver (judge/drivers/), which builds what the case needs
-beside the learner's code, calls it and answers with a plain trace (judge.remote). The grader compares that data
-with expected values it computes itself
-and gives the verdict: nothing the worker does, prints or forges can pass a case.
-
-One case at a time: a case whose worker hangs, crashes, exits, exhausts its memory or floods its output gets that
-verdict, and a fresh worker runs the next case. A total time cap per submission stops the rest (reported), and so
-does a worker that breaks the protocol or makes the grader hold too much (judge/worker_process.py).
-
-The worker is started by `judge.sandbox`: under bubblewrap when `isolated` (class grading), else as a plain
-subprocess with limits (self-study). For function objects, `grade_inprocess` runs the cases in this process.
+"""Grading: the cases run here, in the grader, and observe the learner's code through a worker process
+(judge/worker_process.py, judge/README.md "How the sandbox works"); `grade_inprocess` runs them on objects of this
+process instead. Nothing the worker does, prints or forges can pass a case: the grader computes every verdict.
 """
 
 from __future__ import annotations
@@ -29,8 +19,7 @@ from . import remote, sandbox
 from .registry import Exercise, get_exercise
 from .remote import RemoteModule, WorkerLost
 from .report import CaseResult, Report
-from .worker_process import (ENDS_SUBMISSION, OUTPUT_LIMIT, STARTUP_TIMEOUT, WorkerProcess, _Output, memory_ceiling,
-                             start_for_file)
+from .worker_process import ENDS_SUBMISSION, OUTPUT_LIMIT, STARTUP_TIMEOUT, WorkerProcess, _Output, memory_ceiling
 
 __all__ = ["STARTUP_TIMEOUT", "IsolationUnavailable", "another_process", "check", "grade", "grade_inprocess"]
 
@@ -53,7 +42,8 @@ def another_process(impl: Any) -> Iterator[Any]:
         if not path or not os.path.isfile(path) or ex is None:
             raise RuntimeError("this case loads your code again in a fresh process, which needs it in a file: grade "
                                "the file (judge.check(ID, 'path/to/file.py')) rather than objects defined here")
-        w = start_for_file(ex, path)
+        w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT).ready(
+            ex.case_timeout)
     try:
         yield RemoteModule(w)
     finally:
@@ -117,16 +107,22 @@ def _display(path: Path) -> str:
 
 
 def _case_list(ex: Exercise, cases: list[str] | None) -> list:
-    from . import harness
-
     try:
         every = list(importlib.import_module(ex.tests).CASES)
     except ModuleNotFoundError as exc:
         every = _public_cases(ex, exc)
-    if cases is None:
-        return every
+    return _chosen(every, cases)
+
+
+def _chosen(every: list, cases: list[str] | None) -> list:
+    from . import harness
+
     names = [c.name for c in every]
-    return [c for c in every if harness.selected(c.name, cases, names)]
+    return [c for c in every if cases is None or harness.selected(c.name, cases, names)]
+
+
+def _not_run(cases: list, message: str = "not run: see above", verdict: str = "not run") -> list[CaseResult]:
+    return [CaseResult(c.name, False, 0.0, verdict, message) for c in cases]
 
 
 def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
@@ -151,8 +147,7 @@ def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
 
 def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | None = None, reference: bool = False,
           time_limit: float | None = None, memory_limit_mb: int | None = None, cases: list[str] | None = None,
-          options: dict[str, Any] | None = None, output_limit: int = OUTPUT_LIMIT, isolated: bool = False,
-          total_limit: float | None = None) -> Report:
+          options: dict[str, Any] | None = None, isolated: bool = False, total_limit: float | None = None) -> Report:
     """Grade one exercise and return a Report (never raises for learner misbehaviour).
 
     impl: None (the learner's practice file), a path (.py, or a submitted .ipynb: its solution cell), a dotted module
@@ -185,7 +180,7 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
         if "impl" in target and not Path(target["impl"]).is_file():
             report.fatal = f"{display} does not exist (exercise {ex.id} is edited in {ex.practice_file})"
             return report
-        run = _Run(ex, target, isolated and not reference, memory_mb, dict(options or {}), output, output_limit,
+        run = _Run(ex, target, isolated and not reference, memory_mb, dict(options or {}), output, OUTPUT_LIMIT,
                    time_limit, cap)
         try:
             run.spawn()  # the worker starts Python and imports while this process imports the cases
@@ -196,7 +191,7 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
                 return report
             report.results, report.fatal = run.cases(selected)
         except MemoryError:  # the grader's own memory ran out on this submission: it scores 0, the next starts clean
-            report.results = [CaseResult(c.name, False, 0.0, "grader memory", "not run") for c in selected]
+            report.results = _not_run(selected, "not run", "grader memory")
             report.fatal = "the grader ran out of memory while grading this submission"
         finally:
             run.stop()
@@ -224,7 +219,6 @@ class _Run:
         self.options, self.output, self.output_limit = options, output, output_limit
         self.time_limit, self.cap = time_limit, cap
         self.worker: WorkerProcess | None = None
-        self.ready = False
         self.capped = 0
         self.ceiling: int | None = None  # the grader's memory budget for this submission, from its first start
 
@@ -232,66 +226,54 @@ class _Run:
         """Start a worker (it imports while the grader goes on)."""
         self.worker = WorkerProcess(self.ex, self.target, self.isolated, self.memory_mb, self.options, self.output,
                                     self.output_limit, self.ceiling)
-        self.ready = False
 
     def start(self) -> str | None:
         """A worker with the learner's module loaded; the reason if that fails (for every case)."""
         if self.worker is None:
             self.spawn()
-        w = self.worker
         if self.ceiling is None:  # the cases are imported by now: the budget counts what the submission causes
             self.ceiling = memory_ceiling()
-        w.ceiling = self.ceiling
+        self.worker.ceiling = self.ceiling
         try:
-            msg = w.wait_ready(self.time_limit or self.ex.case_timeout, self.cap)
-        except WorkerLost:
+            self.worker.ready(self.time_limit or self.ex.case_timeout, self.cap)
+        except WorkerLost as lost:
             self.stop()
-            return w.lost[1] if w.lost else "the grading process stopped"
-        if msg.get("t") == "fatal":
-            self.stop()
-            return str(msg.get("message"))
-        w.phase = "case"
-        self.ready = True
+            return str(lost)
         return None
 
     def stop(self) -> None:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
-            self.ready = False
 
     def cases(self, selected: list) -> tuple[list[CaseResult], str | None]:
         from . import harness
 
+        ctx = harness.Context(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
+                              learner_file=self.target.get("impl") or self.ex.practice_file,
+                              learner_display=self.target.get("display"))
         results: list[CaseResult] = []
         for i, case in enumerate(selected):
             fatal = None
-            if (self.worker is None or not self.ready) and time.monotonic() < self.cap:
+            if (self.worker is None or self.worker.phase != "case") and time.monotonic() < self.cap:
                 fatal = self.start()
             if time.monotonic() >= self.cap:
                 self.capped = len(selected) - i
-                results += [CaseResult(c.name, False, 0.0, "timeout", "not run: the total time cap for one "
-                                       "submission was used up") for c in selected[i:]]
-                break
+                return results + _not_run(selected[i:], "not run: the total time cap for one submission was used up",
+                                          "timeout"), None
             if fatal:
-                return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")
-                                  for c in selected[i:]], fatal
+                return results + _not_run(selected[i:]), fatal
             w = self.worker
             w.set_deadline(self.time_limit or case.timeout or self.ex.case_timeout, self.cap)
             t0 = time.perf_counter()
-            ctx = harness.Context(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
-                                  learner_file=self.target.get("impl") or self.ex.practice_file,
-                                  learner_display=self.target.get("display"))
             with harness.grading(ctx):
                 out = harness.run_case(case, RemoteModule(w))
             if w.lost:  # whatever the case made of it, the worker's end is the verdict
-                verdict, message = w.lost
-                out = CaseResult(case.name, False, time.perf_counter() - t0, verdict, message)
+                out = CaseResult(case.name, False, time.perf_counter() - t0, *w.lost)
                 self.stop()
             results.append(out)
             if out.verdict in ENDS_SUBMISSION:
-                return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")
-                                  for c in selected[i + 1:]], None
+                return results + _not_run(selected[i + 1:]), None
         return results, None
 
 
@@ -310,13 +292,12 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
     display = getattr(impl, "__name__", None) or type(impl).__name__
     report = Report(ex.id, ex.slug, ex.title, f"{display} (in this process)")
     try:
-        tests = importlib.import_module(ex.tests)
-        selected = [c for c in tests.CASES if cases is None or harness.selected(c.name, cases, tests.CASES.names())]
+        selected = _chosen(list(importlib.import_module(ex.tests).CASES), cases)
         try:
             check_api(impl, ex, "your code")
         except SetupError as err:
             report.fatal = err.message
-            report.results = [CaseResult(c.name, False, 0.0, "not run", "not run: see above") for c in selected]
+            report.results = _not_run(selected)
             return report
         first = getattr(impl, next(iter(ex.api)), None) if ex.api else None
         code = getattr(first, "__code__", None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import json
 import math
 from collections import deque
@@ -213,6 +214,16 @@ def error_record(exc: BaseException, traceback: str | None) -> dict:
     if traceback is not None:
         rec["traceback"] = cut(traceback)
     return rec
+
+
+def known_class(module: str, name: str) -> type | None:
+    """The builtin or framework.errors exception class `module.name`, or None: the classes an exception record is
+    rebuilt as, on either side."""
+    if module not in ("builtins", "framework.errors"):
+        return None
+    cls = getattr(importlib.import_module(module), name, None)
+    ok = isinstance(cls, type) and issubclass(cls, BaseException) and cls not in (KeyboardInterrupt, GeneratorExit)
+    return cls if ok else None
 
 
 def received_error(rec: dict) -> dict:

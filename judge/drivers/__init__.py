@@ -33,13 +33,42 @@ def _model_at(path: str):
     return load_transformer(path, dtype=torch.float32, device="cpu")
 
 
-def learner_error(exc: BaseException) -> dict:
-    """The learner's exception as plain data, with their trimmed traceback, for the grader to show."""
-    from judge import harness
-    from judge._worker import _error
+def learner_error(exc: BaseException, learner_file: str | None = None) -> dict:
+    """The learner's exception as plain data for the grader to show: its type, the classes of its MRO, their
+    traceback trimmed to `learner_file` (default: the context's), the other exercise's stub it came from."""
+    from judge.harness import context, is_memory_error, trimmed_traceback
 
     relayed = getattr(exc, "_judge_record", None)  # raised by the learner's code the grader's part called back
-    return relayed if isinstance(relayed, dict) else _error(exc, harness.context().learner_file)
+    if isinstance(relayed, dict):
+        return relayed
+    learner_file = learner_file or context().learner_file
+    try:
+        tb = trimmed_traceback(exc, learner_file)
+    except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
+        tb = None
+    err = wire.error_record(exc, tb)
+    err["mro"] = [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]
+    err["stub"] = _other_stub(exc, learner_file)
+    if is_memory_error(exc):
+        err["memory"] = True
+    return err
+
+
+def _other_stub(exc: BaseException, learner_file: str | None) -> list[str] | None:
+    """[practice file, function] when the learner's own code called another exercise's untouched practice stub
+    directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)[-2:]
+    if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
+        return None
+    caller, raiser = frames
+    same = lambda a, b: os.path.realpath(a) == os.path.realpath(b)  # noqa: E731
+    if not same(caller.filename, learner_file) or same(raiser.filename, learner_file) or \
+            os.path.basename(os.path.dirname(raiser.filename)) != "practice":
+        return None
+    return [f"practice/{os.path.basename(raiser.filename)}", raiser.name]
 
 
 def plain_ints(value: Any) -> list[int] | None:
@@ -168,7 +197,7 @@ def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | N
         relayed = getattr(exc, "record", None)  # the learner's code, called back by the part, raised it
         if isinstance(relayed, dict):
             return {"error": {**relayed, "relayed": True}}
-        return {"error": {"type": type(exc).__name__, "module": type(exc).__module__, "message": wire.cut(str(exc))}}
+        return {"error": wire.error_record(exc, None)}
     finally:
         allowed_references.reset(token)
     return {"value": value}
@@ -196,15 +225,10 @@ def host_call(host: int, name: str, *args: Any) -> Any:
 
 
 def _rebuilt(err: Any) -> Exception:
-    import builtins
-
-    from framework import errors
-
     err = err if isinstance(err, dict) else {}
     name, message = str(err.get("type")), str(err.get("message", ""))
-    home = {"builtins": builtins, "framework.errors": errors}.get(str(err.get("module")))
-    cls = getattr(home, name, None) if home is not None else None
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    cls = wire.known_class(str(err.get("module")), name)
+    if cls is not None and issubclass(cls, Exception):
         try:
             return cls(message)
         except Exception:  # noqa: BLE001 - a class with another constructor
