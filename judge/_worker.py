@@ -5,15 +5,19 @@ this function of a public driver, judge/drivers/) with plain data: the grader co
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import importlib.util
 import json
 import os
+import resource
 import sys
 import threading
 from typing import Any, Iterator
 
-from judge import wire
+import judge
+from judge import drivers, harness, wire
 from judge.drivers import learner_error
+from judge.loader import SetupError, check_api, load_file
+from judge.registry import get_exercise
 
 
 def _cannot_grade(exc: Exception) -> dict:
@@ -34,8 +38,6 @@ class PracticeStandIns:
         file = os.path.join(self.root, "practice", name + ".py")
         if package != "solutions" or not name.isidentifier() or not os.path.isfile(file):
             return None
-        import importlib.util
-
         return importlib.util.spec_from_file_location(fullname, file)
 
     @staticmethod
@@ -54,8 +56,6 @@ class PracticeStandIns:
 
 
 def _set_limits(memory_mb: int | None) -> None:
-    import resource
-
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault must not write a core file
     if memory_mb:
         limit = int(memory_mb) << 20
@@ -74,9 +74,6 @@ class Worker:
         self.lock = threading.RLock()  # one callback on the pipes at a time (the learner's code may use threads)
 
     def load(self) -> None:
-        from judge.loader import SetupError, check_api, load_file
-        from judge.registry import get_exercise
-
         ex = get_exercise(self.cfg["exercise"])
         try:
             if self.cfg.get("impl_module"):
@@ -168,9 +165,6 @@ def main() -> None:
             data = data[os.write(rep_fd, data):]
 
     _set_limits(cfg.get("memory_mb"))
-    import judge
-    from judge import drivers, harness
-
     sys.meta_path.append(PracticeStandIns(os.path.dirname(os.path.dirname(os.path.abspath(judge.__file__)))))
     try:  # the course's own dependency, loaded before the learner's code: the import time limit is for theirs
         import torch  # noqa: F401

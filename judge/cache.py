@@ -1,8 +1,5 @@
-"""The last grading result of each exercise's practice file, for `python practice/judge.py list`.
-
-Stored outside the repository: $JUDGE_CACHE_DIR, else $XDG_CACHE_HOME/mini-llm-judge, else ~/.cache/mini-llm-judge.
-A result counts only while the graded file's content (sha256) is unchanged.
-"""
+"""The last grading result of each practice file, for `python practice/judge.py list`: stored outside the repository
+(see `cache_file`), valid while the file's content (sha256) is unchanged."""
 
 from __future__ import annotations
 

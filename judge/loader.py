@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .harness import is_memory_error, trimmed_traceback
 from .registry import ROOT, Exercise
 
 
@@ -51,8 +52,6 @@ def load_file(path: str | Path, exercise: Exercise | None = None) -> ModuleType:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit at import time, ...
-        from .harness import is_memory_error, trimmed_traceback
-
         sys.modules.pop(name, None)
         if isinstance(exc, SystemExit):
             raise SetupError("import", f"{path.name} called sys.exit({exc.code!r}) while being imported") from None

@@ -65,8 +65,9 @@ def _problem(want: dict, got: dict, what: str) -> str | None:
         return None if raised_as(err, want["error"]) else \
             f"{what}: expected {want['error']['type']}, got {err.get('type')}"
     w, g = wire.decode(want.get("value")), wire.decode(got.get("value"))
-    driver_err = _driver_error(w, g)
-    if driver_err:
+    # the learner's exception as a driver reported it ({"error": ...}) where the reference's answer had none
+    driver_err = g.get("error") if isinstance(g, dict) and not (isinstance(w, dict) and "error" in w) else None
+    if isinstance(driver_err, dict):
         if driver_err.get("type") == "NotImplementedError":
             return f"not implemented yet: {driver_err.get('message') or what + ' raises NotImplementedError'}"
         return f"{what}: {_raised(driver_err)}"
@@ -89,15 +90,6 @@ def raised_as(got: dict, want: dict) -> bool:
     class or a subclass (a learner's `class TableTooShort(ValueError)` is a ValueError)."""
     mro = got.get("mro") or [[got.get("module"), got.get("type")]]
     return [want.get("module"), want.get("type")] in [list(m) for m in mro]
-
-
-def _driver_error(want: Any, got: Any) -> dict | None:
-    """The learner's exception, as a driver reported it in its answer ({"error": ...}) where the reference's answer
-    had none."""
-    expected = isinstance(want, dict) and "error" in want
-    if isinstance(got, dict) and isinstance(got.get("error"), dict) and not expected:
-        return got["error"]
-    return None
 
 
 def _described(req: dict) -> str:

@@ -8,8 +8,9 @@ import importlib
 import os
 from typing import Any, Callable
 
-from . import wire
+from . import drivers, wire
 from .harness import CaseFailure, context, is_memory_error, short, trimmed_traceback
+from .registry import ROOT, load_exercises
 
 
 class WorkerLost(BaseException):
@@ -62,8 +63,6 @@ def _learner_class(name: str, base: type) -> type:
 def forget() -> None:
     """Drop the classes made for what a submission's worker sent, and the parts the grader ran for its stand-ins
     (the runner calls it after each submission)."""
-    from . import drivers
-
     _classes.clear()
     drivers.forget()
 
@@ -162,8 +161,6 @@ def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
 
 
 def _display_path(path: str) -> str:
-    from .registry import ROOT
-
     try:
         return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
     except ValueError:
@@ -177,8 +174,6 @@ _SHELL_METHODS = {"allocate_or_preempt": "self.allocate_or_preempt(request, num_
 
 def _stub_failure(fn_name: str, stub: list[str]) -> CaseFailure:
     """129's Scheduler calling practice/preemption.py's stub, say: that NotImplementedError is not theirs."""
-    from .registry import load_exercises
-
     rel, fn = stub
     ex = next((e for e in load_exercises().values() if e.practice_file == rel), None)
     owner = f"exercise {ex.id}'s stub" if ex else "another exercise's stub"

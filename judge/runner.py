@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import importlib
+import importlib.util
 import os
 import time
 from contextlib import contextmanager
@@ -15,7 +15,9 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, Iterator
 
-from . import remote, sandbox
+from . import harness, public, remote, sandbox
+from .loader import SetupError, check_api
+from .notebooks import solution_source
 from .registry import Exercise, get_exercise
 from .remote import RemoteModule, WorkerLost
 from .report import CaseResult, Report
@@ -32,8 +34,6 @@ class IsolationUnavailable(RuntimeError):
 def another_process(impl: Any) -> Iterator[Any]:
     """The learner's code loaded afresh in another process (its own hash seed), for a case that compares what two
     processes compute: a sibling worker of a graded one, or for an in-process module, a plain worker on its file."""
-    from . import harness
-
     if isinstance(impl, RemoteModule):
         w = object.__getattribute__(impl, "_session").sibling()
     else:
@@ -78,8 +78,6 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
     else:
         text = str(impl)
         if not text.endswith(".py") and "/" not in text and not Path(text).exists():
-            import importlib.util
-
             try:
                 found = importlib.util.find_spec(text) is not None
             except (ImportError, ValueError):
@@ -89,8 +87,6 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
         path = Path(impl)
     path = path.resolve()
     if path.suffix == ".ipynb":
-        from .notebooks import solution_source
-
         src, problem = solution_source(path)
         if problem:
             return {"fatal": problem}, str(path), None
@@ -115,8 +111,6 @@ def _case_list(ex: Exercise, cases: list[str] | None) -> list:
 
 
 def _chosen(every: list, cases: list[str] | None) -> list:
-    from . import harness
-
     names = [c.name for c in every]
     return [c for c in every if cases is None or harness.selected(c.name, cases, names)]
 
@@ -127,8 +121,6 @@ def _not_run(cases: list, message: str = "not run: see above", verdict: str = "n
 
 def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
     """The recorded public cases, where the hidden ones are not installed (a student's copy of the course)."""
-    from . import harness, public
-
     logs = public.load(ex)
     if logs is None or not (missing.name and ex.tests.startswith(missing.name)):
         raise missing
@@ -247,8 +239,6 @@ class _Run:
             self.worker = None
 
     def cases(self, selected: list) -> tuple[list[CaseResult], str | None]:
-        from . import harness
-
         ctx = harness.Context(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
                               learner_file=self.target.get("impl") or self.ex.practice_file,
                               learner_display=self.target.get("display"))
@@ -281,9 +271,6 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
                     options: dict[str, Any] | None = None) -> Report:
     """Run the cases in this process on `impl`: a module, a namespace, or (for one-function exercises) the
     function itself. No sandbox: no time limit and no isolation (for tests and trusted code)."""
-    from . import harness
-    from .loader import SetupError, check_api
-
     ex = get_exercise(exercise)
     t0 = time.monotonic()
     if callable(impl) and not isinstance(impl, (ModuleType, SimpleNamespace)) and len(ex.api) == 1 \

@@ -1,16 +1,8 @@
-"""Public drivers: code the worker runs for exercises whose learner code needs objects built beside it (a
-scheduler with its KV-cache manager and requests, an engine with its model). Each function takes the learner's
-module first, then plain arguments from the grader, and returns plain data (what the learner's objects did).
-They hold no expected value: the grader computes those with the references. Shipped to students.
-
-The parts of the course the learner's code calls but does not write (the scheduler under an engine, the model
-runner) run in the grader, on the references: the worker holds none. A driver gives the learner's code public
-stand-ins for them (judge/drivers/stand_ins.py), which reach the grader's part, a *host* the case registered
-(`register_host`), with `host_call`: plain data out, plain data back, while the grader waits for the driver's
-reply. In the grader (the reference's twin, code graded in-process) the same call is served directly.
-
-An object a driver builds and later calls reuse (a scheduler world, an engine) is kept in its process under a name
-the grader chooses (`keep`, `kept`): the grader sends the name, never the object."""
+"""What the public drivers (judge/drivers/<module>.py, shipped to students) share: each function of a driver takes
+the learner's module first, then plain arguments, and returns plain data (what the learner's objects did), holding
+no expected value. The parts the learner's code calls but does not write run in the grader as hosts
+(`register_host`), which the stand-ins (judge/drivers/stand_ins.py) reach with `host_call`; an object a driver's
+later calls reuse is kept in its process under a name the grader chooses (`keep`, `kept`)."""
 
 from __future__ import annotations
 
@@ -19,9 +11,12 @@ import functools
 import itertools
 import json
 import operator
+import os
+import traceback
 from typing import Any, Callable
 
 from judge import wire
+from judge.harness import context, int_values, is_memory_error, option, trimmed_traceback
 
 
 @functools.lru_cache(maxsize=2)
@@ -36,8 +31,6 @@ def _model_at(path: str):
 def learner_error(exc: BaseException, learner_file: str | None = None) -> dict:
     """The learner's exception as plain data for the grader to show: its type, the classes of its MRO, their
     traceback trimmed to `learner_file` (default: the context's), the other exercise's stub it came from."""
-    from judge.harness import context, is_memory_error, trimmed_traceback
-
     relayed = getattr(exc, "_judge_record", None)  # raised by the learner's code the grader's part called back
     if isinstance(relayed, dict):
         return relayed
@@ -57,9 +50,6 @@ def learner_error(exc: BaseException, learner_file: str | None = None) -> dict:
 def _other_stub(exc: BaseException, learner_file: str | None) -> list[str] | None:
     """[practice file, function] when the learner's own code called another exercise's untouched practice stub
     directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
-    import os
-    import traceback
-
     frames = traceback.extract_tb(exc.__traceback__)[-2:]
     if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
         return None
@@ -78,8 +68,6 @@ def plain_ints(value: Any) -> list[int] | None:
     if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
         return list(value)
     if _array_module(value):
-        from judge.harness import int_values
-
         return int_values(value)
     if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
         return None
@@ -90,8 +78,6 @@ def plain_ints(value: Any) -> list[int] | None:
     out = []
     for x in items:
         if _array_module(x):  # a 0-d tensor or a numpy integer
-            from judge.harness import int_values
-
             got = int_values([x])
             if got is None:
                 return None
@@ -110,7 +96,6 @@ def _array_module(value: Any) -> bool:
 def load_model(path: str | None = None):
     """The checkpoint at `path`, else the one given with --model, else the embedded model: fp32 on the CPU (the
     worker has no GPU), loaded once per process. The one loader of the judge, grader and worker alike."""
-    from judge.harness import option
     from mini_llm.settings import EMBEDDED_MODEL
 
     return _model_at(str(path or option("model") or EMBEDDED_MODEL))
