@@ -99,17 +99,6 @@ class Cases:
         return [c.name for c in self._cases]
 
 
-def selected(name: str, wanted: list[str], all_names: list[str]) -> bool:
-    """Whether case `name` is chosen by `wanted`: exact case names, or else case-insensitive substrings."""
-    for w in wanted:
-        if w in all_names:
-            if w == name:
-                return True
-        elif w.lower() in name.lower():
-            return True
-    return False
-
-
 class CaseFailure(AssertionError):
     """A failed case. `input` is shown as the (smallest) failing input; `field`/`expected`/`got` the first
     difference; `hint` a suggestion; `traceback` the learner's trimmed traceback when their code raised."""

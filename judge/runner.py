@@ -111,8 +111,12 @@ def _case_list(ex: Exercise, cases: list[str] | None) -> list:
 
 
 def _chosen(every: list, cases: list[str] | None) -> list:
-    names = [c.name for c in every]
-    return [c for c in every if cases is None or harness.selected(c.name, cases, names)]
+    """The cases `cases` names (None: all): by exact case names, or else by case-insensitive parts of names."""
+    if cases is None:
+        return every
+    names = {c.name for c in every}
+    parts = [w.lower() for w in cases if w not in names]
+    return [c for c in every if c.name in cases or any(p in c.name.lower() for p in parts)]
 
 
 def _not_run(cases: list, message: str = "not run: see above", verdict: str = "not run") -> list[CaseResult]:
