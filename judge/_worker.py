@@ -11,6 +11,7 @@ import os
 import resource
 import sys
 import threading
+from contextlib import suppress
 from typing import Any, Iterator
 
 import judge
@@ -84,11 +85,10 @@ class Worker:
             check_api(self.module, ex, self.cfg.get("display") or "your module")
         except SetupError as err:
             self.send({"t": "fatal", "kind": err.kind, "message": err.message})
-            return
         except Exception as exc:  # noqa: BLE001
             self.send({"t": "fatal", "kind": "import", "message": f"{type(exc).__name__}: {exc}"})
-            return
-        self.send({"t": "ready"})
+        else:
+            self.send({"t": "ready"})
 
     def handle(self, req: dict) -> dict:
         """Answer one request: {"op": "call", "driver": name, "attr": function, "args": [...], "kwargs": {...}}."""
@@ -166,10 +166,8 @@ def main() -> None:
 
     _set_limits(cfg.get("memory_mb"))
     sys.meta_path.append(PracticeStandIns(os.path.dirname(os.path.dirname(os.path.abspath(judge.__file__)))))
-    try:  # the course's own dependency, loaded before the learner's code: the import time limit is for theirs
+    with suppress(ImportError):  # the course's dependency, loaded before the learner's code: the import limit is theirs
         import torch  # noqa: F401
-    except ImportError:
-        pass
     send({"t": "hello"})  # nothing of the learner's has run yet
 
     worker = Worker(cfg, send, requests.readline)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from .registry import Exercise
@@ -40,14 +41,12 @@ def save(ex: Exercise, path: Path, report: Report) -> None:
     # public_only: graded on a copy without the hidden tests (the public cases alone: a banner says "public cases")
     data[f"{ex.id}:{path.resolve()}"] = {"sha256": digest, "passed": report.passed, "failed": report.failed,
                                          "public_only": ex.case_counts()[1] is None}
-    try:
+    with suppress(OSError):
         f = cache_file()
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(f)
-    except OSError:
-        pass
 
 
 def lookup(ex: Exercise, path: Path) -> dict | None:

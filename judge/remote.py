@@ -68,19 +68,19 @@ def forget() -> None:
 
 
 class Session:
-    """What the drivers need from the runner: one request, one plain answer (or WorkerLost)."""
+    """What the drivers need from the runner: one request, one plain answer (or WorkerLost). A WorkerProcess
+    (judge/worker_process.py) also lets the grader work while the worker does (`send`), and stops on a violation."""
 
-    def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by runner.WorkerProcess
+    def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by every session
         raise NotImplementedError
 
     def send(self, msg: dict) -> Callable[[], dict]:
-        """Send a request; the function returned gives its reply. Here at once (runner.WorkerProcess lets the
-        grader work while the worker does)."""
+        """Send a request; the function returned gives its reply."""
         reply = self.request(msg)
         return lambda: reply
 
     def violation(self, what: str) -> BaseException:
-        """The exception to raise for a reply the grader cannot receive (runner.WorkerProcess also stops it)."""
+        """The exception to raise for a reply the grader cannot receive."""
         return WorkerLost(what)
 
 
@@ -161,10 +161,7 @@ def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
 
 
 def _display_path(path: str) -> str:
-    try:
-        return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
-    except ValueError:
-        return path
+    return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
 
 
 # What to call instead of another exercise's stub: the framework shell's method, wired to the reference.

@@ -6,11 +6,12 @@ process instead. Nothing the worker does, prints or forges can pass a case: the 
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import importlib.util
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, Iterator
@@ -54,10 +55,8 @@ def _release_memory() -> None:
     """What a submission left behind in the grader, dropped before the next one starts."""
     remote.forget()
     gc.collect()
-    try:
+    with suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)  # glibc: hand freed memory back, so that the next budget starts low
-    except (OSError, AttributeError):
-        pass
 
 
 def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) -> tuple[dict[str, Any], str, Any]:
@@ -96,10 +95,7 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
 
 
 def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
 
 
 def _case_list(ex: Exercise, cases: list[str] | None) -> list:
@@ -129,33 +125,24 @@ def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
     if logs is None or not (missing.name and ex.tests.startswith(missing.name)):
         raise missing
 
-    def case_fn(log: list):
-        def run(impl: Any) -> None:
-            problem = public.replay(object.__getattribute__(impl, "_session"), log)
-            if problem:
-                raise harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented")
-                                          else "fail")
+    return [harness.Case(name, functools.partial(_replayed, log)) for name, log in logs.items()]
 
-        return run
 
-    return [harness.Case(name, case_fn(log)) for name, log in logs.items()]
+def _replayed(log: list, impl: Any) -> None:
+    """A recorded public case, replayed to the student's code."""
+    problem = public.replay(object.__getattribute__(impl, "_session"), log)
+    if problem:
+        raise harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented") else "fail")
 
 
 def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | None = None, reference: bool = False,
           time_limit: float | None = None, memory_limit_mb: int | None = None, cases: list[str] | None = None,
           options: dict[str, Any] | None = None, isolated: bool = False, total_limit: float | None = None) -> Report:
-    """Grade one exercise and return a Report (never raises for learner misbehaviour).
-
-    impl: None (the learner's practice file), a path (.py, or a submitted .ipynb: its solution cell), a dotted module
-    name, a module with a __file__, or a function / namespace / class (then the cases run in this process, without
-    the sandbox: see `grade_inprocess`).
-    source: the learner's code as text (graded from a temporary file).
-    reference: grade the reference solution instead (never isolated: it is the instructor's own code).
-    time_limit: seconds per case (and for importing the learner's module), overriding the exercise's.
-    cases: only these cases (exact names, or else case-insensitive parts of names).
-    isolated: run the learner's code under bubblewrap (IsolationUnavailable if it cannot run here).
-    total_limit: seconds for the whole submission (default: the exercise's total_timeout).
-    """
+    """Grade one exercise and return a Report (never raises for learner misbehaviour). What `impl` and `source` may
+    be: judge/README.md, "Python API" (a function, namespace or class runs in this process: `grade_inprocess`).
+    time_limit: seconds per case and for importing the learner's module; total_limit: for the whole submission;
+    cases: exact case names, or else case-insensitive parts of names; reference: grade the reference instead (the
+    instructor's own code, never isolated); isolated: under bubblewrap (IsolationUnavailable if it cannot run)."""
     ex = get_exercise(exercise)
     if impl is not None and not isinstance(impl, (str, os.PathLike, ModuleType)):
         return grade_inprocess(ex, impl, cases=cases, options=options)

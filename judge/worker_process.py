@@ -12,6 +12,7 @@ import selectors
 import signal
 import subprocess
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable
 
@@ -149,9 +150,10 @@ class WorkerProcess(Session):
     def _take_reply(self) -> None:
         msg = self._read_message()
         rid = msg.get("id")
-        if msg.get("t") == "callback" and type(rid) is int and rid in self.pending and self.pending[rid] is None:
+        awaited = type(rid) is int and rid in self.pending and self.pending[rid] is None
+        if msg.get("t") == "callback" and awaited:
             return self._serve_callback(msg)
-        if msg.get("t") != "reply" or type(rid) is not int or rid not in self.pending or self.pending[rid] is not None:
+        if msg.get("t") != "reply" or not awaited:
             raise self.violation(f"a message the grader did not ask for ({_describe(msg)})")
         problem = wire.reply_problem(msg)
         if problem:
@@ -247,8 +249,6 @@ class WorkerProcess(Session):
             except wire.WireError as err:
                 raise self.violation(str(err)) from None
             except ValueError:  # not JSON: written by the learner's code on the reply pipe; skipped, in time
-                if time.monotonic() >= self.deadline:
-                    self._stop("timeout", self._timeout_message())
                 continue
             self._check_memory()
             return msg
@@ -333,27 +333,21 @@ class WorkerProcess(Session):
         if getattr(self, "closed", False):
             return
         self.closed = True
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # bubblewrap and what it started; or the plain worker's group
-        except (ProcessLookupError, PermissionError):
-            pass
         if self.status is None:
             _, self.status, self.rusage = os.wait4(self.proc.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(self.status)
-        try:  # the output of its last moments (what a pipe holds), without waiting
+        with suppress(OSError):  # the output of its last moments (what a pipe holds), without waiting
             for _ in range(4):
                 data = os.read(self.out_fd, 1 << 16)
                 if not data:
                     break
                 self.output.add(data)
-        except OSError:
-            pass
         self.sel.close()
         for fd in (self.rep_r, self.req_w):
-            try:
+            with suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.proc.stdout.close()
         self.buf = bytearray()
         self.pending.clear()
