@@ -1,39 +1,24 @@
-"""The graded process. Started by judge.runner (`python -I -B -S -u -c ...`, under bubblewrap when grading a class);
-never run it by hand.
-
-It holds the learner's module and nothing secret: no hidden case, no expected value, no reference (the parts the
-learner's code calls that other exercises write run in the grader: judge/drivers/hosts.py), no key. The grader
-sends requests (call this function of a public driver in judge/drivers/, which calls the learner's code, with these
-plain arguments) on one pipe, and it answers each with plain data on another (see judge/wire.py). Verdicts are
-computed by the grader, from that data only: whatever the learner's code writes on these pipes is at most a wrong
-answer.
-"""
+"""The graded process, started by judge.worker_process (`python -I -B -S -u -c ...`, under bubblewrap when grading
+a class); never run it by hand. It holds the learner's module and nothing secret, and answers each request (call
+this function of a public driver, judge/drivers/) with plain data: the grader computes every verdict from that."""
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import importlib.util
 import json
 import os
+import resource
 import sys
 import threading
-from typing import Any
+from contextlib import suppress
+from typing import Any, Iterator
 
-from judge import wire
-
-
-def _error(exc: BaseException, learner_file: str | None) -> dict:
-    from judge.harness import is_memory_error, other_stub, trimmed_traceback
-
-    try:
-        tb = trimmed_traceback(exc, learner_file)
-    except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
-        tb = None
-    err = wire.error_record(exc, tb)
-    err["mro"] = [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]
-    err["stub"] = other_stub(exc, learner_file)
-    if is_memory_error(exc):
-        err["memory"] = True
-    return err
+import judge
+from judge import drivers, harness, wire
+from judge.drivers import learner_error
+from judge.loader import SetupError, check_api, load_file
+from judge.registry import get_exercise
 
 
 def _cannot_grade(exc: Exception) -> dict:
@@ -54,8 +39,6 @@ class PracticeStandIns:
         file = os.path.join(self.root, "practice", name + ".py")
         if package != "solutions" or not name.isidentifier() or not os.path.isfile(file):
             return None
-        import importlib.util
-
         return importlib.util.spec_from_file_location(fullname, file)
 
     @staticmethod
@@ -74,8 +57,6 @@ class PracticeStandIns:
 
 
 def _set_limits(memory_mb: int | None) -> None:
-    import resource
-
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault must not write a core file
     if memory_mb:
         limit = int(memory_mb) << 20
@@ -94,9 +75,6 @@ class Worker:
         self.lock = threading.RLock()  # one callback on the pipes at a time (the learner's code may use threads)
 
     def load(self) -> None:
-        from judge.loader import SetupError, check_api, load_file
-        from judge.registry import get_exercise
-
         ex = get_exercise(self.cfg["exercise"])
         try:
             if self.cfg.get("impl_module"):
@@ -107,11 +85,10 @@ class Worker:
             check_api(self.module, ex, self.cfg.get("display") or "your module")
         except SetupError as err:
             self.send({"t": "fatal", "kind": err.kind, "message": err.message})
-            return
         except Exception as exc:  # noqa: BLE001
             self.send({"t": "fatal", "kind": "import", "message": f"{type(exc).__name__}: {exc}"})
-            return
-        self.send({"t": "ready"})
+        else:
+            self.send({"t": "ready"})
 
     def handle(self, req: dict) -> dict:
         """Answer one request: {"op": "call", "driver": name, "attr": function, "args": [...], "kwargs": {...}}."""
@@ -128,18 +105,22 @@ class Worker:
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit and MemoryError too: the grader classifies them
-            return {"ok": False, "error": _error(exc, self.learner_file)}
+            return {"ok": False, "error": learner_error(exc, self.learner_file)}
         try:
             return {"ok": True, "value": wire.encode(value)}
         except Exception as exc:  # noqa: BLE001 - not plain data (a learner object the driver let through)
             return _cannot_grade(exc)
 
-    def serve(self) -> None:
+    def messages(self) -> Iterator[dict]:
+        """The grader's messages until it closes the pipe (a line that is not JSON is skipped)."""
         for line in iter(self.read, b""):
             try:
-                req = json.loads(line)
+                yield json.loads(line)
             except ValueError:
                 continue
+
+    def serve(self) -> None:
+        for req in self.messages():
             self.answer(req)
 
     def answer(self, req: dict) -> None:
@@ -163,11 +144,7 @@ class Worker:
             if not self.serving:
                 raise RuntimeError("the judge's parts can be called only while the judge runs your code")
             self.send({"t": "callback", "id": self.serving[-1], "host": host, "name": name, "args": args})
-            for line in iter(self.read, b""):
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
+            for msg in self.messages():
                 if msg.get("t") == "answer":
                     return msg
                 self.answer(msg)
@@ -188,24 +165,18 @@ def main() -> None:
             data = data[os.write(rep_fd, data):]
 
     _set_limits(cfg.get("memory_mb"))
-    import judge
-    from judge import drivers, harness
-
     sys.meta_path.append(PracticeStandIns(os.path.dirname(os.path.dirname(os.path.abspath(judge.__file__)))))
-    try:  # the course's own dependency, loaded before the learner's code: the import time limit is for theirs
+    with suppress(ImportError):  # the course's dependency, loaded before the learner's code: the import limit is theirs
         import torch  # noqa: F401
-    except ImportError:
-        pass
     send({"t": "hello"})  # nothing of the learner's has run yet
 
     worker = Worker(cfg, send, requests.readline)
     drivers.channel = worker.callback  # the stand-ins reach the grader's parts through this process's pipes
-    with harness.grading(harness.Context(options=cfg.get("options") or {}, memory_mb=cfg.get("memory_mb"))):
+    ctx = harness.Context(options=cfg.get("options") or {}, memory_mb=cfg.get("memory_mb"))
+    with harness.grading(ctx):
         worker.load()
-    ctx = harness.Context(learner_file=worker.learner_file, options=cfg.get("options") or {},
-                          memory_mb=cfg.get("memory_mb"))
     try:
-        with harness.grading(ctx):
+        with harness.grading(dataclasses.replace(ctx, learner_file=worker.learner_file)):
             worker.serve()
     finally:
         try:

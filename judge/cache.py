@@ -1,14 +1,12 @@
-"""The last grading result of each exercise's practice file, for `python practice/judge.py list`.
-
-Stored outside the repository: $JUDGE_CACHE_DIR, else $XDG_CACHE_HOME/mini-llm-judge, else ~/.cache/mini-llm-judge.
-A result counts only while the graded file's content (sha256) is unchanged.
-"""
+"""The last grading result of each practice file, for `python practice/judge.py list`: stored outside the repository
+(see `cache_file`), valid while the file's content (sha256) is unchanged."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from .registry import Exercise
@@ -43,14 +41,12 @@ def save(ex: Exercise, path: Path, report: Report) -> None:
     # public_only: graded on a copy without the hidden tests (the public cases alone: a banner says "public cases")
     data[f"{ex.id}:{path.resolve()}"] = {"sha256": digest, "passed": report.passed, "failed": report.failed,
                                          "public_only": ex.case_counts()[1] is None}
-    try:
+    with suppress(OSError):
         f = cache_file()
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(f)
-    except OSError:
-        pass
 
 
 def lookup(ex: Exercise, path: Path) -> dict | None:

@@ -1,13 +1,6 @@
-"""The one comparer of the judge: a learner's trace against the reference's, as the statements allow.
-
-Types: a tensor, a numpy array, a list, a tuple, a deque or an `array.array` of the same numbers are equal (the
-statements ask for "a list of ints" or "an integer tensor" by what the engine reads, not by container); a numpy or
-0-d tensor scalar is its number; a bool equals only a bool. Dicts must have the same keys, except diagnostics
-(keys starting with one "_": the learner's traceback, raw values), which are never compared.
-
-Tolerance, the one rule: two numbers of which one is a float are equal when |got - want| <= TOL + TOL * |want|
-(TOL = 1e-4; NaN equals NaN); integers must be equal.
-"""
+"""The one comparer of the judge: a learner's trace against the reference's, as the statements allow (judge/README.md):
+containers of the same numbers are equal, a scalar of numpy or torch is its number, a bool equals only a bool,
+integers must be equal, floats within TOL + TOL * |want| (NaN equals NaN), and diagnostics are never compared."""
 
 from __future__ import annotations
 

@@ -1,20 +1,14 @@
-"""What hidden test modules are written with: the case list, the failure type, and helpers.
-
-A hidden test module defines `CASES = Cases()` and registers named cases with the decorator:
-
-    @CASES("decode only")
-    def _(impl):                 # impl: the learner's module (or the reference, or a namespace)
-        ...                      # raise CaseFailure(...) to fail; return to pass
-
-Anything else a case raises is reported as an error with the learner's traceback trimmed to their file.
-"""
+"""What hidden test modules are written with (judge/README.md): the case list, the failure type, the grading
+context and helpers. Anything but a CaseFailure a case raises is reported as an error, with the learner's traceback
+trimmed to their file."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import reprlib
+import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -105,17 +99,6 @@ class Cases:
         return [c.name for c in self._cases]
 
 
-def selected(name: str, wanted: list[str], all_names: list[str]) -> bool:
-    """Whether case `name` is chosen by `wanted`: exact case names, or else case-insensitive substrings."""
-    for w in wanted:
-        if w in all_names:
-            if w == name:
-                return True
-        elif w.lower() in name.lower():
-            return True
-    return False
-
-
 class CaseFailure(AssertionError):
     """A failed case. `input` is shown as the (smallest) failing input; `field`/`expected`/`got` the first
     difference; `hint` a suggestion; `traceback` the learner's trimmed traceback when their code raised."""
@@ -200,80 +183,6 @@ def trimmed_traceback(exc: BaseException, learner_file: str | None = None) -> st
     return "\n".join(lines)
 
 
-def _display_path(path: str) -> str:
-    from .registry import ROOT
-
-    try:
-        return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
-    except ValueError:
-        return path
-
-
-class LearnerRaised(Exception):
-    """Learner code raised `exc` (wrapped so that cases and shrinking can treat it as a failure)."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(f"{type(exc).__name__}: {exc}")
-        self.exc = exc
-
-
-def other_stub(exc: BaseException, learner_file: str | None = None) -> list[str] | None:
-    """[practice file, function] when the learner's own code called another exercise's untouched practice stub
-    directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
-    if hasattr(exc, "_judge_stub"):  # raised in the worker: decided there, where the file names are
-        return exc._judge_stub
-    learner_file = learner_file or _context.learner_file
-    frames = traceback.extract_tb(exc.__traceback__)[-2:]
-    if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
-        return None
-    caller, raiser = frames
-    same = lambda a, b: os.path.realpath(a) == os.path.realpath(b)  # noqa: E731
-    if not same(caller.filename, learner_file) or same(raiser.filename, learner_file) or \
-            os.path.basename(os.path.dirname(raiser.filename)) != "practice":
-        return None
-    return [f"practice/{os.path.basename(raiser.filename)}", raiser.name]
-
-
-# What to call instead of another exercise's stub: the framework shell's method, wired to the reference.
-_SHELL_METHODS = {"allocate_or_preempt": "self.allocate_or_preempt(request, num_new_tokens, out)",
-                  "preempt": "self.preempt(request)"}
-
-
-def _stub_failure(fn_name: str, stub: list[str]) -> CaseFailure:
-    from .registry import load_exercises
-
-    rel, fn = stub
-    ex = next((e for e in load_exercises().values() if e.practice_file == rel), None)
-    owner = f"exercise {ex.id}'s stub" if ex else "another exercise's stub"
-    instead = _SHELL_METHODS.get(fn)
-    hint = (f"call {instead} instead: the framework's method, which the judge connects to the reference while it "
-            f"grades this exercise" if instead else
-            f"do not call {rel} from here: use what the framework gives you, so that this exercise is graded on "
-            "its own")
-    return CaseFailure(f"{fn_name} calls {fn} in {rel}, {owner}, which raises NotImplementedError", hint=hint,
-                       kind="error")
-
-
-def raised_failure(err: LearnerRaised, fn_name: str, input: str | None = None) -> CaseFailure:
-    exc = err.exc
-    if is_memory_error(exc):  # a driver caught it beside the learner's code: the verdict is 'memory limit'
-        raise exc
-    stub = other_stub(exc)
-    if stub:
-        return _stub_failure(fn_name, stub)
-    if isinstance(exc, NotImplementedError):
-        file = _context.learner_file
-        where = "your code" if _context.learner_display == "your code" else \
-            _display_path(file) if file else "your practice file"
-        return CaseFailure(f"not implemented yet: {fn_name} raises NotImplementedError",
-                           hint=f"write {fn_name} in {where}", kind="not implemented")
-    if isinstance(exc, SystemExit):
-        return CaseFailure(f"{fn_name} called sys.exit({exc.code!r}); it must return its result",
-                           input=input, kind="exit")
-    return CaseFailure(f"{fn_name} raised {type(exc).__name__}: {short(str(exc))}", input=input,
-                       traceback=trimmed_traceback(exc), kind="error")
-
-
 def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any], Iterable[Any]],
            max_calls: int = 400) -> Any:
     """Greedy shrinking: repeatedly replace `value` by its first smaller candidate that still `fails`."""
@@ -295,34 +204,14 @@ def run_case(c: Case, impl: Any) -> CaseResult:
     """Run one case in this process and classify what happened. With one torch thread, as in the worker
     (OMP_NUM_THREADS=1): what the grader computes to compare with matches the worker's arithmetic, and small
     matrices gain nothing from threads."""
-    import time
-
-    with _one_torch_thread():
-        return _run_case(c, impl, time.perf_counter())
-
-
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
     torch = sys.modules.get("torch")
-    saved = torch.get_num_threads() if torch is not None else None
+    threads = torch.get_num_threads() if torch is not None else None
     if torch is not None:
         torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        if torch is not None:
-            torch.set_num_threads(saved)
-
-
-def _run_case(c: Case, impl: Any, t0: float) -> CaseResult:
-    import time
-
+    t0 = time.perf_counter()
     try:
         c.fn(impl)
     except CaseFailure as f:
-        return CaseResult(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
-    except LearnerRaised as err:  # a case called learner code with `call` without handling its exception
-        f = raised_failure(err, "your code")
         return CaseResult(c.name, False, time.perf_counter() - t0, f.kind, f.message, f.details())
     except KeyboardInterrupt:
         raise
@@ -332,9 +221,12 @@ def _run_case(c: Case, impl: Any, t0: float) -> CaseResult:
             limit = f" ({_context.memory_mb} MB)" if _context.memory_mb else ""
             detail = f": {short(str(exc))}" if str(exc) else ""
             return CaseResult(c.name, False, dt, "memory", f"memory limit{limit} exceeded ({type(exc).__name__}"
-                           f"{detail})", {"traceback": trimmed_traceback(exc)})
+                              f"{detail})", {"traceback": trimmed_traceback(exc)})
         if isinstance(exc, SystemExit):
             return CaseResult(c.name, False, dt, "exit", f"your code called sys.exit({exc.code!r}) during the test")
         return CaseResult(c.name, False, dt, "error", f"{type(exc).__name__}: {short(str(exc))}",
-                       {"traceback": trimmed_traceback(exc)})
+                          {"traceback": trimmed_traceback(exc)})
+    finally:
+        if torch is not None:
+            torch.set_num_threads(threads)
     return CaseResult(c.name, True, time.perf_counter() - t0)

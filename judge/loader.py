@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .harness import is_memory_error, trimmed_traceback
 from .registry import ROOT, Exercise
 
 
@@ -26,10 +27,7 @@ def module_name_for(path: Path, exercise: Exercise | None = None) -> str:
     work in a submitted copy too; for a file of another package in the repository, its own name."""
     if exercise is not None:
         return exercise.practice_file[:-3].replace("/", ".")
-    try:
-        rel = path.resolve().relative_to(ROOT)
-    except ValueError:
-        rel = None
+    rel = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else None
     if rel is not None and len(rel.parts) == 2 and (ROOT / rel.parts[0] / "__init__.py").is_file():
         return f"{rel.parts[0]}.{rel.stem}"
     return f"_judged_{path.stem}"
@@ -51,8 +49,6 @@ def load_file(path: str | Path, exercise: Exercise | None = None) -> ModuleType:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit at import time, ...
-        from .harness import is_memory_error, trimmed_traceback
-
         sys.modules.pop(name, None)
         if isinstance(exc, SystemExit):
             raise SetupError("import", f"{path.name} called sys.exit({exc.code!r}) while being imported") from None
@@ -65,15 +61,11 @@ def load_file(path: str | Path, exercise: Exercise | None = None) -> ModuleType:
     return module
 
 
-def signature_text(name: str, params: tuple[str, ...]) -> str:
-    return f"{name}({', '.join(params)})"
-
-
 def check_api(module: Any, exercise: Exercise, where: str) -> None:
     """Raise SetupError unless `module` defines every name of `exercise.api` accepting its parameters."""
     for name, params in exercise.api.items():
         obj = getattr(module, name, None)
-        want = signature_text(name, params)
+        want = f"{name}({', '.join(params)})"
         if obj is None:
             raise SetupError("missing", f"{where} does not define {name}: expected {want}")
         if not callable(obj):

@@ -1,13 +1,7 @@
-"""Public cases: the few cases of each exercise a student can run on their own copy (the student edition).
-
-A public case is recorded on the instructor's side (judge/edition.py, `record`): its case function runs against
-the reference (in a worker, like any graded code), and every request the case sent and every answer the reference
-gave is written to judge/public/<slug>.json. On the student's side the recorded requests are replayed to the
-student's code and each answer is compared with the reference's by judge/compare.py (the one comparer: a tensor,
-an array, a list or a tuple of the same numbers are equal, floats within its tolerance). An object the worker
-keeps for later calls (a driver's engine) is named by the case, the same name in the recording and the replay; an
-exception must be an instance of the same class. No reference and no hidden case is needed to replay them.
-"""
+"""Public cases: the cases of each exercise a student can run on their copy (the student edition). judge/edition.py
+records each driver call a public case makes on the reference and its answer (judge/public/<slug>.json); here the
+calls are replayed to the student's code and each answer is compared with the reference's by judge/compare.py, an
+exception by its class. No reference and no hidden case is needed to replay them."""
 
 from __future__ import annotations
 
@@ -34,10 +28,6 @@ def public_path(ex: Exercise) -> Path:
 def load(ex: Exercise) -> dict[str, list] | None:
     path = public_path(ex)
     return json.loads(path.read_text())["cases"] if path.is_file() else None
-
-
-def _value(data: Any) -> Any:
-    return wire.decode(data)
 
 
 def _raised(err: dict) -> str:
@@ -74,9 +64,10 @@ def _problem(want: dict, got: dict, what: str) -> str | None:
     if not want.get("ok"):
         return None if raised_as(err, want["error"]) else \
             f"{what}: expected {want['error']['type']}, got {err.get('type')}"
-    w, g = _value(want.get("value")), _value(got.get("value"))
-    driver_err = _driver_error(w, g)
-    if driver_err:
+    w, g = wire.decode(want.get("value")), wire.decode(got.get("value"))
+    # the learner's exception as a driver reported it ({"error": ...}) where the reference's answer had none
+    driver_err = g.get("error") if isinstance(g, dict) and not (isinstance(w, dict) and "error" in w) else None
+    if isinstance(driver_err, dict):
         if driver_err.get("type") == "NotImplementedError":
             return f"not implemented yet: {driver_err.get('message') or what + ' raises NotImplementedError'}"
         return f"{what}: {_raised(driver_err)}"
@@ -101,19 +92,10 @@ def raised_as(got: dict, want: dict) -> bool:
     return [want.get("module"), want.get("type")] in [list(m) for m in mro]
 
 
-def _driver_error(want: Any, got: Any) -> dict | None:
-    """The learner's exception, as a driver reported it in its answer ({"error": ...}) where the reference's answer
-    had none."""
-    expected = isinstance(want, dict) and "error" in want
-    if isinstance(got, dict) and isinstance(got.get("error"), dict) and not expected:
-        return got["error"]
-    return None
-
-
 def _described(req: dict) -> str:
     """A driver call as the Python it stands for, from the driver's own `describe`, else (no describe, or it gives
     None) as the driver's function and its arguments."""
-    args = [_value(a) for a in req.get("args", [])]
+    args = [wire.decode(a) for a in req.get("args", [])]
     describe = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "describe", None)
     text = describe(req.get("attr"), *args) if describe else None
     if text:

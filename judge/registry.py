@@ -1,8 +1,5 @@
-"""The exercise registry: one small metadata module per exercise in judge/exercises/, found by scanning.
-
-Adding an exercise never edits a shared list: drop `judge/exercises/exNNN_<slug>.py` defining `EXERCISE`
-(see judge/README.md). Metadata modules must stay light (no torch import): `list` reads them all.
-"""
+"""The exercise registry: one metadata module per exercise in judge/exercises/, found by scanning (judge/README.md).
+Metadata modules must stay light (no torch import): `list` reads them all."""
 
 from __future__ import annotations
 
@@ -12,7 +9,14 @@ import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import exercises as pkg
+
 ROOT = Path(__file__).resolve().parent.parent  # the repository root
+# The references of a whole engine: the parts of the exercises whose cases run one around the learner's code (less
+# the exercise's own answer, which no part may run)
+ENGINE_PARTS = ("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
+                "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
+                "solutions.paged_attention", "solutions.paged_kv_cache")
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,8 @@ class Exercise:
     case_timeout: float = 20.0  # default seconds per case (a case may set its own); `time_limit=` overrides
     memory_limit_mb: int = 4096  # address-space limit of the grading process
     total_timeout: float = 600.0  # seconds for one submission, all cases together (the rest are not run)
-    # The cases run in the grader and the learner's code in the worker, which sees only what a student receives.
-    # The references of the parts the learner's code calls (other exercises' answers) run in the grader too
-    # (judge/drivers/hosts.py); in a student edition without one, the student's practice module of the same name
-    # runs there in its place.
+    # the references of the parts the learner's code calls (other exercises' answers), run in the grader
+    # (judge/drivers/hosts.py); in a student edition without one, the student's practice module of that name
     part_references: tuple[str, ...] = ()
     # the cases a student can run on their copy (the student edition); default: the first two (the worked example)
     public_cases: tuple[str, ...] = ()
@@ -51,29 +53,18 @@ class Exercise:
     def case_counts(self) -> tuple[int, int | None]:
         """(public cases, all cases; None where the hidden tests are not installed), read from the hidden module's
         source without importing it (`list` stays light)."""
-        spec = importlib.util.find_spec(self.tests) if _has_package(self.tests) else None
+        try:
+            spec = importlib.util.find_spec(self.tests)
+        except ModuleNotFoundError:  # judge.hidden is not in a student edition
+            spec = None
         total = None
         if spec and spec.origin and Path(spec.origin).is_file():
             total = sum(1 for line in Path(spec.origin).read_text().splitlines() if line.startswith("@CASES("))
         return len(self.public_cases) or 2, total
 
-    @property
-    def name(self) -> str:
-        return f"{self.id} {self.slug}"
-
-
-def _has_package(module: str) -> bool:
-    """Whether the package holding `module` exists (judge.hidden is not in a student edition)."""
-    try:
-        return importlib.util.find_spec(module.rpartition(".")[0]) is not None
-    except ModuleNotFoundError:
-        return False
-
 
 def load_exercises() -> dict[int, Exercise]:
     """Every registered exercise by id, discovered from judge/exercises/ex*.py."""
-    from . import exercises as pkg
-
     found: dict[int, Exercise] = {}
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         if not info.name.startswith("ex"):

@@ -1,20 +1,16 @@
-"""The learner's code as the grader sees it: public drivers run beside it in the worker, answering plain data.
-
-A hidden case receives `impl`, a RemoteModule (the worker's session), and observes the learner's code only through
-a public driver run beside it (`driver(impl, "batch").build(items, 4)`): the driver calls the learner's code
-natively there and answers with plain data (judge/wire.py); an object a driver keeps for later calls (a scheduler
-world, an engine) stays there, under a name the case chooses (judge/drivers, `keep`). Learner exceptions come back
-as their type name, message and trimmed traceback, and are raised here as an exception of the same builtin type (or
-of framework.errors), or as a LearnerError named after it: nothing of the learner's runs here.
-"""
+"""The learner's code as the grader sees it: public drivers run beside it in the worker, answering plain data
+(judge/README.md). Learner exceptions are rebuilt here from their records, as the same builtin or framework.errors
+class or a LearnerError named after it: nothing of the learner's runs here."""
 
 from __future__ import annotations
 
-import builtins
+import importlib
+import os
 from typing import Any, Callable
 
-from . import wire
-from .harness import CaseFailure, LearnerRaised, raised_failure
+from . import drivers, wire
+from .harness import CaseFailure, context, is_memory_error, short, trimmed_traceback
+from .registry import ROOT, load_exercises
 
 
 class WorkerLost(BaseException):
@@ -25,21 +21,9 @@ class LearnerError(Exception):
     """An exception of a class the grader does not know (defined in the learner's code, or a library's)."""
 
 
-_KNOWN_MODULES = ("builtins", "framework.errors")
 # Classes made for names the worker sends: at most _MAX_CLASSES, dropped after every submission (`forget`).
 _MAX_CLASSES = 256
 _classes: dict[str, type] = {}
-
-
-def _known_class(module: str, name: str) -> type | None:
-    """The builtin or framework.errors exception class `module.name`, or None."""
-    if module not in _KNOWN_MODULES:
-        return None
-    import importlib
-
-    cls = getattr(builtins if module == "builtins" else importlib.import_module(module), name, None)
-    ok = isinstance(cls, type) and issubclass(cls, BaseException) and cls not in (KeyboardInterrupt, GeneratorExit)
-    return cls if ok else None
 
 
 def _exception(err: dict) -> BaseException:
@@ -48,17 +32,16 @@ def _exception(err: dict) -> BaseException:
     `class TableTooShort(ValueError)` is a ValueError here too (and a look-alike NoFreeBlocksError is not the real
     one)."""
     name, module, message = str(err.get("type")), str(err.get("module")), str(err.get("message", ""))
-    cls: Any = MemoryError if err.get("memory") else _known_class(module, name)
+    cls: Any = MemoryError if err.get("memory") else wire.known_class(module, name)
     if cls is None:
         mro = [m for m in err.get("mro") or [] if isinstance(m, list) and len(m) == 2]
-        base = next((k for k in (_known_class(str(m), str(n)) for m, n in mro[1:]) if k is not None), Exception)
+        base = next((k for k in (wire.known_class(str(m), str(n)) for m, n in mro[1:]) if k is not None), Exception)
         cls = _learner_class(name, base)
     try:
         exc = cls(err.get("code")) if cls is SystemExit else cls(message)
     except Exception:  # noqa: BLE001 - an exception class with a different constructor
         exc = _learner_class(name, Exception)(message)
     exc._judge_traceback = err.get("traceback")  # type: ignore[attr-defined]
-    exc._judge_stub = err.get("stub")  # type: ignore[attr-defined]
     return exc
 
 
@@ -80,26 +63,24 @@ def _learner_class(name: str, base: type) -> type:
 def forget() -> None:
     """Drop the classes made for what a submission's worker sent, and the parts the grader ran for its stand-ins
     (the runner calls it after each submission)."""
-    from . import drivers
-
     _classes.clear()
     drivers.forget()
 
 
 class Session:
-    """What the drivers need from the runner: one request, one plain answer (or WorkerLost)."""
+    """What the drivers need from the runner: one request, one plain answer (or WorkerLost). A WorkerProcess
+    (judge/worker_process.py) also lets the grader work while the worker does (`send`), and stops on a violation."""
 
-    def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by runner.WorkerProcess
+    def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by every session
         raise NotImplementedError
 
     def send(self, msg: dict) -> Callable[[], dict]:
-        """Send a request; the function returned gives its reply. Here at once (runner.WorkerProcess lets the
-        grader work while the worker does)."""
+        """Send a request; the function returned gives its reply."""
         reply = self.request(msg)
         return lambda: reply
 
     def violation(self, what: str) -> BaseException:
-        """The exception to raise for a reply the grader cannot receive (runner.WorkerProcess also stops it)."""
+        """The exception to raise for a reply the grader cannot receive."""
         return WorkerLost(what)
 
 
@@ -123,11 +104,12 @@ def _encode(value: Any) -> Any:
 
 
 class Driver:
-    """The public driver `judge/drivers/<name>.py`, run in the worker: `driver(impl, "scheduler").step("world", 3)`
-    calls `judge.drivers.scheduler.step(learner_module, "world", 3)` there and returns its plain answer."""
+    """The public driver `judge/drivers/<name>.py`, run where the learner's code is: `driver(impl, "scheduler")
+    .step("world", 3)` calls `judge.drivers.scheduler.step(learner_module, "world", 3)` in the worker (or here, on
+    code graded in this process) and returns its plain answer."""
 
-    def __init__(self, impl: RemoteModule, name: str) -> None:
-        self._session, self._name = object.__getattribute__(impl, "_session"), name
+    def __init__(self, impl: Any, name: str) -> None:
+        self._impl, self._name = impl, name
 
     def __getattr__(self, fn: str) -> Any:
         if fn.startswith("_"):
@@ -135,10 +117,13 @@ class Driver:
         return lambda *args, **kwargs: self.begin(fn, *args, **kwargs)()
 
     def begin(self, fn: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
-        """Start `fn` in the worker; the function returned waits for its answer (the grader works meanwhile)."""
-        wait = self._session.send({"op": "call", "driver": self._name, "attr": fn,
-                                   "args": [_encode(a) for a in args],
-                                   "kwargs": {k: _encode(v) for k, v in kwargs.items()}})
+        """Start `fn`; the function returned waits for its answer (the grader works meanwhile)."""
+        if not isinstance(self._impl, RemoteModule):  # code of this process: the driver's function called here
+            value = getattr(importlib.import_module(f"judge.drivers.{self._name}"), fn)(self._impl, *args, **kwargs)
+            return lambda: value
+        session = object.__getattribute__(self._impl, "_session")
+        wait = session.send({"op": "call", "driver": self._name, "attr": fn, "args": [_encode(a) for a in args],
+                             "kwargs": {k: _encode(v) for k, v in kwargs.items()}})
 
         def answer() -> Any:
             reply = wait()
@@ -147,33 +132,52 @@ class Driver:
             try:
                 return wire.decode(reply.get("value"))
             except wire.WireError as err:
-                raise self._session.violation(str(err)) from None
+                raise session.violation(str(err)) from None
 
         return answer
 
 
-class LocalDriver:
-    """The same driver for code graded in this process (grade_inprocess): its functions called directly."""
-
-    def __init__(self, impl: Any, name: str) -> None:
-        import importlib
-
-        self._impl, self._module = impl, importlib.import_module(f"judge.drivers.{name}")
-
-    def __getattr__(self, fn: str) -> Any:
-        f = getattr(self._module, fn)
-        return lambda *args, **kwargs: f(self._impl, *args, **kwargs)
-
-    def begin(self, fn: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
-        value = getattr(self, fn)(*args, **kwargs)
-        return lambda: value
-
-
-def driver(impl: Any, name: str) -> Driver | LocalDriver:
-    """The public driver judge/drivers/<name>.py, run where the learner's code is."""
-    return Driver(impl, name) if isinstance(impl, RemoteModule) else LocalDriver(impl, name)
+driver = LocalDriver = Driver  # judge/hidden's names: a driver on the learner's code, one on the reference here
 
 
 def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
     """The learner's exception (as the driver reported it) as a readable failure naming `name`."""
-    return raised_failure(LearnerRaised(_exception(err)), name, input=where)
+    exc = _exception(err)
+    if is_memory_error(exc):  # a driver caught it beside the learner's code: the verdict is 'memory limit'
+        raise exc
+    if err.get("stub"):
+        return _stub_failure(name, err["stub"])
+    if isinstance(exc, NotImplementedError):
+        file = context().learner_file
+        shown = "your code" if context().learner_display == "your code" else \
+            _display_path(file) if file else "your practice file"
+        return CaseFailure(f"not implemented yet: {name} raises NotImplementedError",
+                           hint=f"write {name} in {shown}", kind="not implemented")
+    if isinstance(exc, SystemExit):
+        return CaseFailure(f"{name} called sys.exit({exc.code!r}); it must return its result", input=where,
+                           kind="exit")
+    return CaseFailure(f"{name} raised {type(exc).__name__}: {short(str(exc))}", input=where,
+                       traceback=trimmed_traceback(exc), kind="error")
+
+
+def _display_path(path: str) -> str:
+    return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
+
+
+# What to call instead of another exercise's stub: the framework shell's method, wired to the reference.
+_SHELL_METHODS = {"allocate_or_preempt": "self.allocate_or_preempt(request, num_new_tokens, out)",
+                  "preempt": "self.preempt(request)"}
+
+
+def _stub_failure(fn_name: str, stub: list[str]) -> CaseFailure:
+    """129's Scheduler calling practice/preemption.py's stub, say: that NotImplementedError is not theirs."""
+    rel, fn = stub
+    ex = next((e for e in load_exercises().values() if e.practice_file == rel), None)
+    owner = f"exercise {ex.id}'s stub" if ex else "another exercise's stub"
+    instead = _SHELL_METHODS.get(fn)
+    hint = (f"call {instead} instead: the framework's method, which the judge connects to the reference while it "
+            f"grades this exercise" if instead else
+            f"do not call {rel} from here: use what the framework gives you, so that this exercise is graded on "
+            "its own")
+    return CaseFailure(f"{fn_name} calls {fn} in {rel}, {owner}, which raises NotImplementedError", hint=hint,
+                       kind="error")

@@ -1,12 +1,7 @@
-"""Grading results and their text form (what the CLI prints and what `check` puts in its AssertionError).
-
-A report is bounded whatever the graded code does: each string of a case (its message and each detail: the
-learner's exception and traceback, the repr of what it returned) is cut to TEXT_LIMIT characters, terminal control
-characters are escaped (a report cannot clear a screen or draw a fake summary), and the whole text is cut to
-REPORT_LIMIT characters. A class-grading report (`for_class`) also shows no path of the grader's machine, no
-traceback frame of the course's files or of a reference, and none of the learner's printed output, which could
-carry the hidden inputs their code was given.
-"""
+"""Grading results and their text form (what the CLI prints and what `check` puts in its AssertionError), bounded
+whatever the graded code does (judge/README.md, "How the sandbox works"): no control characters, strings cut to
+TEXT_LIMIT, the whole text to REPORT_LIMIT, and for a class (`for_class`) no path of the grader's machine, no frame
+of the course's files or of a reference, and no printed output (it could carry the hidden inputs)."""
 
 from __future__ import annotations
 
@@ -14,6 +9,8 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from .registry import ROOT
 
 TEXT_LIMIT = 2000  # characters of one string of a case (message, exception, traceback, expected / got)
 REPORT_LIMIT = 40_000  # characters of a whole report
@@ -38,8 +35,6 @@ _FRAME = re.compile(r'  File "(?P<path>[^"]*)", line')
 def _public_frames(traceback: str) -> str:
     """A traceback without the frames (file, line and source) of the grader's own files or of a reference in the
     sandbox: their source lines are not the student's to see."""
-    from .registry import ROOT
-
     hidden = (str(ROOT) + os.sep, "/course/solutions/")
     out, skipping = [], False
     for line in traceback.splitlines():
@@ -55,8 +50,6 @@ def _public_frames(traceback: str) -> str:
 
 def _private(text: str) -> str:
     """`text` without the grader's folders (the course checkout, the home folder)."""
-    from .registry import ROOT
-
     for path, shown in ((str(ROOT), "<course>"), (os.path.expanduser("~"), "~")):
         if len(path) > 1:
             text = text.replace(path, shown)

@@ -1,36 +1,28 @@
-"""Grading: the cases run here, in the grader; the learner's code runs in a separate process, the worker.
-
-For each case the grader asks the worker to run a public driver (judge/drivers/), which builds what the case needs
-beside the learner's code, calls it and answers with a plain trace (judge.remote). The grader compares that data
-with expected values it computes itself
-and gives the verdict: nothing the worker does, prints or forges can pass a case.
-
-One case at a time: a case whose worker hangs, crashes, exits, exhausts its memory or floods its output gets that
-verdict, and a fresh worker runs the next case. A total time cap per submission stops the rest (reported), and so
-does a worker that breaks the protocol or makes the grader hold too much (judge/worker_process.py).
-
-The worker is started by `judge.sandbox`: under bubblewrap when `isolated` (class grading), else as a plain
-subprocess with limits (self-study). For function objects, `grade_inprocess` runs the cases in this process.
+"""Grading: the cases run here, in the grader, and observe the learner's code through a worker process
+(judge/worker_process.py, judge/README.md "How the sandbox works"); `grade_inprocess` runs them on objects of this
+process instead. Nothing the worker does, prints or forges can pass a case: the grader computes every verdict.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
-import importlib
+import importlib.util
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, Iterator
 
-from . import remote, sandbox
+from . import harness, public, remote, sandbox
+from .loader import SetupError, check_api
+from .notebooks import solution_source
 from .registry import Exercise, get_exercise
 from .remote import RemoteModule, WorkerLost
 from .report import CaseResult, Report
-from .worker_process import (ENDS_SUBMISSION, OUTPUT_LIMIT, STARTUP_TIMEOUT, WorkerProcess, _Output, memory_ceiling,
-                             start_for_file)
+from .worker_process import ENDS_SUBMISSION, OUTPUT_LIMIT, STARTUP_TIMEOUT, WorkerProcess, _Output, memory_ceiling
 
 __all__ = ["STARTUP_TIMEOUT", "IsolationUnavailable", "another_process", "check", "grade", "grade_inprocess"]
 
@@ -43,8 +35,6 @@ class IsolationUnavailable(RuntimeError):
 def another_process(impl: Any) -> Iterator[Any]:
     """The learner's code loaded afresh in another process (its own hash seed), for a case that compares what two
     processes compute: a sibling worker of a graded one, or for an in-process module, a plain worker on its file."""
-    from . import harness
-
     if isinstance(impl, RemoteModule):
         w = object.__getattribute__(impl, "_session").sibling()
     else:
@@ -53,7 +43,8 @@ def another_process(impl: Any) -> Iterator[Any]:
         if not path or not os.path.isfile(path) or ex is None:
             raise RuntimeError("this case loads your code again in a fresh process, which needs it in a file: grade "
                                "the file (judge.check(ID, 'path/to/file.py')) rather than objects defined here")
-        w = start_for_file(ex, path)
+        w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT).ready(
+            ex.case_timeout)
     try:
         yield RemoteModule(w)
     finally:
@@ -64,10 +55,8 @@ def _release_memory() -> None:
     """What a submission left behind in the grader, dropped before the next one starts."""
     remote.forget()
     gc.collect()
-    try:
+    with suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)  # glibc: hand freed memory back, so that the next budget starts low
-    except (OSError, AttributeError):
-        pass
 
 
 def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) -> tuple[dict[str, Any], str, Any]:
@@ -88,8 +77,6 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
     else:
         text = str(impl)
         if not text.endswith(".py") and "/" not in text and not Path(text).exists():
-            import importlib.util
-
             try:
                 found = importlib.util.find_spec(text) is not None
             except (ImportError, ValueError):
@@ -99,8 +86,6 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
         path = Path(impl)
     path = path.resolve()
     if path.suffix == ".ipynb":
-        from .notebooks import solution_source
-
         src, problem = solution_source(path)
         if problem:
             return {"fatal": problem}, str(path), None
@@ -110,61 +95,54 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
 
 
 def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
 
 
 def _case_list(ex: Exercise, cases: list[str] | None) -> list:
-    from . import harness
-
     try:
         every = list(importlib.import_module(ex.tests).CASES)
     except ModuleNotFoundError as exc:
         every = _public_cases(ex, exc)
+    return _chosen(every, cases)
+
+
+def _chosen(every: list, cases: list[str] | None) -> list:
+    """The cases `cases` names (None: all): by exact case names, or else by case-insensitive parts of names."""
     if cases is None:
         return every
-    names = [c.name for c in every]
-    return [c for c in every if harness.selected(c.name, cases, names)]
+    names = {c.name for c in every}
+    parts = [w.lower() for w in cases if w not in names]
+    return [c for c in every if c.name in cases or any(p in c.name.lower() for p in parts)]
+
+
+def _not_run(cases: list, message: str = "not run: see above", verdict: str = "not run") -> list[CaseResult]:
+    return [CaseResult(c.name, False, 0.0, verdict, message) for c in cases]
 
 
 def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
     """The recorded public cases, where the hidden ones are not installed (a student's copy of the course)."""
-    from . import harness, public
-
     logs = public.load(ex)
     if logs is None or not (missing.name and ex.tests.startswith(missing.name)):
         raise missing
 
-    def case_fn(log: list):
-        def run(impl: Any) -> None:
-            problem = public.replay(object.__getattribute__(impl, "_session"), log)
-            if problem:
-                raise harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented")
-                                          else "fail")
+    return [harness.Case(name, functools.partial(_replayed, log)) for name, log in logs.items()]
 
-        return run
 
-    return [harness.Case(name, case_fn(log)) for name, log in logs.items()]
+def _replayed(log: list, impl: Any) -> None:
+    """A recorded public case, replayed to the student's code."""
+    problem = public.replay(object.__getattribute__(impl, "_session"), log)
+    if problem:
+        raise harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented") else "fail")
 
 
 def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | None = None, reference: bool = False,
           time_limit: float | None = None, memory_limit_mb: int | None = None, cases: list[str] | None = None,
-          options: dict[str, Any] | None = None, output_limit: int = OUTPUT_LIMIT, isolated: bool = False,
-          total_limit: float | None = None) -> Report:
-    """Grade one exercise and return a Report (never raises for learner misbehaviour).
-
-    impl: None (the learner's practice file), a path (.py, or a submitted .ipynb: its solution cell), a dotted module
-    name, a module with a __file__, or a function / namespace / class (then the cases run in this process, without
-    the sandbox: see `grade_inprocess`).
-    source: the learner's code as text (graded from a temporary file).
-    reference: grade the reference solution instead (never isolated: it is the instructor's own code).
-    time_limit: seconds per case (and for importing the learner's module), overriding the exercise's.
-    cases: only these cases (exact names, or else case-insensitive parts of names).
-    isolated: run the learner's code under bubblewrap (IsolationUnavailable if it cannot run here).
-    total_limit: seconds for the whole submission (default: the exercise's total_timeout).
-    """
+          options: dict[str, Any] | None = None, isolated: bool = False, total_limit: float | None = None) -> Report:
+    """Grade one exercise and return a Report (never raises for learner misbehaviour). What `impl` and `source` may
+    be: judge/README.md, "Python API" (a function, namespace or class runs in this process: `grade_inprocess`).
+    time_limit: seconds per case and for importing the learner's module; total_limit: for the whole submission;
+    cases: exact case names, or else case-insensitive parts of names; reference: grade the reference instead (the
+    instructor's own code, never isolated); isolated: under bubblewrap (IsolationUnavailable if it cannot run)."""
     ex = get_exercise(exercise)
     if impl is not None and not isinstance(impl, (str, os.PathLike, ModuleType)):
         return grade_inprocess(ex, impl, cases=cases, options=options)
@@ -185,7 +163,7 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
         if "impl" in target and not Path(target["impl"]).is_file():
             report.fatal = f"{display} does not exist (exercise {ex.id} is edited in {ex.practice_file})"
             return report
-        run = _Run(ex, target, isolated and not reference, memory_mb, dict(options or {}), output, output_limit,
+        run = _Run(ex, target, isolated and not reference, memory_mb, dict(options or {}), output, OUTPUT_LIMIT,
                    time_limit, cap)
         try:
             run.spawn()  # the worker starts Python and imports while this process imports the cases
@@ -196,7 +174,7 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
                 return report
             report.results, report.fatal = run.cases(selected)
         except MemoryError:  # the grader's own memory ran out on this submission: it scores 0, the next starts clean
-            report.results = [CaseResult(c.name, False, 0.0, "grader memory", "not run") for c in selected]
+            report.results = _not_run(selected, "not run", "grader memory")
             report.fatal = "the grader ran out of memory while grading this submission"
         finally:
             run.stop()
@@ -224,7 +202,6 @@ class _Run:
         self.options, self.output, self.output_limit = options, output, output_limit
         self.time_limit, self.cap = time_limit, cap
         self.worker: WorkerProcess | None = None
-        self.ready = False
         self.capped = 0
         self.ceiling: int | None = None  # the grader's memory budget for this submission, from its first start
 
@@ -232,66 +209,52 @@ class _Run:
         """Start a worker (it imports while the grader goes on)."""
         self.worker = WorkerProcess(self.ex, self.target, self.isolated, self.memory_mb, self.options, self.output,
                                     self.output_limit, self.ceiling)
-        self.ready = False
 
     def start(self) -> str | None:
         """A worker with the learner's module loaded; the reason if that fails (for every case)."""
         if self.worker is None:
             self.spawn()
-        w = self.worker
         if self.ceiling is None:  # the cases are imported by now: the budget counts what the submission causes
             self.ceiling = memory_ceiling()
-        w.ceiling = self.ceiling
+        self.worker.ceiling = self.ceiling
         try:
-            msg = w.wait_ready(self.time_limit or self.ex.case_timeout, self.cap)
-        except WorkerLost:
+            self.worker.ready(self.time_limit or self.ex.case_timeout, self.cap)
+        except WorkerLost as lost:
             self.stop()
-            return w.lost[1] if w.lost else "the grading process stopped"
-        if msg.get("t") == "fatal":
-            self.stop()
-            return str(msg.get("message"))
-        w.phase = "case"
-        self.ready = True
+            return str(lost)
         return None
 
     def stop(self) -> None:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
-            self.ready = False
 
     def cases(self, selected: list) -> tuple[list[CaseResult], str | None]:
-        from . import harness
-
+        ctx = harness.Context(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
+                              learner_file=self.target.get("impl") or self.ex.practice_file,
+                              learner_display=self.target.get("display"))
         results: list[CaseResult] = []
         for i, case in enumerate(selected):
             fatal = None
-            if (self.worker is None or not self.ready) and time.monotonic() < self.cap:
+            if (self.worker is None or self.worker.phase != "case") and time.monotonic() < self.cap:
                 fatal = self.start()
             if time.monotonic() >= self.cap:
                 self.capped = len(selected) - i
-                results += [CaseResult(c.name, False, 0.0, "timeout", "not run: the total time cap for one "
-                                       "submission was used up") for c in selected[i:]]
-                break
+                return results + _not_run(selected[i:], "not run: the total time cap for one submission was used up",
+                                          "timeout"), None
             if fatal:
-                return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")
-                                  for c in selected[i:]], fatal
+                return results + _not_run(selected[i:]), fatal
             w = self.worker
             w.set_deadline(self.time_limit or case.timeout or self.ex.case_timeout, self.cap)
             t0 = time.perf_counter()
-            ctx = harness.Context(options=self.options, memory_mb=self.memory_mb, exercise=self.ex,
-                                  learner_file=self.target.get("impl") or self.ex.practice_file,
-                                  learner_display=self.target.get("display"))
             with harness.grading(ctx):
                 out = harness.run_case(case, RemoteModule(w))
             if w.lost:  # whatever the case made of it, the worker's end is the verdict
-                verdict, message = w.lost
-                out = CaseResult(case.name, False, time.perf_counter() - t0, verdict, message)
+                out = CaseResult(case.name, False, time.perf_counter() - t0, *w.lost)
                 self.stop()
             results.append(out)
             if out.verdict in ENDS_SUBMISSION:
-                return results + [CaseResult(c.name, False, 0.0, "not run", "not run: see above")
-                                  for c in selected[i + 1:]], None
+                return results + _not_run(selected[i + 1:]), None
         return results, None
 
 
@@ -299,9 +262,6 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
                     options: dict[str, Any] | None = None) -> Report:
     """Run the cases in this process on `impl`: a module, a namespace, or (for one-function exercises) the
     function itself. No sandbox: no time limit and no isolation (for tests and trusted code)."""
-    from . import harness
-    from .loader import SetupError, check_api
-
     ex = get_exercise(exercise)
     t0 = time.monotonic()
     if callable(impl) and not isinstance(impl, (ModuleType, SimpleNamespace)) and len(ex.api) == 1 \
@@ -310,13 +270,12 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
     display = getattr(impl, "__name__", None) or type(impl).__name__
     report = Report(ex.id, ex.slug, ex.title, f"{display} (in this process)")
     try:
-        tests = importlib.import_module(ex.tests)
-        selected = [c for c in tests.CASES if cases is None or harness.selected(c.name, cases, tests.CASES.names())]
+        selected = _chosen(list(importlib.import_module(ex.tests).CASES), cases)
         try:
             check_api(impl, ex, "your code")
         except SetupError as err:
             report.fatal = err.message
-            report.results = [CaseResult(c.name, False, 0.0, "not run", "not run: see above") for c in selected]
+            report.results = _not_run(selected)
             return report
         first = getattr(impl, next(iter(ex.api)), None) if ex.api else None
         code = getattr(first, "__code__", None)

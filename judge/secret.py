@@ -1,9 +1,6 @@
-"""The instructor's secret seed: random hidden cases drawn from it differ from anything a student could run.
-
-Read from $JUDGE_SECRET_SEED, else from ~/.config/mini-llm-judge/secret_seed ($XDG_CONFIG_HOME respected), which
-`python -m judge.edition` creates on the instructor's machine. Without either, the seed is "" and the cases are
-the ones the tests of this repository check. It never leaves the grader: the worker gets inputs, not seeds.
-"""
+"""The instructor's secret seed ($JUDGE_SECRET_SEED, else the file `python -m judge.edition` creates): random hidden
+cases drawn from it differ from anything a student could run. Without one the seed is "" (the cases this
+repository's tests check). It never leaves the grader: the worker gets inputs, not seeds."""
 
 from __future__ import annotations
 

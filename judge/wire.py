@@ -1,19 +1,13 @@
-"""Plain data between the grader and the graded process (the worker), as JSON lines; never pickle.
-
-What crosses: None, bool, int, float (nan and infinities too), str, lists, tuples, dicts, sets, torch tensors and
-numpy arrays (dtype + shape + raw bytes): what the public drivers (judge/drivers/) return. Anything else cannot be
-sent: a driver reads the learner's objects into such data. Decoding builds only these plain values, never an object
-of the learner's class.
-
-Everything the worker sends is the learner's to forge, so the grader receives it within limits: a message (one line)
-of at most MAX_MESSAGE bytes, values nested at most MAX_DEPTH deep, exception records cut to TEXT_LIMIT
-characters. Whatever breaks them raises WireError, which the grader turns into the submission's verdict.
-"""
+"""Plain data between the grader and the worker, as JSON lines; never pickle. What crosses is what the public
+drivers return (None, bool, int, float, str, lists, tuples, dicts, sets, torch tensors, numpy arrays); decoding
+builds only such values. What the worker sends is the learner's to forge: it is received within the limits below,
+and whatever breaks them raises WireError, which the grader turns into the submission's verdict."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import json
 import math
 from collections import deque
@@ -213,6 +207,16 @@ def error_record(exc: BaseException, traceback: str | None) -> dict:
     if traceback is not None:
         rec["traceback"] = cut(traceback)
     return rec
+
+
+def known_class(module: str, name: str) -> type | None:
+    """The builtin or framework.errors exception class `module.name`, or None: the classes an exception record is
+    rebuilt as, on either side."""
+    if module not in ("builtins", "framework.errors"):
+        return None
+    cls = getattr(importlib.import_module(module), name, None)
+    ok = isinstance(cls, type) and issubclass(cls, BaseException) and cls not in (KeyboardInterrupt, GeneratorExit)
+    return cls if ok else None
 
 
 def received_error(rec: dict) -> dict:

@@ -1,18 +1,5 @@
-"""The worker as the grader drives it: started, asked, read and stopped, every wait bounded.
-
-Whatever the worker writes is the learner's to forge, so the grader takes it within limits, whatever arrives:
-
-- every read, every write and the wait for the process honour one deadline (the case's limit, or the start-up's,
-  or the import's, and never past the submission's total cap), checked whether or not bytes keep coming;
-- a request is written without blocking: while the worker does not read, the grader reads what it writes;
-- a message is one line of at most `wire.MAX_MESSAGE` bytes; a line that is not JSON is skipped (learner output
-  on the wrong descriptor), but a message the grader did not ask for (a reply to an id it has not sent or has had
-  its answer to, anything before the worker's "hello" or after its "ready") is a protocol violation;
-- a callback (the learner's code calling a part the grader runs for it, judge/drivers/stand_ins.py) is served only
-  for a request whose reply is awaited, nested at most `MAX_CALLBACK_DEPTH` deep, on plain data the host checks
-  before any reference sees it (anything else is a violation); its time counts against the same deadline;
-- what one submission makes the grader hold is bounded (`GRADER_MEMORY_MB` above its resident memory when the
-  submission started).
+"""The worker as the grader drives it: started, asked, read and stopped, every wait bounded (the limits are in
+judge/README.md, "How the sandbox works").
 
 A violation, a timeout, a death, too much output or the memory budget stop the worker and set `lost`
 (verdict, message): the runner gives that verdict to the case, and a violation or the budget ends the submission.
@@ -25,6 +12,7 @@ import selectors
 import signal
 import subprocess
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable
 
@@ -95,10 +83,6 @@ def _signal_name(num: int) -> str:
     return name + extra
 
 
-def sandbox_signal(rc: int) -> bool:
-    return 128 < rc < 128 + 65
-
-
 class WorkerProcess(Session):
     """One worker: started, asked, and stopped by the grader. `lost` says why it stopped, if it did."""
 
@@ -110,7 +94,6 @@ class WorkerProcess(Session):
         self.ex, self.output, self.output_limit, self.memory_mb = ex, output, output_limit, memory_mb
         self.ceiling = ceiling
         self.output_start = output.total  # the limit is per worker, hence per case
-        self.epoch = 0
         self.deadline = time.monotonic() + STARTUP_TIMEOUT
         self.phase = "start"  # start (until "hello") | import (until "ready") | case
         self.lost: tuple[str, str] | None = None  # (verdict, message)
@@ -140,7 +123,6 @@ class WorkerProcess(Session):
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.rep_r, selectors.EVENT_READ, "reply")
         self.sel.register(self.out_fd, selectors.EVENT_READ, "output")
-        self.open_fds = 2
         self._write(cfg)
 
     # -- the protocol
@@ -154,7 +136,6 @@ class WorkerProcess(Session):
         if self.lost:
             raise WorkerLost(self.lost[1])
         self.next_id += 1
-        self.epoch += 1
         wanted = self.next_id
         self.pending[wanted] = None
         self._write({**msg, "id": wanted})
@@ -169,9 +150,10 @@ class WorkerProcess(Session):
     def _take_reply(self) -> None:
         msg = self._read_message()
         rid = msg.get("id")
-        if msg.get("t") == "callback" and type(rid) is int and rid in self.pending and self.pending[rid] is None:
+        awaited = type(rid) is int and rid in self.pending and self.pending[rid] is None
+        if msg.get("t") == "callback" and awaited:
             return self._serve_callback(msg)
-        if msg.get("t") != "reply" or type(rid) is not int or rid not in self.pending or self.pending[rid] is not None:
+        if msg.get("t") != "reply" or not awaited:
             raise self.violation(f"a message the grader did not ask for ({_describe(msg)})")
         problem = wire.reply_problem(msg)
         if problem:
@@ -194,11 +176,12 @@ class WorkerProcess(Session):
             self.callback_depth -= 1
         self._write({"t": "answer", **answer})
 
-    def wait_ready(self, import_limit: float, cap: float | None) -> dict:
-        """{"t": "ready"} or {"t": "fatal", ...} once the learner's module is imported, within `import_limit`
-        seconds of the worker's own start-up; WorkerLost if it never gets there."""
+    def ready(self, import_limit: float, cap: float | None = None) -> "WorkerProcess":
+        """This worker once the learner's module is imported (within `import_limit` seconds of the worker's own
+        start-up), in its case phase; WorkerLost, with the reason, if the module does not load or it is lost."""
         if self.phase == "start":
-            self.deadline = min(self.deadline, cap) if cap is not None else self.deadline
+            if cap is not None:
+                self.deadline = min(self.deadline, cap)
             msg = self._read_message()
             if msg.get("t") != "hello":
                 raise self.violation(f"a message before the grading process had started ({_describe(msg)})")
@@ -208,8 +191,10 @@ class WorkerProcess(Session):
         if msg.get("t") not in ("ready", "fatal"):
             raise self.violation(f"a message while your module was being imported ({_describe(msg)})")
         if msg["t"] == "fatal":
-            msg["message"] = wire.cut(msg.get("message"))
-        return msg
+            self.close()
+            raise WorkerLost(wire.cut(msg.get("message")))
+        self.phase = "case"
+        return self
 
     def violation(self, what: str) -> WorkerLost:
         """Stop the worker for breaking the protocol; the exception to raise."""
@@ -226,12 +211,7 @@ class WorkerProcess(Session):
 
     def sibling(self) -> "WorkerProcess":
         """Another worker for the same code, ready (a fresh process: e.g. another hash seed)."""
-        w = WorkerProcess(*self.args)
-        msg = w.wait_ready(self.limit, None)
-        if msg.get("t") != "ready":
-            w.close()
-            raise WorkerLost(str(msg.get("message")))
-        w.phase = "case"
+        w = WorkerProcess(*self.args).ready(self.limit)
         w.set_deadline(self.limit)
         return w
 
@@ -269,8 +249,6 @@ class WorkerProcess(Session):
             except wire.WireError as err:
                 raise self.violation(str(err)) from None
             except ValueError:  # not JSON: written by the learner's code on the reply pipe; skipped, in time
-                if time.monotonic() >= self.deadline:
-                    self._stop("timeout", self._timeout_message())
                 continue
             self._check_memory()
             return msg
@@ -307,7 +285,6 @@ class WorkerProcess(Session):
             got = True
             if not data:
                 self.sel.unregister(key.fd)
-                self.open_fds -= 1
             elif key.data == "reply":
                 self.buf += data
             else:
@@ -335,23 +312,17 @@ class WorkerProcess(Session):
         maxrss_mb = (self.rusage.ru_maxrss / 1024) if self.rusage else 0
         where = {"start": "before the tests started", "import": "while importing your module"}.get(
             self.phase, "during this case")
-        if rc < 0:
-            sig = -rc
-            if self.memory_mb and maxrss_mb > 0.8 * self.memory_mb or sig == signal.SIGKILL:
-                return "memory", (f"killed by {_signal_name(sig)} {where}; it used {maxrss_mb:.0f} MB: memory limit "
-                                  f"({self.memory_mb} MB) exceeded, or your code killed its own process?")
-            return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
         if rc == 0:
             return "exit", (f"the grading process exited (code 0) {where}: your code must return its result, not "
                             "call os._exit() or sys.exit()")
-        if rc >= 128 and sandbox_signal(rc):  # bubblewrap reports a signal of its child as 128 + signal
-            return self._death_by(rc - 128, where)
-        return "exit", f"the grading process exited with code {rc} {where} (os._exit()? a crash in C code?)"
-
-    def _death_by(self, sig: int, where: str) -> tuple[str, str]:
-        if sig == signal.SIGKILL:
-            return "memory", (f"killed by SIGKILL {where}: memory limit ({self.memory_mb} MB) exceeded, or your code "
-                              "killed its own process?")
+        # bubblewrap reports a signal of its child as 128 + signal (and its own memory use, not the child's)
+        sig = -rc if rc < 0 else rc - 128 if 128 < rc < 128 + 65 else None
+        if sig is None:
+            return "exit", f"the grading process exited with code {rc} {where} (os._exit()? a crash in C code?)"
+        if sig == signal.SIGKILL or rc < 0 and self.memory_mb and maxrss_mb > 0.8 * self.memory_mb:
+            used = f"; it used {maxrss_mb:.0f} MB" if rc < 0 else ""
+            return "memory", (f"killed by {_signal_name(sig)} {where}{used}: memory limit ({self.memory_mb} MB) "
+                              "exceeded, or your code killed its own process?")
         return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
 
     def _stop(self, verdict: str, message: str) -> None:
@@ -362,27 +333,21 @@ class WorkerProcess(Session):
         if getattr(self, "closed", False):
             return
         self.closed = True
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # bubblewrap and what it started; or the plain worker's group
-        except (ProcessLookupError, PermissionError):
-            pass
         if self.status is None:
             _, self.status, self.rusage = os.wait4(self.proc.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(self.status)
-        try:  # the output of its last moments (what a pipe holds), without waiting
+        with suppress(OSError):  # the output of its last moments (what a pipe holds), without waiting
             for _ in range(4):
                 data = os.read(self.out_fd, 1 << 16)
                 if not data:
                     break
                 self.output.add(data)
-        except OSError:
-            pass
         self.sel.close()
         for fd in (self.rep_r, self.req_w):
-            try:
+            with suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.proc.stdout.close()
         self.buf = bytearray()
         self.pending.clear()
@@ -393,14 +358,3 @@ def _describe(msg: dict) -> str:
     """A short, safe description of an unexpected message (its kind and id only)."""
     kind, rid = msg.get("t"), msg.get("id")
     return f"kind {str(kind)[:30]!r}" + (f", id {str(rid)[:20]}" if rid is not None else "")
-
-
-def start_for_file(ex: Exercise, path: str) -> WorkerProcess:
-    """A plain (unisolated) worker, ready, on the learner's file (for `runner.another_process`)."""
-    w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT)
-    msg = w.wait_ready(ex.case_timeout, None)
-    if msg.get("t") != "ready":
-        w.close()
-        raise WorkerLost(str(msg.get("message")))
-    w.phase = "case"
-    return w

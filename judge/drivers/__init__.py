@@ -1,16 +1,8 @@
-"""Public drivers: code the worker runs for exercises whose learner code needs objects built beside it (a
-scheduler with its KV-cache manager and requests, an engine with its model). Each function takes the learner's
-module first, then plain arguments from the grader, and returns plain data (what the learner's objects did).
-They hold no expected value: the grader computes those with the references. Shipped to students.
-
-The parts of the course the learner's code calls but does not write (the scheduler under an engine, the model
-runner) run in the grader, on the references: the worker holds none. A driver gives the learner's code public
-stand-ins for them (judge/drivers/stand_ins.py), which reach the grader's part, a *host* the case registered
-(`register_host`), with `host_call`: plain data out, plain data back, while the grader waits for the driver's
-reply. In the grader (the reference's twin, code graded in-process) the same call is served directly.
-
-An object a driver builds and later calls reuse (a scheduler world, an engine) is kept in its process under a name
-the grader chooses (`keep`, `kept`): the grader sends the name, never the object."""
+"""What the public drivers (judge/drivers/<module>.py, shipped to students) share: each function of a driver takes
+the learner's module first, then plain arguments, and returns plain data (what the learner's objects did), holding
+no expected value. The parts the learner's code calls but does not write run in the grader as hosts
+(`register_host`), which the stand-ins (judge/drivers/stand_ins.py) reach with `host_call`; an object a driver's
+later calls reuse is kept in its process under a name the grader chooses (`keep`, `kept`)."""
 
 from __future__ import annotations
 
@@ -19,9 +11,12 @@ import functools
 import itertools
 import json
 import operator
+import os
+import traceback
 from typing import Any, Callable
 
 from judge import wire
+from judge.harness import context, int_values, is_memory_error, option, trimmed_traceback
 
 
 @functools.lru_cache(maxsize=2)
@@ -33,13 +28,37 @@ def _model_at(path: str):
     return load_transformer(path, dtype=torch.float32, device="cpu")
 
 
-def learner_error(exc: BaseException) -> dict:
-    """The learner's exception as plain data, with their trimmed traceback, for the grader to show."""
-    from judge import harness
-    from judge._worker import _error
-
+def learner_error(exc: BaseException, learner_file: str | None = None) -> dict:
+    """The learner's exception as plain data for the grader to show: its type, the classes of its MRO, their
+    traceback trimmed to `learner_file` (default: the context's), the other exercise's stub it came from."""
     relayed = getattr(exc, "_judge_record", None)  # raised by the learner's code the grader's part called back
-    return relayed if isinstance(relayed, dict) else _error(exc, harness.context().learner_file)
+    if isinstance(relayed, dict):
+        return relayed
+    learner_file = learner_file or context().learner_file
+    try:
+        tb = trimmed_traceback(exc, learner_file)
+    except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
+        tb = None
+    err = wire.error_record(exc, tb)
+    err["mro"] = [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]
+    err["stub"] = _other_stub(exc, learner_file)
+    if is_memory_error(exc):
+        err["memory"] = True
+    return err
+
+
+def _other_stub(exc: BaseException, learner_file: str | None) -> list[str] | None:
+    """[practice file, function] when the learner's own code called another exercise's untouched practice stub
+    directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
+    frames = traceback.extract_tb(exc.__traceback__)[-2:]
+    if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
+        return None
+    caller, raiser = frames
+    same = lambda a, b: os.path.realpath(a) == os.path.realpath(b)  # noqa: E731
+    if not same(caller.filename, learner_file) or same(raiser.filename, learner_file) or \
+            os.path.basename(os.path.dirname(raiser.filename)) != "practice":
+        return None
+    return [f"practice/{os.path.basename(raiser.filename)}", raiser.name]
 
 
 def plain_ints(value: Any) -> list[int] | None:
@@ -49,8 +68,6 @@ def plain_ints(value: Any) -> list[int] | None:
     if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
         return list(value)
     if _array_module(value):
-        from judge.harness import int_values
-
         return int_values(value)
     if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
         return None
@@ -61,8 +78,6 @@ def plain_ints(value: Any) -> list[int] | None:
     out = []
     for x in items:
         if _array_module(x):  # a 0-d tensor or a numpy integer
-            from judge.harness import int_values
-
             got = int_values([x])
             if got is None:
                 return None
@@ -81,7 +96,6 @@ def _array_module(value: Any) -> bool:
 def load_model(path: str | None = None):
     """The checkpoint at `path`, else the one given with --model, else the embedded model: fp32 on the CPU (the
     worker has no GPU), loaded once per process. The one loader of the judge, grader and worker alike."""
-    from judge.harness import option
     from mini_llm.settings import EMBEDDED_MODEL
 
     return _model_at(str(path or option("model") or EMBEDDED_MODEL))
@@ -168,7 +182,7 @@ def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | N
         relayed = getattr(exc, "record", None)  # the learner's code, called back by the part, raised it
         if isinstance(relayed, dict):
             return {"error": {**relayed, "relayed": True}}
-        return {"error": {"type": type(exc).__name__, "module": type(exc).__module__, "message": wire.cut(str(exc))}}
+        return {"error": wire.error_record(exc, None)}
     finally:
         allowed_references.reset(token)
     return {"value": value}
@@ -196,15 +210,10 @@ def host_call(host: int, name: str, *args: Any) -> Any:
 
 
 def _rebuilt(err: Any) -> Exception:
-    import builtins
-
-    from framework import errors
-
     err = err if isinstance(err, dict) else {}
     name, message = str(err.get("type")), str(err.get("message", ""))
-    home = {"builtins": builtins, "framework.errors": errors}.get(str(err.get("module")))
-    cls = getattr(home, name, None) if home is not None else None
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    cls = wire.known_class(str(err.get("module")), name)
+    if cls is not None and issubclass(cls, Exception):
         try:
             return cls(message)
         except Exception:  # noqa: BLE001 - a class with another constructor

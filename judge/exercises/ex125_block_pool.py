@@ -1,4 +1,3 @@
-"""Exercise 125 metadata (see judge/README.md)."""
 from judge.registry import Exercise
 
 EXERCISE = Exercise(
@@ -11,7 +10,6 @@ EXERCISE = Exercise(
     tests="judge.hidden.block_pool",
     api={"BlockPool": ("num_blocks",)},
     statement="practice/exercises/125-block-pool.md",
-    case_timeout=20.0,
     public_cases=(
         "the worked example",
         "a new pool: all blocks free, handed out in order 0, 1, 2, ...",

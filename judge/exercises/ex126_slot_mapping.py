@@ -1,4 +1,3 @@
-"""Exercise 126 metadata (see judge/README.md)."""
 from judge.registry import Exercise
 
 EXERCISE = Exercise(
@@ -12,7 +11,6 @@ EXERCISE = Exercise(
     api={"compute_slot_mapping": ("block_table", "start", "end", "block_size"),
          "write_kv": ("key_cache", "value_cache", "key", "value", "slot_mapping")},
     statement="practice/exercises/126-slot-mapping.md",
-    case_timeout=20.0,
     public_cases=(
         "slot mapping: the worked example",
         "slot mapping: a chunk that starts inside a block",

@@ -1,4 +1,3 @@
-"""Exercise 127 metadata (see judge/README.md)."""
 from judge.registry import Exercise
 
 EXERCISE = Exercise(
@@ -11,7 +10,6 @@ EXERCISE = Exercise(
     tests="judge.hidden.paged_attention",
     api={"paged_attention": ("query", "key_cache", "value_cache", "query_start_loc", "seq_lens", "block_tables")},
     statement="practice/exercises/127-paged-attention.md",
-    case_timeout=20.0,
     # the pieces of its end-to-end case the grader runs (judge/drivers/hosts.py, KernelHost)
     part_references=("solutions.batch", "solutions.paged_kv_cache"),
     public_cases=(

@@ -10,7 +10,6 @@ EXERCISE = Exercise(
     tests="judge.hidden.batch_layout",
     api={"build_batch": ("items", "block_size")},
     statement="practice/exercises/128-batch-layout.md",
-    case_timeout=20.0,
     public_cases=(
         "the worked example",
         "single prefill",

@@ -1,5 +1,4 @@
-"""Exercise 130 metadata (see judge/README.md)."""
-from judge.registry import Exercise
+from judge.registry import ENGINE_PARTS, Exercise
 
 EXERCISE = Exercise(
     id=130,
@@ -13,9 +12,7 @@ EXERCISE = Exercise(
     statement="practice/exercises/130-inference-loop.md",
     case_timeout=60.0,
     # the parts its cases run in the grader (judge/drivers/hosts.py)
-    part_references=("solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
-                     "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
-                     "solutions.paged_attention", "solutions.paged_kv_cache"),
+    part_references=tuple(m for m in ENGINE_PARTS if m != "solutions.engine"),
     public_cases=(
         "one request: step by step",
         "several requests share each forward pass",

@@ -1,5 +1,4 @@
-"""Exercise 131 metadata (see judge/README.md)."""
-from judge.registry import Exercise
+from judge.registry import ENGINE_PARTS, Exercise
 
 EXERCISE = Exercise(
     id=131,
@@ -13,9 +12,7 @@ EXERCISE = Exercise(
     statement="practice/exercises/131-preemption.md",
     case_timeout=10.0,
     # the parts its cases run in the grader (judge/drivers/hosts.py)
-    part_references=("solutions.scheduler", "solutions.engine", "solutions.kv_cache_manager",
-                     "solutions.block_pool", "solutions.prefix_cache", "solutions.model_runner", "solutions.batch",
-                     "solutions.paged_attention", "solutions.paged_kv_cache"),
+    part_references=tuple(m for m in ENGINE_PARTS if m != "solutions.preemption"),
     public_cases=(
         "preempt: back to the head of the queue, blocks freed, outputs kept",
         "allocate_or_preempt: enough free blocks, nobody preempted",

@@ -1,5 +1,4 @@
-"""Exercise 133 metadata (see judge/README.md)."""
-from judge.registry import Exercise
+from judge.registry import ENGINE_PARTS, Exercise
 
 EXERCISE = Exercise(
     id=133,
@@ -13,10 +12,7 @@ EXERCISE = Exercise(
     statement="practice/exercises/133-online-loop.md",
     case_timeout=30.0,
     # the learner's loop wraps an engine whose step and parts the grader runs (judge/drivers/hosts.py)
-    part_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager",
-                     "solutions.model_runner", "solutions.block_pool", "solutions.prefix_cache",
-                     "solutions.preemption", "solutions.batch", "solutions.paged_attention",
-                     "solutions.paged_kv_cache"),
+    part_references=ENGINE_PARTS,
     # the schedules whose replies are the same for every right loop (in the others, what a request got before an
     # abort, a close or a failing step depends on when the loop stepped)
     public_cases=("one request streams the offline engine's tokens",

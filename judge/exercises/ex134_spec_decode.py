@@ -1,5 +1,4 @@
-"""Exercise 134 metadata (see judge/README.md)."""
-from judge.registry import Exercise
+from judge.registry import ENGINE_PARTS, Exercise
 
 EXERCISE = Exercise(
     id=134,
@@ -16,7 +15,5 @@ EXERCISE = Exercise(
                   "greedy: no drafts, one token", "stop: max_tokens inside an accepted run",
                   "stop: end of sequence inside an accepted run"),
     # the end-to-end case runs the reference engine in the grader, calling the learner's verify_and_update
-    part_references=("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager", "solutions.block_pool",
-                     "solutions.prefix_cache", "solutions.model_runner", "solutions.batch", "solutions.paged_attention",
-                     "solutions.paged_kv_cache", "solutions.preemption"),
+    part_references=ENGINE_PARTS,
 )

@@ -1,4 +1,3 @@
-"""Exercise 135 metadata (see judge/README.md)."""
 from judge.registry import Exercise
 
 EXERCISE = Exercise(
