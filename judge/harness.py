@@ -133,7 +133,7 @@ def short(value: Any) -> str:
 def int_values(value: Any) -> list[int] | None:
     """The integers of a list / tuple / deque (of ints, numpy ints or 0-d integer tensors) or of a 1-D integer
     tensor or array, as a list of ints; None if it is none of those. The one lenient reader of the judge: the
-    hidden tests' diagnosing one (judge/hidden/batch_layout.py, read_ints) and the drivers build on it."""
+    batch driver's diagnosing one (judge/drivers/batch.py, read_ints) and the other drivers build on it."""
     from collections import deque
 
     import numpy as np
@@ -198,6 +198,21 @@ def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any],
             if calls >= max_calls:
                 break
     return value
+
+
+def check_each(values: Iterable[Any], diff: Callable[[Any], CaseFailure | None],
+               candidates: Callable[[Any], Iterable[Any]], max_calls: int = 400,
+               explain: Callable[[Any], CaseFailure | None] | None = None) -> None:
+    """Raise the failure of the first value `diff` rejects, shown on its smallest failing variant (`explain`, if
+    given, diagnoses that one: shrinking goes without); a "not implemented" failure is raised as it is."""
+    for value in values:
+        failure = diff(value)
+        if failure is None:
+            continue
+        if failure.kind == "not implemented":
+            raise failure
+        smallest = shrink(value, lambda v: diff(v) is not None, candidates, max_calls=max_calls)
+        raise (explain or diff)(smallest) or failure
 
 
 def run_case(c: Case, impl: Any) -> CaseResult:

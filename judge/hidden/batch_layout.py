@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, short, shrink
-from judge.hidden.end_to_end import alone_logits, check_each, engine_steps, load_model
+from judge.harness import CaseFailure, Cases, check_each, short, shrink
+from judge.hidden.end_to_end import alone_logits, engine_steps, load_model
 from judge.drivers.batch import FIELDS, describe as build_text
 from judge.remote import driver, learner_failure
 from solutions import batch as ref

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE, op_text
-from judge.harness import CaseFailure, Cases, short, shrink
+from judge.harness import CaseFailure, Cases, check_each, short
 from judge.remote import driver, learner_failure
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 
@@ -207,15 +207,7 @@ def candidates(value: tuple[int, list[Op]]):
 
 
 def check_scripts(impl: Any, scripts: list[tuple[int, list[Op]]]) -> None:
-    # end_to_end.check_each's loop, written out: importing that module would load torch into a pure-Python grader
-    for nb, ops in scripts:
-        failure = diff(nb, ops, impl)
-        if failure is None:
-            continue
-        if failure.kind == "not implemented":
-            raise failure
-        smallest = shrink((nb, ops), lambda v: diff(*v, impl) is not None, candidates, max_calls=600)
-        raise diff(*smallest, impl) or failure
+    check_each(scripts, lambda v: diff(*v, impl), candidates, max_calls=600)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,19 +1,19 @@
 """The end-to-end references: the model of the end-to-end cases (the embedded checkpoint in fp32, or --model),
 each request's greedy continuation generated alone, random prompts from the secret seed, the engine steps of
 126-128's end-to-end cases, 126/127's check of the learner's write_kv or paged_attention inside the framework's
-model runner, and the check-then-shrink loop of 126-128 and 132. Grader side only.
+model runner. Grader side only.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
 
 import mini_llm
 import torch
 from framework.kv_cache_manager import blocks_needed
 from judge.drivers import load_model as load_checkpoint
-from judge.harness import CaseFailure, option, rng as seeded, shrink
+from judge.harness import CaseFailure, option, rng as seeded
 from judge.remote import driver, learner_failure
 from framework.sampling import SamplingParams
 
@@ -47,21 +47,6 @@ def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None,
 def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:
     rng = seeded(seed)
     return [[rng.randrange(model.cfg.vocab_size) for _ in range(n)] for n in lengths]
-
-
-def check_each(values: Iterable[Any], diff: Callable[[Any], CaseFailure | None],
-               candidates: Callable[[Any], Iterable[Any]], max_calls: int = 400,
-               explain: Callable[[Any], CaseFailure | None] | None = None) -> None:
-    """Raise the failure of the first value `diff` rejects, shown on its smallest failing variant (`explain`, if
-    given, diagnoses that one: shrinking goes without); a "not implemented" failure is raised as it is."""
-    for value in values:
-        failure = diff(value)
-        if failure is None:
-            continue
-        if failure.kind == "not implemented":
-            raise failure
-        smallest = shrink(value, lambda v: diff(v) is not None, candidates, max_calls=max_calls)
-        raise (explain or diff)(smallest) or failure
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from judge.drivers.paged_attention import Req, Spec, make_inputs, query_start_loc, show
-from judge.hidden.end_to_end import check_each, end_to_end
+from judge.hidden.end_to_end import end_to_end
 from judge.remote import driver, learner_failure
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases
+from judge.harness import CaseFailure, Cases, check_each
 
 CASES = Cases()
 ATOL, RTOL = 1e-5, 1e-5  # float32 against a float64 reference; contexts are at most ~100 keys

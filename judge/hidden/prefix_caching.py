@@ -13,8 +13,8 @@ import random
 from typing import Any
 
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, short
-from judge.hidden.end_to_end import alone, check_each, load_model, random_prompts
+from judge.harness import CaseFailure, Cases, check_each, short
+from judge.hidden.end_to_end import alone, load_model, random_prompts
 from judge.remote import driver, learner_failure
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache

@@ -12,8 +12,8 @@ import torch
 
 from framework.kv_cache_manager import blocks_needed
 from judge.drivers.paged_kv_cache import write_inputs, write_text
-from judge.harness import CaseFailure, Cases
-from judge.hidden.end_to_end import check_each, end_to_end
+from judge.harness import CaseFailure, Cases, check_each
+from judge.hidden.end_to_end import end_to_end
 from judge.remote import driver, learner_failure
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 
