@@ -297,14 +297,14 @@ class LearnerPreemption:
 
     def _call(self, fn: str, request: Any, n: int = 0, out: Any = None) -> Any:
         h = self.host
-        plan = h.plain_plan(out) if out is not None else {"scheduled": [], "preempted": []}
+        plan = h.plan(out) if out is not None else {"scheduled": [], "preempted": []}
         reply = self.drv.preemption_call(PREEMPTION_WORLD, fn, h.state(), h.name_of(request), n, plan)
         if "error" in reply:
             raise LearnerRaised131(reply["error"])
         h.apply(reply["state"])
         ret, plan = reply["value"]
         if out is not None:
-            new = h.plan(plan)
+            new = h.output(plan)
             out.scheduled, out.preempted[:] = new.scheduled, new.preempted
         return ret
 
