@@ -7,9 +7,8 @@ stand-ins send, else CallbackRefused (the submission's protocol verdict); in ran
 the learner's code. What one submission can make here is bounded (`MAX_HOSTS` hosts at once, caches of at most
 `MAX_TOKENS` tokens) and dropped after it (`judge.drivers.forget`).
 
-The references are imported by name (`solutions.<part>`): in a student edition, where an unreleased one is not
-there, the student's own practice/ module of the same name stands in (judge/_worker.py, PracticeStandIns), here
-as in the worker. Shipped to students: it holds no answer.
+The references are imported by name (`reference`), so that a student edition's own practice/ modules stand in for
+the unreleased ones. Shipped to students: it holds no answer.
 """
 
 from __future__ import annotations
@@ -188,10 +187,8 @@ class RequestHost(Mirror):
         return out
 
     def _named(self) -> Iterator[tuple[str, int]]:
-        """With prefix caching, how many full blocks of each request the KV-cache manager has named
-        (framework/kv_cache_manager.py, BlockNames; -1 while one waits to be named): a stand-in answers an
-        allocation that needs no new block and names none itself (judge/drivers/stand_ins.py,
-        `Link.known_allocation`)."""
+        """With prefix caching, how many full blocks of each request the KV-cache manager has named (BlockNames; -1
+        while one waits to be named), for the stand-ins' `Link.known_allocation`."""
         names = getattr(self.kv, "block_names", None)
         for name, r in self.requests.items():
             bn = names.get(r) if isinstance(names, dict) else None

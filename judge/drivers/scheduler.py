@@ -178,17 +178,14 @@ def plan_of(out: SchedulerOutput) -> tuple[list, list[str]]:
 
 
 def facts(world: World, out: SchedulerOutput) -> dict[str, Any]:
-    """What the invariants are checked on, right after schedule()."""
+    """What the invariants are checked on, right after schedule() (with its snapshot)."""
     running = {id(r) for r in world.sched.running}
     return {
         "scheduled": [{"rid": x.request.request_id, "n": x.num_new_tokens, "in_running": id(x.request) in running,
                        "status": x.request.status.value, "num_preemptions": x.request.num_preemptions,
                        "num_computed": x.request.num_computed_tokens, "num_tokens": x.request.num_tokens,
                        "blocks": len(x.request.block_table)} for x in out.scheduled],
-        "running": [r.request_id for r in world.sched.running],
-        "waiting": [r.request_id for r in world.sched.waiting],
         "finished": [rid for rid, r in world.requests.items() if r.is_finished],
-        "block_size": world.kv.block_size,
     }
 
 

@@ -3,23 +3,18 @@ scheduler (129), the KV-cache manager (125 and 132), preemption (131) and the mo
 no answer: each call sends plain data to the grader, which runs the reference part there (a host, in
 judge/drivers/hosts.py) and sends back what it did, applied here to the worker's own objects, in place.
 
-One `Link` is one world of parts in the grader. It names the worker's requests ("#0", "#1", ... as it first sees
-each) and, with every call, sends the state of each one as the learner's code left it (`num_computed_tokens`,
-`output_token_ids`, `block_table`, status, finish reason, `num_cached_tokens`, `num_preemptions`, error) and the queues
-of the scheduler it watches, where they differ from what the grader's copies hold; the grader's answer is the
-same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real
-`Request`s, a real `SchedulerOutput`, real logits.
-A value the learner left of the wrong kind is refused here, in their code, with a TypeError.
-
-An allocation whose answer framework code decides from the pool as the grader last left it (no new block needed and
-none to name, or more needed than are free) is answered here, without crossing (`Link.known_allocation`): most of a
-scheduler's decode steps, and the retries of a waiting request that does not fit.
+One `Link` is one world of parts in the grader. With every call it sends the state of each of the worker's requests
+as the learner's code left it (a value of the wrong kind is refused here, in their code, with a TypeError) and the
+queues of the scheduler it watches, where they differ from what the grader's copies hold; the grader answers the
+state its parts left, with the pool's free blocks and reference counts. So the learner's code sees real `Request`s,
+a real `SchedulerOutput`, real logits. Some allocations are answered here, without crossing (`Link.known_allocation`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import operator
+from types import SimpleNamespace
 from typing import Any
 
 from framework.kv_cache_manager import blocks_to_allocate
@@ -199,13 +194,6 @@ def request_state(r: Request) -> list:
     return [nc, outputs, table, status._value_, reason, num_cached, num_preemptions, error]
 
 
-class _PoolView:
-    """What the learner's code reads of the block pool, as the grader's pool last was."""
-
-    def __init__(self, num_blocks: int) -> None:
-        self.num_blocks, self.num_free_blocks, self.ref_cnt = num_blocks, num_blocks, [0] * num_blocks
-
-
 class RemoteKVCacheManager:
     """The KV-cache manager, run in the grader: `get_computed_blocks`, `allocate_slots`, `free`, `block_size`,
     `num_free_blocks`, `block_pool.ref_cnt` and, with prefix caching, `prefix_cache.evict(block)`."""
@@ -214,7 +202,8 @@ class RemoteKVCacheManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
         self.block_size = block_size
-        self.block_pool = _PoolView(num_blocks)
+        # what the learner's code reads of the block pool, as the grader's pool last was
+        self.block_pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks, ref_cnt=[0] * num_blocks)
         self.prefix_cache = _RemotePrefixCache(self.link) if enable_prefix_caching else None
         self.link.kv, self.link.layout = self, (num_blocks, block_size, bool(enable_prefix_caching))
 

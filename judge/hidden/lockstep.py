@@ -29,16 +29,16 @@ Plan = list[tuple[str, int]]
 # Invariants that hold whatever the reference does
 
 
-def check_invariants(f: dict[str, Any], c: Config, label: str) -> None:
-    """`f`: the facts the driver reported right after the learner's schedule()."""
+def check_invariants(f: dict[str, Any], after: dict[str, Any], c: Config, label: str) -> None:
+    """`f`, `after`: the facts and the snapshot the driver reported right after the learner's schedule()."""
     n_total = sum(x["n"] for x in f["scheduled"])
     if n_total > c.token_budget:
         raise CaseFailure(f"{label}: {n_total} tokens scheduled, more than token_budget={c.token_budget}",
                           hint="the tokens scheduled in one step never exceed the budget: each request gets at "
                                "most the budget left, and a new prompt larger than that gets a chunk (or, without "
                                "chunked prefill, waits)")
-    if len(f["running"]) > c.max_num_seqs:
-        raise CaseFailure(f"{label}: {len(f['running'])} requests running, more than max_num_seqs={c.max_num_seqs}",
+    if len(after["running"]) > c.max_num_seqs:
+        raise CaseFailure(f"{label}: {len(after['running'])} requests running, more than max_num_seqs={c.max_num_seqs}",
                           hint="admit a waiting request only while len(self.running) < self.max_num_seqs")
     seen = Counter(x["rid"] for x in f["scheduled"])
     dup = [rid for rid, k in seen.items() if k > 1]
@@ -62,12 +62,12 @@ def check_invariants(f: dict[str, Any], c: Config, label: str) -> None:
                               f"{x['num_tokens'] - x['num_computed']} left to compute",
                               hint="tokens left = request.num_tokens - request.num_computed_tokens (after prefix "
                                    "hits)")
-        if x["blocks"] < blocks_needed(x["num_computed"] + n, f["block_size"]):
+        if x["blocks"] < blocks_needed(x["num_computed"] + n, c.block_size):
             raise CaseFailure(f"{label}: request {rid} is scheduled for {n} tokens without the blocks to "
                               "hold them", hint="allocate before scheduling: self.allocate_or_preempt for running "
                                                 "requests, self.kv.allocate_slots for new ones")
-    places = Counter(f["running"] + f["waiting"] + f["finished"])
-    lost = [rid for rid in f["all"] if places[rid] == 0]
+    places = Counter(after["running"] + after["waiting"] + f["finished"])
+    lost = [rid for rid in after["requests"] if places[rid] == 0]
     twice = [rid for rid, k in places.items() if k > 1]
     if lost or twice:
         what = f"request(s) {lost} are neither waiting, running nor finished" if lost else \
@@ -163,7 +163,7 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
         try:  # the checks' failures are shown with the workload and the schedules so far
             if "problem" in res:
                 raise CaseFailure(res["problem"]["message"], hint=res["problem"].get("hint"))
-            check_invariants({**res["facts"], "all": list(res["after"]["requests"])}, w.config, label)
+            check_invariants(res["facts"], res["after"], w.config, label)
             plan, pre = [tuple(x) for x in res["plan"]], res["preempted"]
             exp_plan, exp_pre = plan_of(exp_out)
             if (plan, pre) != (exp_plan, exp_pre):
