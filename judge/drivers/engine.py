@@ -19,6 +19,7 @@ from framework.engine import EngineConfig, LLMEngineBase
 from framework.request import Request
 from framework.sampling import SamplingParams
 from judge.drivers import OPENER, host_call, keep, kept, learner_error, load_model
+from judge.drivers.stand_ins import engine_parts, plain_runner_item
 from judge.harness import int_values, short
 
 
@@ -50,12 +51,11 @@ def ints(xs: Any) -> list[int]:
 
 
 def plain_item(item: Any) -> dict:
-    """A learner's item as plain values: {"item": [token_ids, num_computed, block_table, need_logits]}, or
-    {"bad": its repr} when it is not such a 4-tuple."""
+    """A learner's item as the stand-in runner sends it: {"item": [token_ids, num_computed, block_table,
+    need_logits]}, or {"bad": its repr} when it is not such a 4-tuple."""
     try:
-        tokens, nc, table, need = item
-        return {"item": [ints(tokens), int(nc), ints(table), bool(need)]}
-    except (TypeError, ValueError):
+        return {"item": plain_runner_item(item)}
+    except TypeError:
         return {"bad": short(item)}
 
 
@@ -64,8 +64,6 @@ def plain_item(item: Any) -> dict:
 
 
 def _checked_class(learner: type, host: int) -> type:
-    from judge.drivers.stand_ins import engine_parts
-
     scheduler, kv_manager, runner = engine_parts(host)
 
     class RecordingScheduler(scheduler):  # type: ignore[misc, valid-type]

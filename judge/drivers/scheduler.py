@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from judge.drivers import keep, kept, learner_error
+from judge.drivers import OPENER, host_call, keep, kept, learner_error
+from judge.drivers.stand_ins import Link, RemoteKVCacheManager, RemotePreemption, bound
 from judge.remote import WorkerLost
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
@@ -200,8 +201,6 @@ def blocks(world: World) -> dict[str, Any]:
 def graded_scheduler(impl: ModuleType, link: Any) -> type:
     """129: the learner's schedule on the framework's shell, with the grader's preemption (131's answer, run
     there)."""
-    from judge.drivers.stand_ins import RemotePreemption
-
     learner = getattr(impl, "Scheduler", None)
     if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
         raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
@@ -211,9 +210,6 @@ def graded_scheduler(impl: ModuleType, link: Any) -> type:
 
 def _remote_kv(w: Workload) -> Any:
     """A stand-in KV-cache manager for the world of `w`, on a KVHost the grader makes for it."""
-    from judge.drivers import OPENER, host_call
-    from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
-
     c = w.config
     return bound(RemoteKVCacheManager, Link(host_call(OPENER, "kv", asdict(c))))(c.num_blocks, c.block_size, c.prefix)
 
@@ -289,8 +285,6 @@ def _plain_return(ret: Any) -> Any:
 def preemption_world(impl: ModuleType, name: str, host: int, config: dict) -> None:
     """131: the learner's preemption for a scheduler the grader runs, kept as `name` (its requests and queues are
     copies of the grader's, sent with each call of `preemption_call`)."""
-    from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
-
     link = Link(host)
     kv = bound(RemoteKVCacheManager, link)(config["num_blocks"], config["block_size"], config["prefix"])
     link.scheduler = type("Graded", (SchedulerBase,), {"preemption": impl})(kv)

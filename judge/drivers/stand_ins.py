@@ -290,10 +290,11 @@ class RemoteModelRunner:
         self.num_blocks, self.block_size = num_blocks, block_size
 
     def execute_model(self, items: Any) -> Any:
-        return wire.decode(host_call(self.link.host, "execute_model", [_plain_item(it) for it in items]))
+        return wire.decode(host_call(self.link.host, "execute_model", [plain_runner_item(it) for it in items]))
 
 
-def _plain_item(item: Any) -> list:
+def plain_runner_item(item: Any) -> list:
+    """An item of `execute_model` as plain values; TypeError (in the learner's code) when it is not one."""
     try:
         tokens, num_computed, table, need = item
     except (TypeError, ValueError):

@@ -32,7 +32,8 @@ ENGINE, TWIN = "engine", "reference engine"
 def _end() -> None:
     """Every case ends comparing its engines' steps with the reference engine's."""
     for engine in _ENGINES:
-        engine.check_complete()
+        if engine.unmatched is not None:
+            raise engine.unmatched
 
 
 CASES = Cases(before_each=_ENGINES.clear, after_each=_end)
@@ -214,8 +215,8 @@ class Engine:
 
     def match(self, got: list[dict], want: list[dict], call: str) -> None:
         """Compare the learner's step records (already checked) with the twin's, steps that scheduled nothing left
-        out. The first difference is raised at the end of the case (`check_complete`): the case's own checks, run
-        before, say more about what is wrong."""
+        out. The first difference is raised at the end of the case: the case's own checks, run before, say more about
+        what is wrong."""
         got, want = [r for r in got if r.get("sched")], [r for r in want if r.get("sched")]
         for i, (g, w) in enumerate(zip(got, want)):
             diff = difference(w, g, "record")
@@ -232,10 +233,6 @@ class Engine:
                 "the same requests", hint="generate calls self.step() while self.has_unfinished_requests(); each "
                                           "step calls self.scheduler.schedule() once")
         self.twin_steps += len(want)
-
-    def check_complete(self) -> None:
-        if self.unmatched is not None:
-            raise self.unmatched
 
     # -- the checks of one step
 

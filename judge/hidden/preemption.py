@@ -2,7 +2,7 @@
 
 The learner's two functions run inside the REFERENCE `schedule` (so 131 is graded whatever the learner did in
 129). Hand-built states check each function alone against the reference on a twin scheduler; seeded workloads
-with small KV caches run in lockstep with the reference (judge/hidden/scheduler.py); a last case generates on
+with small KV caches run in lockstep with the reference (judge/hidden/lockstep.py); a last case generates on
 the embedded model with a pool too small for every request at once: each greedy output must equal generating
 that request alone, and preemptions must have happened.
 """
