@@ -76,7 +76,7 @@ def check_invariants(f: dict[str, Any], after: dict[str, Any], c: Config, label:
                                                    "(popleft) and appended to self.running")
 
 
-def check_blocks(data: dict[str, Any], num_blocks: int, label: str) -> None:
+def check_blocks(data: dict[str, Any], num_blocks: int, label: str, input: str | None = None) -> None:
     """Reference counts equal the number of requests holding each block; num_free_blocks counts the others."""
     held, ref_cnt = Counter(data["held"]), data["ref_cnt"]
     bad = [b for b in range(num_blocks) if ref_cnt[b] != held.get(b, 0)]
@@ -86,7 +86,7 @@ def check_blocks(data: dict[str, Any], num_blocks: int, label: str) -> None:
         problem = "num_free_blocks is not the number of blocks with ref_cnt 0"
     else:
         return
-    raise CaseFailure(f"{label}: the block pool is inconsistent: {problem}",
+    raise CaseFailure(f"{label}: the block pool is inconsistent: {problem}", input=input,
                       hint="blocks are taken only through self.kv.allocate_slots and returned only through "
                            "self.kv.free(request)")
 

@@ -95,11 +95,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
         key, e, g = diff
         raise CaseFailure(f"after the call, {key} differs", input=text, field=key, expected=e, got=g,
                           hint=FIELD_HINTS.get(key.rsplit(".", 1)[-1]))
-    try:
-        check_blocks(res["blocks"], w.config.num_blocks, "after the call")
-    except CaseFailure as f:
-        f.input = text
-        raise
+    check_blocks(res["blocks"], w.config.num_blocks, "after the call", input=text)
 
 
 def check_131(impl, workloads: list[Workload]) -> None:
