@@ -29,7 +29,7 @@ from judge import wire
 from judge.drivers import CallbackRefused, allowed_references, drop_host, load_model, register_host
 from judge.drivers.async_engine import InjectedFailure
 from judge.drivers.engine import BracketTokenizer
-from judge.drivers.stand_ins import Mirror, request_state
+from judge.drivers.stand_ins import Mirror
 from judge.registry import ROOT
 
 MAX_HOSTS = 64  # hosts the drivers asked for kept at once: opening another drops the oldest
@@ -155,7 +155,7 @@ class RequestHost(Mirror):
             if rec[8] is not None and type(rec[8]) is not str:
                 raise CallbackRefused("an error that is not a str")
             r.error = None if rec[8] is None else rec[8][:wire.TEXT_LIMIT]
-            self.synced[rec[0]] = request_state(r)
+            self.synced[rec[0]] = self.fields(r)
         if "running" in state and self.scheduler is not None:
             if not isinstance(state["running"], list) or not isinstance(state.get("waiting"), list):
                 raise CallbackRefused("queues that are not lists")
@@ -172,6 +172,12 @@ class RequestHost(Mirror):
         if r is None:
             raise CallbackRefused("a request the grader was never shown")
         return r
+
+    @staticmethod
+    def fields(r: Any) -> list:
+        """The copy's fields as `request_state` reads them, unchecked: the copies hold only checked values."""
+        return [r.num_computed_tokens, list(r.output_token_ids), list(r.block_table), r.status._value_,
+                r.finish_reason, r.num_cached_tokens, r.num_preemptions, r.error]
 
     def state(self) -> dict:
         """What changed since the last exchange, the pool too."""

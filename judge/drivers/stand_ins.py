@@ -59,11 +59,15 @@ class Mirror:
         out["new"], self.new = [[n, *_identity(self.requests[n])] for n in self.new], []
         out["requests"] = []
         for name, r in self.requests.items():
-            fields = request_state(r)
+            fields = self.fields(r)
             if self.synced.get(name) != fields:
                 self.synced[name] = fields
                 out["requests"].append([name, *fields])
         return out
+
+    @staticmethod
+    def fields(r: Request) -> list:
+        return request_state(r)
 
     def plan(self, out: Any) -> dict:
         """A SchedulerOutput as names: {"scheduled": [[name, num_new_tokens], ...], "preempted": [name, ...]}."""
