@@ -1,18 +1,17 @@
 """Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on stand-ins for the
-scheduler, KV-cache manager and model runner (judge/drivers/stand_ins.py: the grader runs the references and
-answers plain data), each recording what it was asked.
+scheduler, KV-cache manager and model runner (judge/drivers/stand_ins.py), each recording what it was asked.
 
-The grader builds an engine here (`new_engine`, kept under a name it chooses), adds requests, steps it or calls its `generate`, and receives
-one record per step: what the scheduler scheduled (as it left each request before the step ran), the items of
-every `execute_model` call and the greedy token of each row of logits it returned, what `step` returned, and every
-request's state after the step. The grader checks those records against the scheduler's plan and against each
-request generated alone (judge/hidden/inference_loop.py). Nothing here decides a verdict. Requests are named by
-their order of arrival, "#0", "#1", ..., so that records do not depend on what ran before in the process.
+The grader builds an engine here (`new_engine`, kept under a name it chooses), adds requests, steps it or calls its
+`generate`, and receives one record per step: what the scheduler scheduled (each request as it was before the step
+ran), the items of every `execute_model` call and the greedy token of each row of logits it returned, what `step`
+returned, and every request's state after the step. Nothing here decides a verdict (judge/hidden/inference_loop.py
+does). Requests are named by their order of arrival, "#0", "#1", ..., so that records do not depend on what ran
+before in the process.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any, Sequence
 
@@ -20,6 +19,7 @@ from framework.engine import EngineConfig, LLMEngineBase
 from framework.request import Request
 from framework.sampling import SamplingParams
 from judge.drivers import OPENER, host_call, keep, kept, learner_error, load_model
+from judge.drivers.stand_ins import engine_parts, plain_runner_item
 from judge.harness import int_values, short
 
 
@@ -51,22 +51,19 @@ def ints(xs: Any) -> list[int]:
 
 
 def plain_item(item: Any) -> dict:
-    """A learner's item as plain values: {"item": [token_ids, num_computed, block_table, need_logits]}, or
-    {"bad": its repr} when it is not such a 4-tuple."""
+    """A learner's item as the stand-in runner sends it: {"item": [token_ids, num_computed, block_table,
+    need_logits]}, or {"bad": its repr} when it is not such a 4-tuple."""
     try:
-        tokens, nc, table, need = item
-        return {"item": [ints(tokens), int(nc), ints(table), bool(need)]}
-    except (TypeError, ValueError):
+        return {"item": plain_runner_item(item)}
+    except TypeError:
         return {"bad": short(item)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The parts, run in the grader (judge/drivers/stand_ins.py), recording
+# The engine under test, on parts run in the grader (judge/drivers/stand_ins.py) that record what they are asked
 
 
-def _components(host: int) -> tuple[type, type, type]:
-    from judge.drivers.stand_ins import engine_parts
-
+def _checked_class(learner: type, host: int) -> type:
     scheduler, kv_manager, runner = engine_parts(host)
 
     class RecordingScheduler(scheduler):  # type: ignore[misc, valid-type]
@@ -107,11 +104,28 @@ def _components(host: int) -> tuple[type, type, type]:
             call["argmax"] = [int(t) for t in logits.argmax(-1).tolist()]
             return logits
 
-    return RecordingScheduler, RecordingRunner, kv_manager
+    class Checked(learner):  # type: ignore[misc, valid-type]
+        scheduler_cls = RecordingScheduler
+        runner_cls = RecordingRunner
+        kv_cache_manager_cls = kv_manager
 
+        def step(self):
+            run: Run = self._judge_run
+            if len(run.records) >= run.limit:
+                run.records.append({"limit": run.limit})
+                raise StepLimit(f"still running after {run.limit} steps")
+            n_sched, n_calls = len(self.scheduler.log), len(self.runner.calls)
+            record: dict[str, Any] = {}
+            run.records.append(record)
+            try:
+                outs = super().step()
+            except BaseException as exc:  # noqa: BLE001 - recorded, and raised on into the learner's code
+                record.update(_step_facts(self, n_sched, n_calls), error=learner_error(exc))
+                raise
+            record.update(_step_facts(self, n_sched, n_calls), **plain_outputs(outs, self.scheduler.name))
+            return outs
 
-# ---------------------------------------------------------------------------------------------------------------
-# The engine under test
+    return Checked
 
 
 def _state(engine: Any, r: Request) -> dict:
@@ -138,40 +152,13 @@ def plain_outputs(outs: Any, name: Any = str) -> dict:
     return {"outputs": [plain_output(o, name) for o in outs]}
 
 
+@dataclass
 class Run:
     """One engine under test and its step records."""
 
-    __slots__ = ("engine", "records", "limit")
-
-    def __init__(self, engine: Any, limit: int) -> None:
-        self.engine, self.records, self.limit = engine, [], limit
-
-
-def _checked_class(learner: type, host: int) -> type:
-    recording_scheduler, recording_runner, kv_manager = _components(host)
-
-    class Checked(learner):  # type: ignore[misc, valid-type]
-        scheduler_cls = recording_scheduler
-        runner_cls = recording_runner
-        kv_cache_manager_cls = kv_manager
-
-        def step(self):
-            run: Run = self._judge_run
-            if len(run.records) >= run.limit:
-                run.records.append({"limit": run.limit})
-                raise StepLimit(f"still running after {run.limit} steps")
-            n_sched, n_calls = len(self.scheduler.log), len(self.runner.calls)
-            record: dict[str, Any] = {}
-            run.records.append(record)
-            try:
-                outs = super().step()
-            except BaseException as exc:  # noqa: BLE001 - recorded, and raised on into the learner's code
-                record.update(_step_facts(self, n_sched, n_calls), error=learner_error(exc))
-                raise
-            record.update(_step_facts(self, n_sched, n_calls), **plain_outputs(outs, self.scheduler.name))
-            return outs
-
-    return Checked
+    engine: Any
+    limit: int
+    records: list[dict] = field(default_factory=list)
 
 
 def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:

@@ -7,14 +7,12 @@ stand-ins send, else CallbackRefused (the submission's protocol verdict); in ran
 the learner's code. What one submission can make here is bounded (`MAX_HOSTS` hosts at once, caches of at most
 `MAX_TOKENS` tokens) and dropped after it (`judge.drivers.forget`).
 
-The references are imported by name (`solutions.<part>`): in a student edition, where an unreleased one is not
-there, the student's own practice/ module of the same name stands in (judge/_worker.py, PracticeStandIns), here
-as in the worker. Shipped to students: it holds no answer.
+The references are imported by name (`reference`), so that a student edition's own practice/ modules stand in for
+the unreleased ones. Shipped to students: it holds no answer.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 from collections import deque
@@ -22,10 +20,16 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from framework.engine import EngineConfig, StepError
+from framework.model_runner import BATCH_FIELDS, as_runner_batch
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams, make_generator
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge import wire
 from judge.drivers import CallbackRefused, allowed_references, drop_host, load_model, register_host
+from judge.drivers.async_engine import InjectedFailure
+from judge.drivers.engine import BracketTokenizer
+from judge.drivers.stand_ins import Mirror
 from judge.registry import ROOT
 
 MAX_HOSTS = 64  # hosts the drivers asked for kept at once: opening another drops the oldest
@@ -76,28 +80,43 @@ def _params(value: Any) -> SamplingParams:
     return SamplingParams(**value)
 
 
+def _items(items: Any, max_id: int, max_start: int, num_blocks: int) -> list[tuple]:
+    """The items of a forward pass the stand-ins sent, (token_ids, num_computed, block_table, need_logits): token ids
+    below `max_id`, block ids below `num_blocks`, at most MAX_TOKENS tokens in all."""
+    if not isinstance(items, list) or len(items) > MAX_TOKENS:
+        raise CallbackRefused("items that are not a list")
+    plain = []
+    for it in items:
+        if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
+            raise CallbackRefused("an item that is not the stand-ins'")
+        plain.append((_ints(it[0], 0, max_id - 1, "an item's token id"), _int(it[1], 0, max_start,
+                                                                               "an item's num_computed"),
+                      _ints(it[2], 0, num_blocks - 1, "an item's block id", num_blocks), it[3]))
+    total = sum(len(tokens) for tokens, *_ in plain)
+    if total > MAX_TOKENS:
+        raise ValueError(f"a forward pass of {total} tokens")
+    return plain
+
+
 def _text(value: Any) -> str | None:
     if value is not None and (type(value) is not str or len(value) > 100):
         raise CallbackRefused("a name or reason that is not a short str")
     return value
 
 
-class RequestHost:
+class RequestHost(Mirror):
     """The grader's side of one link: a copy of each of the worker's requests (by the link's names), a KV-cache
     manager of the reference, and `scheduler`, whose queues are the worker's. Every operation first sets the
     copies from the state the worker sent, checked (plain values of the right kinds, else CallbackRefused; values
     out of range are a ValueError raised in the learner's code), runs the reference, and answers the state its
     parts left. Subclasses add `scheduler` and their operations to `ops`."""
 
+    mark = "g"
+
     def __init__(self, num_blocks: int, block_size: int, prefix: bool, max_id: int = MAX_ID) -> None:
+        super().__init__()
         self.kv = reference("kv_cache_manager").KVCacheManager(num_blocks, block_size, prefix)
         self.num_blocks, self.max_id = num_blocks, max_id
-        self.scheduler: Any = None
-        self.requests: dict[str, Any] = {}
-        self.names: dict[Any, str] = {}  # the copies' names, by request (a Request hashes by identity)
-        self.new: list[str] = []  # named here since the last answer (the worker makes its own copy)
-        self.synced: dict[str, list] = {}  # what the worker holds of each request (sent or received last)
-        self.synced_queues: list[list[str]] | None = None
         self.synced_pool: list | None = None
         self.synced_named: dict[str, int] = {}
         self.ops: dict[str, Callable] = {"get_computed_blocks": self.get_computed_blocks,
@@ -136,7 +155,7 @@ class RequestHost:
             if rec[8] is not None and type(rec[8]) is not str:
                 raise CallbackRefused("an error that is not a str")
             r.error = None if rec[8] is None else rec[8][:wire.TEXT_LIMIT]
-            self.synced[rec[0]] = self._fields(r)
+            self.synced[rec[0]] = self.fields(r)
         if "running" in state and self.scheduler is not None:
             if not isinstance(state["running"], list) or not isinstance(state.get("waiting"), list):
                 raise CallbackRefused("queues that are not lists")
@@ -154,37 +173,18 @@ class RequestHost:
             raise CallbackRefused("a request the grader was never shown")
         return r
 
-    def name_of(self, r: Any) -> str:
-        name = self.names.get(r)
-        if name is None:
-            name = self.names[r] = f"g{len(self.requests)}"
-            self.requests[name] = r
-            self.new.append(name)
-        return name
-
     @staticmethod
-    def _fields(r: Any) -> list:
+    def fields(r: Any) -> list:
+        """The copy's fields as `request_state` reads them, unchecked: the copies hold only checked values."""
         return [r.num_computed_tokens, list(r.output_token_ids), list(r.block_table), r.status._value_,
                 r.finish_reason, r.num_cached_tokens, r.num_preemptions, r.error]
 
     def state(self) -> dict:
-        """What changed since the last exchange: new requests, requests whose state differs, queues, the pool."""
-        s, out = self.scheduler, {}
-        if s is not None:
-            queues = [[self.name_of(r) for r in s.running], [self.name_of(r) for r in s.waiting]]
-            if queues != self.synced_queues:
-                out["running"], out["waiting"] = self.synced_queues = queues
+        """What changed since the last exchange, the pool too."""
+        out = super().state()
         pool = [self.kv.num_free_blocks, list(self.kv.block_pool.ref_cnt)]
         if pool != self.synced_pool:
             out["free"], out["ref_cnt"] = self.synced_pool = pool
-        out["new"], self.new = [[n, self.requests[n].request_id, list(self.requests[n].prompt_token_ids),
-                                 dataclasses.asdict(self.requests[n].sampling_params)] for n in self.new], []
-        out["requests"] = []
-        for name, r in self.requests.items():
-            fields = self._fields(r)
-            if self.synced.get(name) != fields:
-                self.synced[name] = fields
-                out["requests"].append([name, *fields])
         if self.kv.prefix_cache is not None:
             named = [[n, v] for n, v in self._named() if self.synced_named.get(n) != v]
             if named:
@@ -193,10 +193,8 @@ class RequestHost:
         return out
 
     def _named(self) -> Iterator[tuple[str, int]]:
-        """With prefix caching, how many full blocks of each request the KV-cache manager has named
-        (framework/kv_cache_manager.py, BlockNames; -1 while one waits to be named): a stand-in answers an
-        allocation that needs no new block and names none itself (judge/drivers/stand_ins.py,
-        `Link.known_allocation`)."""
+        """With prefix caching, how many full blocks of each request the KV-cache manager has named (BlockNames; -1
+        while one waits to be named), for the stand-ins' `Link.known_allocation`."""
         names = getattr(self.kv, "block_names", None)
         for name, r in self.requests.items():
             bn = names.get(r) if isinstance(names, dict) else None
@@ -206,10 +204,8 @@ class RequestHost:
     def answer(self, value: Any = None) -> dict:
         return {"state": self.state(), "value": value}
 
-    def plan(self, plan: Any):
-        """A SchedulerOutput of the copies from the names the worker sent."""
-        from framework.scheduler import ScheduledRequest, SchedulerOutput
-
+    def output(self, plan: Any) -> SchedulerOutput:
+        """A SchedulerOutput of the copies from the names the worker sent (`plan`)."""
         if not isinstance(plan, dict) or not isinstance(plan.get("scheduled"), list) or \
                 not isinstance(plan.get("preempted"), list):
             raise CallbackRefused("a SchedulerOutput that is not the stand-ins'")
@@ -222,9 +218,11 @@ class RequestHost:
         out.preempted = [self.request(n) for n in plan["preempted"]]
         return out
 
-    def plain_plan(self, out: Any) -> dict:
-        return {"scheduled": [[self.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
-                "preempted": [self.name_of(r) for r in out.preempted]}
+    def add_request(self, state: Any, name: Any) -> dict:
+        """The scheduler's (an operation of the hosts that run one)."""
+        self.apply(state)
+        self.scheduler.add_request(self.request(name))
+        return self.answer()
 
     # -- the KV-cache manager's operations
 
@@ -254,8 +252,6 @@ class EngineHost(RequestHost):
     """The reference scheduler, KV-cache manager and model runner of one engine under test (exercise 130)."""
 
     def __init__(self, config: dict, chunks_first: bool = False) -> None:
-        from framework.engine import EngineConfig
-
         c = self.config = EngineConfig(**config)
         super().__init__(c.num_blocks, c.block_size, c.enable_prefix_caching, load_model().cfg.vocab_size)
         self.scheduler = reference("scheduler").Scheduler(self.kv, c.token_budget, c.max_num_seqs,
@@ -264,17 +260,12 @@ class EngineHost(RequestHost):
         self.ops.update(add_request=self.add_request, schedule=self.schedule, finish=self.finish,
                         execute_model=self.execute_model)
 
-    def add_request(self, state: Any, name: Any) -> dict:
-        self.apply(state)
-        self.scheduler.add_request(self.request(name))
-        return self.answer()
-
     def schedule(self, state: Any) -> dict:
         self.apply(state)
         out = self.scheduler.schedule()
         if self.chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
             out.scheduled.sort(key=lambda s: s.completes_prompt)
-        return self.answer(self.plain_plan(out))
+        return self.answer(self.plan(out))
 
     def finish(self, state: Any, name: Any, reason: Any) -> dict:
         self.apply(state)
@@ -285,19 +276,7 @@ class EngineHost(RequestHost):
 
     def execute_model(self, items: Any) -> Any:
         c = self.config
-        if not isinstance(items, list) or len(items) > MAX_TOKENS:
-            raise CallbackRefused("items that are not a list")
-        plain, total = [], 0
-        for it in items:
-            if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
-                raise CallbackRefused("an item that is not the stand-ins'")
-            tokens = _ints(it[0], 0, self.max_id - 1, "an item's token id")
-            table = _ints(it[2], 0, c.num_blocks - 1, "an item's block id", c.num_blocks)
-            start = _int(it[1], 0, c.num_blocks * c.block_size, "an item's num_computed")
-            total += len(tokens)
-            plain.append((tokens, start, table, it[3]))
-        if total > MAX_TOKENS:
-            raise ValueError(f"a forward pass of {total} tokens")
+        plain = _items(items, self.max_id, c.num_blocks * c.block_size, c.num_blocks)
         if self.runner is None:
             self.runner = self.runner_cls(load_model(), c.num_blocks, c.block_size)
         return wire.encode(self.runner.execute_model(plain))
@@ -309,8 +288,6 @@ class KVHost(RequestHost):
     of judge.drivers.scheduler.Config."""
 
     def __init__(self, config: dict) -> None:
-        from framework.scheduler import SchedulerBase
-
         c = config
         super().__init__(c["num_blocks"], c["block_size"], c["prefix"])
         self.scheduler = SchedulerBase(self.kv, c["token_budget"], c["max_num_seqs"], c["chunked"])
@@ -319,10 +296,10 @@ class KVHost(RequestHost):
     def allocate_or_preempt(self, state: Any, name: Any, num_new_tokens: Any, plan: Any) -> dict:
         self.scheduler.preemption = reference("preemption")  # only 129's: 131's answer
         self.apply(state)
-        out = self.plan(plan)
+        out = self.output(plan)
         ok = self.scheduler.allocate_or_preempt(self.request(name), _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS,
                                                                          "num_new_tokens"), out)
-        return self.answer([bool(ok), self.plain_plan(out)])
+        return self.answer([bool(ok), self.plan(out)])
 
     def preempt(self, state: Any, name: Any) -> dict:
         self.scheduler.preemption = reference("preemption")
@@ -338,10 +315,6 @@ class EngineLoopHost(RequestHost):
     `fail_at`, so that the step fails as the engine's own would."""
 
     def __init__(self, config: dict, fail_at: int | None) -> None:
-        from framework.engine import EngineConfig
-        from judge.drivers.async_engine import InjectedFailure
-        from judge.drivers.engine import BracketTokenizer
-
         class FailingRunner(reference("model_runner").ModelRunner):
             calls = 0
 
@@ -358,16 +331,9 @@ class EngineLoopHost(RequestHost):
         self.kv, self.scheduler = self.engine.kv_cache_manager, self.engine.scheduler
         self.ops.update(add_request=self.add_request, step=self.step)
 
-    def add_request(self, state: Any, name: Any) -> dict:
-        self.apply(state)
-        self.scheduler.add_request(self.request(name))
-        return self.answer()
-
     def step(self, state: Any) -> dict:
         """{"scheduled": names, "outputs": [[name, new tokens], ...]}, or with "failed": the StepError's message,
         the names of its requests and its cause."""
-        from framework.engine import StepError
-
         self.apply(state)
         scheduled: list[str] = []
         schedule = self.scheduler.schedule
@@ -444,8 +410,6 @@ class Opener:
 
 def _tensor(value: Any, floating: bool, what: str) -> Any:
     """A tensor the stand-ins sent (wire-encoded), of a floating or an integer dtype."""
-    import torch
-
     if not isinstance(value, dict) or "__tensor__" not in value:
         raise CallbackRefused(f"{what} is not a tensor")
     try:
@@ -467,16 +431,7 @@ class KernelHost:
                     "paged_attention": self.paged_attention}
 
     def build_batch(self, items: Any, block_size: Any) -> dict:
-        from framework.model_runner import BATCH_FIELDS, as_runner_batch
-
-        if not isinstance(items, list) or len(items) > MAX_TOKENS:
-            raise CallbackRefused("items that are not a list")
-        plain = []
-        for it in items:
-            if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
-                raise CallbackRefused("an item that is not the stand-ins'")
-            plain.append((_ints(it[0], 0, MAX_ID - 1, "a token id"), _int(it[1], 0, MAX_TOKENS, "num_computed"),
-                          _ints(it[2], 0, MAX_TOKENS, "a block id"), it[3]))
+        plain = _items(items, MAX_ID, MAX_TOKENS, MAX_TOKENS)
         batch = as_runner_batch(reference("batch").build_batch(plain, _int(block_size, 1, 256, "block_size")))
         return {name: wire.encode(getattr(batch, name)) for name in BATCH_FIELDS}
 

@@ -15,13 +15,12 @@ references, which calls the learner's functions here (`preemption_call`, on a co
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from framework.kv_cache_manager import blocks_needed
-from judge.drivers import keep, kept, learner_error
+from judge.drivers import OPENER, host_call, keep, kept, learner_error
+from judge.drivers.stand_ins import Link, RemoteKVCacheManager, RemotePreemption, bound
 from judge.remote import WorkerLost
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
@@ -87,13 +86,6 @@ def dummy_token(r: Request) -> int:
     return 500 + 7 * len(r.output_token_ids) + sum(r.prompt_token_ids) % 89
 
 
-def kv_manager(c: Config):
-    """The reference KV manager (in the grader: its twin World; not what 129/131 grade)."""
-    from solutions.kv_cache_manager import KVCacheManager
-
-    return KVCacheManager(c.num_blocks, c.block_size, c.prefix)
-
-
 class World:
     """One scheduler (of class `cls`) and its requests, driven by the fake model loop, on the KV-cache manager
     `kv` (in the worker: a stand-in whose work the grader does; in the grader: the reference)."""
@@ -101,7 +93,11 @@ class World:
     def __init__(self, cls: type, w: Workload, kv: Any = None) -> None:
         c = w.config
         self.w = w
-        self.kv = kv if kv is not None else kv_manager(c)
+        if kv is None:  # in the grader: the reference's (129 and 131 grade neither)
+            from solutions.kv_cache_manager import KVCacheManager
+
+            kv = KVCacheManager(c.num_blocks, c.block_size, c.prefix)
+        self.kv = kv
         self.sched = cls(self.kv, c.token_budget, c.max_num_seqs, c.chunked)
         link = getattr(self.kv, "link", None)
         if link is not None:
@@ -183,17 +179,14 @@ def plan_of(out: SchedulerOutput) -> tuple[list, list[str]]:
 
 
 def facts(world: World, out: SchedulerOutput) -> dict[str, Any]:
-    """What the invariants are checked on, right after schedule()."""
+    """What the invariants are checked on, right after schedule() (with its snapshot)."""
     running = {id(r) for r in world.sched.running}
     return {
         "scheduled": [{"rid": x.request.request_id, "n": x.num_new_tokens, "in_running": id(x.request) in running,
                        "status": x.request.status.value, "num_preemptions": x.request.num_preemptions,
                        "num_computed": x.request.num_computed_tokens, "num_tokens": x.request.num_tokens,
                        "blocks": len(x.request.block_table)} for x in out.scheduled],
-        "running": [r.request_id for r in world.sched.running],
-        "waiting": [r.request_id for r in world.sched.waiting],
         "finished": [rid for rid, r in world.requests.items() if r.is_finished],
-        "block_size": world.kv.block_size,
     }
 
 
@@ -208,8 +201,6 @@ def blocks(world: World) -> dict[str, Any]:
 def graded_scheduler(impl: ModuleType, link: Any) -> type:
     """129: the learner's schedule on the framework's shell, with the grader's preemption (131's answer, run
     there)."""
-    from judge.drivers.stand_ins import RemotePreemption
-
     learner = getattr(impl, "Scheduler", None)
     if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
         raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
@@ -219,9 +210,6 @@ def graded_scheduler(impl: ModuleType, link: Any) -> type:
 
 def _remote_kv(w: Workload) -> Any:
     """A stand-in KV-cache manager for the world of `w`, on a KVHost the grader makes for it."""
-    from judge.drivers import OPENER, host_call
-    from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
-
     c = w.config
     return bound(RemoteKVCacheManager, Link(host_call(OPENER, "kv", asdict(c))))(c.num_blocks, c.block_size, c.prefix)
 
@@ -275,10 +263,7 @@ def call(impl: ModuleType, workload: dict, fn: str, rid: str, n: int, scheduled:
         assert world.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
         out.scheduled.append(ScheduledRequest(r, 1))
     try:
-        if fn == "preempt":
-            ret = impl.preempt(world.sched, world.requests[rid])
-        else:
-            ret = impl.allocate_or_preempt(world.sched, world.requests[rid], n, out)
+        ret = call_preemption(impl, fn, world.sched, world.requests[rid], n, out)
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
     plan, pre = plan_of(out)
@@ -286,22 +271,24 @@ def call(impl: ModuleType, workload: dict, fn: str, rid: str, n: int, scheduled:
             "blocks": blocks(world)}
 
 
+def call_preemption(preemption: Any, fn: str, scheduler: Any, request: Request, n: int, out: SchedulerOutput) -> Any:
+    """What `fn` ('preempt' or 'allocate_or_preempt') of the module `preemption` returns, called on `request`."""
+    if fn == "preempt":
+        return preemption.preempt(scheduler, request)
+    return preemption.allocate_or_preempt(scheduler, request, n, out)
+
+
 def _plain_return(ret: Any) -> Any:
     return ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200]
 
 
 def preemption_world(impl: ModuleType, name: str, host: int, config: dict) -> None:
-    """131 end to end: the learner's preemption for a scheduler the grader runs, kept as `name` (its requests and
-    queues are copies of the grader's, sent with each call of `preemption_call`)."""
-    from judge.drivers.stand_ins import Link, RemoteKVCacheManager, bound
-
+    """131: the learner's preemption for a scheduler the grader runs, kept as `name` (its requests and queues are
+    copies of the grader's, sent with each call of `preemption_call`)."""
     link = Link(host)
-    prefix = bool(config.get("prefix", config.get("enable_prefix_caching")))  # as the grader's: see holds()
-    kv = bound(RemoteKVCacheManager, link)(config["num_blocks"], config["block_size"], prefix)
-    world = type("Preempting", (), {})()
-    world.kv, world.sched = kv, type("Graded", (SchedulerBase,), {"preemption": impl})(kv)
-    link.scheduler = world.sched
-    keep(name, world)
+    kv = bound(RemoteKVCacheManager, link)(config["num_blocks"], config["block_size"], config["prefix"])
+    link.scheduler = type("Graded", (SchedulerBase,), {"preemption": impl})(kv)
+    keep(name, SimpleNamespace(kv=kv, sched=link.scheduler))
 
 
 def preemption_call(impl: ModuleType, world: str, fn: str, state: dict, rid: str, n: int, plan: dict) -> dict:
@@ -313,25 +300,10 @@ def preemption_call(impl: ModuleType, world: str, fn: str, state: dict, rid: str
     link.apply(state)
     request, out = link.requests[rid], link.output(plan)
     try:
-        if fn == "preempt":
-            ret = impl.preempt(kept_world.sched, request)
-        else:
-            ret = impl.allocate_or_preempt(kept_world.sched, request, n, out)
+        ret = call_preemption(impl, fn, kept_world.sched, request, n, out)
         return {"state": link.state(), "value": [_plain_return(ret), link.plan(out)]}
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
-
-
-def used_blocks_ok(data: dict, num_blocks: int) -> tuple[int | None, bool]:
-    """(a block whose ref_cnt differs from the number of requests holding it, whether the number of free blocks is
-    the number of blocks with ref_cnt 0): shared by the grader's checks."""
-    held = Counter(data["held"])
-    bad = [b for b in range(num_blocks) if data["ref_cnt"][b] != held.get(b, 0)]
-    queue_ok = data["num_free_blocks"] == sum(1 for c in data["ref_cnt"] if c == 0)
-    return (bad[0] if bad else None), queue_ok
-
-
-__all__ = ["Config", "Spec", "Workload", "World", "blocks_needed", "make_request", "dummy_token", "snapshot"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

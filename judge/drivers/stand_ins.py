@@ -3,23 +3,18 @@ scheduler (129), the KV-cache manager (125 and 132), preemption (131) and the mo
 no answer: each call sends plain data to the grader, which runs the reference part there (a host, in
 judge/drivers/hosts.py) and sends back what it did, applied here to the worker's own objects, in place.
 
-One `Link` is one world of parts in the grader. It names the worker's requests ("#0", "#1", ... as it first sees
-each) and, with every call, sends the state of each one as the learner's code left it (`num_computed_tokens`,
-`output_token_ids`, `block_table`, status, finish reason, `num_cached_tokens`, `num_preemptions`, error) and the queues
-of the scheduler it watches, where they differ from what the grader's copies hold; the grader's answer is the
-same state as its parts left it, plus the pool's free blocks and reference counts. So the learner's code sees real
-`Request`s, a real `SchedulerOutput`, real logits.
-A value the learner left of the wrong kind is refused here, in their code, with a TypeError.
-
-An allocation whose answer framework code decides from the pool as the grader last left it (no new block needed and
-none to name, or more needed than are free) is answered here, without crossing (`Link.known_allocation`): most of a
-scheduler's decode steps, and the retries of a waiting request that does not fit.
+One `Link` is one world of parts in the grader. With every call it sends the state of each of the worker's requests
+as the learner's code left it (a value of the wrong kind is refused here, in their code, with a TypeError) and the
+queues of the scheduler it watches, where they differ from what the grader's copies hold; the grader answers the
+state its parts left, with the pool's free blocks and reference counts. So the learner's code sees real `Request`s,
+a real `SchedulerOutput`, real logits. Some allocations are answered here, without crossing (`Link.known_allocation`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import operator
+from types import SimpleNamespace
 from typing import Any
 
 from framework.kv_cache_manager import blocks_to_allocate
@@ -30,41 +25,29 @@ from judge import wire
 from judge.drivers import host_call, plain_ints
 
 
-class Link:
-    """The worker's side of one host: its requests by name, and the scheduler whose queues it keeps in step."""
+class Mirror:
+    """One side of a link: its requests by name, the scheduler whose queues travel with them, and what the other
+    side holds of each (sent or received last), so that only what differs is sent. Names start with `mark`."""
 
-    def __init__(self, host: int) -> None:
-        self.host = host
+    mark = "#"
+
+    def __init__(self) -> None:
         self.requests: dict[str, Request] = {}
-        self.names: dict[Request, str] = {}
-        self.new: list[Request] = []  # named since the last call: the host makes its own copy of each
+        self.names: dict[Request, str] = {}  # a Request hashes by identity
+        self.new: list[str] = []  # named since the last exchange: the other side makes its own copy of each
         self.scheduler: Any = None
-        self.kv: RemoteKVCacheManager | None = None
-        # what the grader's copies hold (sent or received last): only what differs is sent
         self.synced: dict[str, list] = {}
         self.synced_queues: list[list[str]] | None = None
-        # the grader's KV cache, as its last answer left it: (num_blocks, block_size, prefix caching), the free
-        # blocks, the reference counts, and with prefix caching the full blocks of each request it has named
-        self.layout: tuple[int, int, bool] = (0, 1, False)
-        self.free: int | None = None  # not known before the grader's first answer
-        self.ref_cnt: list[int] = []
-        self.named: dict[str, int] = {}
 
     def name_of(self, request: Any) -> str:
         if not isinstance(request, Request):
             raise TypeError(f"{type(request).__name__} {str(request)[:60]} is not a framework.request.Request")
         name = self.names.get(request)
         if name is None:
-            name = f"#{len(self.requests)}"
+            name = f"{self.mark}{len(self.requests)}"
             self.requests[name], self.names[request] = request, name
-            self.new.append(request)
+            self.new.append(name)
         return name
-
-    def call(self, op: str, *args: Any) -> Any:
-        """Operation `op` of the host, after sending the state; the state it answers is applied here."""
-        answer = host_call(self.host, op, self.state(), *args)
-        self.apply(answer["state"])
-        return answer["value"]
 
     def state(self) -> dict:
         """What changed since the last exchange: new requests, requests whose state differs, the queues."""
@@ -73,14 +56,52 @@ class Link:
             queues = [[self.name_of(r) for r in s.running], [self.name_of(r) for r in s.waiting]]
             if queues != self.synced_queues:
                 out["running"], out["waiting"] = self.synced_queues = queues
-        out["new"], self.new = [[self.names[r], *_identity(r)] for r in self.new], []
+        out["new"], self.new = [[n, *_identity(self.requests[n])] for n in self.new], []
         out["requests"] = []
         for name, r in self.requests.items():
-            fields = _request_state(r)
+            fields = self.fields(r)
             if self.synced.get(name) != fields:
                 self.synced[name] = fields
                 out["requests"].append([name, *fields])
         return out
+
+    @staticmethod
+    def fields(r: Request) -> list:
+        return request_state(r)
+
+    def plan(self, out: Any) -> dict:
+        """A SchedulerOutput as names: {"scheduled": [[name, num_new_tokens], ...], "preempted": [name, ...]}."""
+        scheduled, preempted = getattr(out, "scheduled", None), getattr(out, "preempted", None)
+        if not isinstance(scheduled, list) or not isinstance(preempted, list):
+            raise TypeError(f"out is {type(out).__name__}; it must be a SchedulerOutput")
+        pairs = []
+        for s in scheduled:
+            n = getattr(s, "num_new_tokens", None)
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise TypeError(f"out.scheduled holds {str(s)[:80]}; each is ScheduledRequest(request, int)")
+            pairs.append([self.name_of(getattr(s, "request", None)), n])
+        return {"scheduled": pairs, "preempted": [self.name_of(r) for r in preempted]}
+
+
+class Link(Mirror):
+    """The worker's side of one host."""
+
+    def __init__(self, host: int) -> None:
+        super().__init__()
+        self.host = host
+        self.kv: RemoteKVCacheManager | None = None
+        # the grader's KV cache, as its last answer left it: (num_blocks, block_size, prefix caching), the free
+        # blocks, the reference counts, and with prefix caching the full blocks of each request it has named
+        self.layout: tuple[int, int, bool] = (0, 1, False)
+        self.free: int | None = None  # not known before the grader's first answer
+        self.ref_cnt: list[int] = []
+        self.named: dict[str, int] = {}
+
+    def call(self, op: str, *args: Any) -> Any:
+        """Operation `op` of the host, after sending the state; the state it answers is applied here."""
+        answer = host_call(self.host, op, self.state(), *args)
+        self.apply(answer["state"])
+        return answer["value"]
 
     def apply(self, state: dict) -> None:
         for name, request_id, prompt, params in state.get("new", ()):  # made by the grader's parts
@@ -127,19 +148,6 @@ class Link:
             return None
         return True
 
-    def plan(self, out: Any) -> dict:
-        """A SchedulerOutput as names: {"scheduled": [[name, num_new_tokens], ...], "preempted": [name, ...]}."""
-        scheduled, preempted = getattr(out, "scheduled", None), getattr(out, "preempted", None)
-        if not isinstance(scheduled, list) or not isinstance(preempted, list):
-            raise TypeError(f"out is {type(out).__name__}; it must be a SchedulerOutput")
-        pairs = []
-        for s in scheduled:
-            n = getattr(s, "num_new_tokens", None)
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise TypeError(f"out.scheduled holds {str(s)[:80]}; each is ScheduledRequest(request, int)")
-            pairs.append([self.name_of(getattr(s, "request", None)), n])
-        return {"scheduled": pairs, "preempted": [self.name_of(r) for r in preempted]}
-
     def set_plan(self, out: Any, plan: dict) -> None:
         """Make `out` say `plan`, keeping the ScheduledRequest objects that stay."""
         kept = {(id(s.request), s.num_new_tokens): s for s in out.scheduled}
@@ -171,7 +179,7 @@ def _identity(r: Request) -> list:
     return [str(r.request_id)[:100], prompt, dataclasses.asdict(params)]
 
 
-def _request_state(r: Request) -> list:
+def request_state(r: Request) -> list:
     """The fields of a request the parts read and write, as plain values (read for every request at every call:
     the usual kinds are checked first, quickly)."""
     nc, num_cached, num_preemptions = r.num_computed_tokens, r.num_cached_tokens, r.num_preemptions
@@ -190,13 +198,6 @@ def _request_state(r: Request) -> list:
     return [nc, outputs, table, status._value_, reason, num_cached, num_preemptions, error]
 
 
-class _PoolView:
-    """What the learner's code reads of the block pool, as the grader's pool last was."""
-
-    def __init__(self, num_blocks: int) -> None:
-        self.num_blocks, self.num_free_blocks, self.ref_cnt = num_blocks, num_blocks, [0] * num_blocks
-
-
 class RemoteKVCacheManager:
     """The KV-cache manager, run in the grader: `get_computed_blocks`, `allocate_slots`, `free`, `block_size`,
     `num_free_blocks`, `block_pool.ref_cnt` and, with prefix caching, `prefix_cache.evict(block)`."""
@@ -205,7 +206,8 @@ class RemoteKVCacheManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
         self.block_size = block_size
-        self.block_pool = _PoolView(num_blocks)
+        # what the learner's code reads of the block pool, as the grader's pool last was
+        self.block_pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks, ref_cnt=[0] * num_blocks)
         self.prefix_cache = _RemotePrefixCache(self.link) if enable_prefix_caching else None
         self.link.kv, self.link.layout = self, (num_blocks, block_size, bool(enable_prefix_caching))
 
@@ -292,10 +294,11 @@ class RemoteModelRunner:
         self.num_blocks, self.block_size = num_blocks, block_size
 
     def execute_model(self, items: Any) -> Any:
-        return wire.decode(host_call(self.link.host, "execute_model", [_plain_item(it) for it in items]))
+        return wire.decode(host_call(self.link.host, "execute_model", [plain_runner_item(it) for it in items]))
 
 
-def _plain_item(item: Any) -> list:
+def plain_runner_item(item: Any) -> list:
+    """An item of `execute_model` as plain values; TypeError (in the learner's code) when it is not one."""
     try:
         tokens, num_computed, table, need = item
     except (TypeError, ValueError):

@@ -1,18 +1,13 @@
 """Hidden tests of exercise 130 (LLMEngine.step and LLMEngine.generate).
 
-The learner's engine runs in the worker on the REFERENCE scheduler, KV-cache manager and model runner (so that 130
-can be graded whatever else the learner has written), which run HERE (judge/drivers/hosts.py): the worker holds only
-public stand-ins that send plain data (judge/drivers/stand_ins.py), so no reference is in the worker. The public
-driver judge/drivers/engine.py records every step: what the scheduler scheduled, the items of each forward pass and
-the greedy token of each row of logits, what step returned, and every request's state after it. Here, in the
-grader, each record is checked against what the scheduler asked for: one forward pass carrying every scheduled
-request with the right items, `num_computed_tokens` advanced, one token sampled from the right row of logits for
-exactly the requests that completed their pending tokens, finished requests retired (blocks freed), and one output
-per request that got a token. Then each record must equal the record of the reference engine, run here on the same
-requests by the same driver (its twin), compared by judge/compare.py: a worker that forges records gains nothing
-unless it does exactly what a right engine does.
-The independent reference for the tokens is `mini_llm.generate` run here, each request alone with a contiguous
-KV cache (greedy, fp32 on the CPU).
+The learner's engine runs in the worker on stand-ins whose work the reference scheduler, KV-cache manager and model
+runner do here (judge/drivers/hosts.py), and its driver records every step (judge/drivers/engine.py). Each record is
+checked against what the scheduler asked for: one forward pass carrying every scheduled request with the right
+items, `num_computed_tokens` advanced, one token sampled from the right row of logits for exactly the requests that
+completed their pending tokens, finished requests retired (blocks freed), one output per request that got a token.
+Then it must equal the record of the reference engine run here on the same requests by the same driver (its twin):
+a worker that forges records gains nothing unless it does exactly what a right engine does. The independent
+reference for the tokens is `mini_llm.generate` run here, each request alone (greedy, fp32 on the CPU).
 """
 
 from __future__ import annotations
@@ -34,17 +29,14 @@ _ENGINES: list["Engine"] = []  # the engines of the running case
 ENGINE, TWIN = "engine", "reference engine"
 
 
-def _start() -> None:
-    _ENGINES.clear()
-
-
 def _end() -> None:
     """Every case ends comparing its engines' steps with the reference engine's."""
     for engine in _ENGINES:
-        engine.check_complete()
+        if engine.unmatched is not None:
+            raise engine.unmatched
 
 
-CASES = Cases(before_each=_start, after_each=_end)
+CASES = Cases(before_each=_ENGINES.clear, after_each=_end)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -123,15 +115,10 @@ def check_items(k: int, sched: list[dict], items: list[dict]) -> None:
                             hint=hint)
 
 
-def hit_stop_string(tokens: list[int], params: SamplingParams, tokenizer: Any) -> bool:
-    return bool(params.stop and tokenizer is not None
-                and any(stop in tokenizer.decode(tokens) for stop in params.stop))
-
-
 def expected_reason(tokens: list[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> str | None:
     if tokens[-1] == eos and not params.ignore_eos:
         return "stop"
-    if hit_stop_string(tokens, params, tokenizer):
+    if params.stop and tokenizer is not None and any(stop in tokenizer.decode(tokens) for stop in params.stop):
         return "stop"
     if len(tokens) >= params.max_tokens:
         return "length"
@@ -149,7 +136,7 @@ def per_prompt(params: Any, n: int) -> list[SamplingParams]:
 
 class Engine:
     """The learner's engine as the grader drives it (judge/drivers/engine.py): each step's record is checked as it
-    arrives. `log` keeps what the scheduler scheduled at each step, `sizes` the items of each forward pass."""
+    arrives. `log` keeps what the scheduler scheduled at each step."""
 
     def __init__(self, impl, model, eos: int | None, chunks_first: bool = False, tokenizer: Any = None,
                  step_limit: int = 400, **config: Any) -> None:
@@ -159,7 +146,6 @@ class Engine:
         self.params: list[SamplingParams] = []  # of each request, in order of arrival
         self.arrivals: list[str] = []  # request ids in order of arrival
         self.log: list[list[dict]] = []
-        self.sizes: list[int] = []
         args = (config, eos, chunks_first, tokenizer is not None, step_limit)
         reply = self.drv.new_engine(ENGINE, *args)
         if "problem" in reply:
@@ -229,8 +215,8 @@ class Engine:
 
     def match(self, got: list[dict], want: list[dict], call: str) -> None:
         """Compare the learner's step records (already checked) with the twin's, steps that scheduled nothing left
-        out. The first difference is raised at the end of the case (`check_complete`): the case's own checks, run
-        before, say more about what is wrong."""
+        out. The first difference is raised at the end of the case: the case's own checks, run before, say more about
+        what is wrong."""
         got, want = [r for r in got if r.get("sched")], [r for r in want if r.get("sched")]
         for i, (g, w) in enumerate(zip(got, want)):
             diff = difference(w, g, "record")
@@ -248,10 +234,6 @@ class Engine:
                                           "step calls self.scheduler.schedule() once")
         self.twin_steps += len(want)
 
-    def check_complete(self) -> None:
-        if self.unmatched is not None:
-            raise self.unmatched
-
     # -- the checks of one step
 
     def check_step(self, rec: dict) -> list[dict]:
@@ -265,7 +247,6 @@ class Engine:
                 self.arrivals.append(rid)
         sched, calls = rec.get("sched", []), rec.get("calls", [])
         self.log.append(sched)
-        self.sizes += [len(c["items"]) for c in calls]
         for call in calls:  # the items first: wrong ones may have made the runner fail
             check_items(k, sched, call["items"])
         if "error" in rec:
@@ -383,8 +364,7 @@ class Engine:
 # Running workloads and comparing with each request alone
 
 
-def check_final(engine: Engine, prompts: list[list[int]], params_list: list[SamplingParams], outs: list[dict],
-                text: str) -> dict:
+def check_final(engine: Engine, prompts: list[list[int]], outs: list[dict], text: str) -> dict:
     """generate's outputs against each request alone; every request retired, every block back in the pool.
     Returns the engine's final state."""
     got_prompts = [o["prompt_token_ids"] for o in outs]
@@ -398,7 +378,7 @@ def check_final(engine: Engine, prompts: list[list[int]], params_list: list[Samp
         raise CaseFailure("generate returned while requests were still unfinished", input=text,
                           hint="a step may return no outputs (a step of prompt chunks samples nothing): loop while "
                                "self.has_unfinished_requests(), not until a step returns []")
-    for i, (p, params, o) in enumerate(zip(prompts, params_list, outs)):
+    for i, (p, params, o) in enumerate(zip(prompts, engine.params, outs)):
         want = alone(engine.model, p, params, engine.eos, engine.tokenizer)
         got = o["token_ids"]
         if got != want:
@@ -426,12 +406,10 @@ def check_final(engine: Engine, prompts: list[list[int]], params_list: list[Samp
 def run_generate(impl, model, prompts: list[list[int]], params, eos: int | None = None, step_limit: int = 400,
                  tokenizer: Any = None, **config: Any) -> tuple[Engine, list[dict], dict]:
     """(the engine, generate's outputs, the final state), every step and the outputs checked."""
-    eos = model.cfg.eos_token_id if eos is None else eos
     engine = Engine(impl, model, eos, tokenizer=tokenizer, step_limit=step_limit, **config)
     outs = engine.generate(prompts, params)
-    plist = per_prompt(params, len(prompts))
-    text = f"engine.generate({prompts!r}, {params!r}) with EngineConfig({config}), eos_token_id={eos}"
-    return engine, outs, check_final(engine, prompts, plist, outs, text)
+    text = f"engine.generate({prompts!r}, {params!r}) with EngineConfig({config}), eos_token_id={engine.eos}"
+    return engine, outs, check_final(engine, prompts, outs, text)
 
 
 def tokens_of(state: dict) -> dict[str, list[int]]:
@@ -472,8 +450,9 @@ def _(impl):
     model = load_model()
     prompts = random_prompts(model, 3, [5, 11, 3, 8])
     engine, _, _ = run_generate(impl, model, prompts, SamplingParams(max_tokens=8), num_blocks=64, block_size=4)
-    if max(engine.sizes, default=0) < len(prompts):
-        raise CaseFailure(f"forward passes carried {engine.sizes} requests; all {len(prompts)} fit in one",
+    sizes = [len(sched) for sched in engine.log if sched]  # each step's one forward pass carries them all
+    if max(sizes, default=0) < len(prompts):
+        raise CaseFailure(f"forward passes carried {sizes} requests; all {len(prompts)} fit in one",
                           hint="one item per scheduled request, one execute_model call per step")
 
 

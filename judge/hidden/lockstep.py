@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator
 
-from judge.drivers.scheduler import (Config, Spec, Workload, World, blocks_needed, script, snapshot,  # noqa: F401
-                                     used_blocks_ok)
+from framework.kv_cache_manager import blocks_needed
+from judge.drivers.scheduler import Config, Spec, Workload, World, plan_of, script, snapshot
 from judge.drivers import keep, register_host
 from judge.drivers.hosts import RequestHost
 from judge.harness import CaseFailure, rng as seeded, shrink
@@ -29,16 +29,16 @@ Plan = list[tuple[str, int]]
 # Invariants that hold whatever the reference does
 
 
-def check_invariants(f: dict[str, Any], c: Config, label: str) -> None:
-    """`f`: the facts the driver reported right after the learner's schedule()."""
+def check_invariants(f: dict[str, Any], after: dict[str, Any], c: Config, label: str) -> None:
+    """`f`, `after`: the facts and the snapshot the driver reported right after the learner's schedule()."""
     n_total = sum(x["n"] for x in f["scheduled"])
     if n_total > c.token_budget:
         raise CaseFailure(f"{label}: {n_total} tokens scheduled, more than token_budget={c.token_budget}",
                           hint="the tokens scheduled in one step never exceed the budget: each request gets at "
                                "most the budget left, and a new prompt larger than that gets a chunk (or, without "
                                "chunked prefill, waits)")
-    if len(f["running"]) > c.max_num_seqs:
-        raise CaseFailure(f"{label}: {len(f['running'])} requests running, more than max_num_seqs={c.max_num_seqs}",
+    if len(after["running"]) > c.max_num_seqs:
+        raise CaseFailure(f"{label}: {len(after['running'])} requests running, more than max_num_seqs={c.max_num_seqs}",
                           hint="admit a waiting request only while len(self.running) < self.max_num_seqs")
     seen = Counter(x["rid"] for x in f["scheduled"])
     dup = [rid for rid, k in seen.items() if k > 1]
@@ -62,12 +62,12 @@ def check_invariants(f: dict[str, Any], c: Config, label: str) -> None:
                               f"{x['num_tokens'] - x['num_computed']} left to compute",
                               hint="tokens left = request.num_tokens - request.num_computed_tokens (after prefix "
                                    "hits)")
-        if x["blocks"] < blocks_needed(x["num_computed"] + n, f["block_size"]):
+        if x["blocks"] < blocks_needed(x["num_computed"] + n, c.block_size):
             raise CaseFailure(f"{label}: request {rid} is scheduled for {n} tokens without the blocks to "
                               "hold them", hint="allocate before scheduling: self.allocate_or_preempt for running "
                                                 "requests, self.kv.allocate_slots for new ones")
-    places = Counter(f["running"] + f["waiting"] + f["finished"])
-    lost = [rid for rid in f["all"] if places[rid] == 0]
+    places = Counter(after["running"] + after["waiting"] + f["finished"])
+    lost = [rid for rid in after["requests"] if places[rid] == 0]
     twice = [rid for rid, k in places.items() if k > 1]
     if lost or twice:
         what = f"request(s) {lost} are neither waiting, running nor finished" if lost else \
@@ -76,16 +76,19 @@ def check_invariants(f: dict[str, Any], c: Config, label: str) -> None:
                                                    "(popleft) and appended to self.running")
 
 
-def check_blocks(data: dict[str, Any], num_blocks: int, label: str) -> None:
-    """Reference counts equal the number of requests holding each block; the free queue holds the others."""
-    b, queue_ok = used_blocks_ok(data, num_blocks)
-    if b is not None or not queue_ok:
-        held = Counter(data["held"])
-        raise CaseFailure(f"{label}: the block pool is inconsistent"
-                          + (f": block {b} has ref_cnt {data['ref_cnt'][b]} but {held.get(b, 0)} requests hold it"
-                             if b is not None else ": num_free_blocks is not the number of blocks with ref_cnt 0"),
-                          hint="blocks are taken only through self.kv.allocate_slots and returned only through "
-                               "self.kv.free(request)")
+def check_blocks(data: dict[str, Any], num_blocks: int, label: str, input: str | None = None) -> None:
+    """Reference counts equal the number of requests holding each block; num_free_blocks counts the others."""
+    held, ref_cnt = Counter(data["held"]), data["ref_cnt"]
+    bad = [b for b in range(num_blocks) if ref_cnt[b] != held.get(b, 0)]
+    if bad:
+        problem = f"block {bad[0]} has ref_cnt {ref_cnt[bad[0]]} but {held.get(bad[0], 0)} requests hold it"
+    elif data["num_free_blocks"] != ref_cnt.count(0):
+        problem = "num_free_blocks is not the number of blocks with ref_cnt 0"
+    else:
+        return
+    raise CaseFailure(f"{label}: the block pool is inconsistent: {problem}", input=input,
+                      hint="blocks are taken only through self.kv.allocate_slots and returned only through "
+                           "self.kv.free(request)")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -157,42 +160,36 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
         before = res["before"]
         if "error" in res and "plan" not in res:
             return learner_failure(res["error"], name, where)
-        if "problem" in res:
-            return CaseFailure(res["problem"]["message"], input=where, hint=res["problem"].get("hint"))
-        try:
-            check_invariants({**res["facts"], "all": list(res["after"]["requests"])}, w.config, label)
+        try:  # the checks' failures are shown with the workload and the schedules so far
+            if "problem" in res:
+                raise CaseFailure(res["problem"]["message"], hint=res["problem"].get("hint"))
+            check_invariants(res["facts"], res["after"], w.config, label)
+            plan, pre = [tuple(x) for x in res["plan"]], res["preempted"]
+            exp_plan, exp_pre = plan_of(exp_out)
+            if (plan, pre) != (exp_plan, exp_pre):
+                field = "scheduled (request_id, num_new_tokens)" if plan != exp_plan else "preempted"
+                raise CaseFailure(f"{label}: wrong {'schedule' if plan != exp_plan else 'preempted requests'}",
+                                  field=field, expected=exp_plan if plan != exp_plan else exp_pre,
+                                  got=plan if plan != exp_plan else pre,
+                                  hint=hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
+            diff = first_difference(snapshot(want), res["after"])
+            if diff:
+                key, e, g = diff
+                raise CaseFailure(f"{label}: after schedule(), {key} differs", field=key, expected=e, got=g,
+                                  hint=field_hints.get(key.rsplit(".", 1)[-1], None)
+                                  or hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
+            if "error" in res:
+                return learner_failure(res["error"], name, where)
+            check_blocks(res["blocks"], w.config.num_blocks, label)
         except CaseFailure as f:
             f.input = f.input or where
             return f
-        plan, pre = [tuple(x) for x in res["plan"]], res["preempted"]
-        exp_plan = [(x.request.request_id, x.num_new_tokens) for x in exp_out.scheduled]
-        exp_pre = [r.request_id for r in exp_out.preempted]
-        if (plan, pre) != (exp_plan, exp_pre):
-            field = "scheduled (request_id, num_new_tokens)" if plan != exp_plan else "preempted"
-            return CaseFailure(f"{label}: wrong {'schedule' if plan != exp_plan else 'preempted requests'}",
-                               input=where, field=field, expected=exp_plan if plan != exp_plan else exp_pre,
-                               got=plan if plan != exp_plan else pre,
-                               hint=hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
-        diff = first_difference(snapshot(want), res["after"])
-        if diff:
-            key, e, g = diff
-            return CaseFailure(f"{label}: after schedule(), {key} differs", input=where, field=key, expected=e,
-                               got=g, hint=field_hints.get(key.rsplit(".", 1)[-1], None)
-                               or hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
-        if "error" in res:
-            return learner_failure(res["error"], name, where)
         history.append((plan, pre))
         want.update(exp_out.scheduled)
-        try:
-            check_blocks(res["blocks"], w.config.num_blocks, label)
-        except CaseFailure as f:
-            f.input = where
-            return f
-        free = res["free"]
     if want.pending(max_steps + 1):
         raise AssertionError("course bug: the reference did not finish the workload")
-    if history and free != w.config.num_blocks:
-        return CaseFailure(f"at the end {free} of {w.config.num_blocks} blocks are free",
+    if history and res["free"] != w.config.num_blocks:
+        return CaseFailure(f"at the end {res['free']} of {w.config.num_blocks} blocks are free",
                            input=text, hint="every block returns to the pool once every request has finished")
     return None
 
@@ -288,21 +285,26 @@ class LearnerRaised131(Exception):
 class LearnerPreemption:
     """`preemption` of a reference scheduler here (131): the learner's allocate_or_preempt and preempt, called in
     the worker (`judge.drivers.scheduler.preemption_call`) on a copy of the host's requests and queues, whose
-    state comes back here."""
+    state comes back here. `attach` it to the scheduler's parts once they are built."""
 
-    def __init__(self, host: RequestHost, drv: Any) -> None:
-        self.host, self.drv = host, drv
+    def __init__(self, drv: Any, c: Config) -> None:
+        self.host, self.drv, self.config = RequestHost(c.num_blocks, c.block_size, c.prefix), drv, c
+        self.scheduler_cls = type("Scheduler", (ref.Scheduler,), {"preemption": self})
+
+    def attach(self, kv: Any, scheduler: Any) -> None:
+        self.host.kv, self.host.scheduler = kv, scheduler
+        self.drv.preemption_world(PREEMPTION_WORLD, register_host(self.host), asdict(self.config))
 
     def _call(self, fn: str, request: Any, n: int = 0, out: Any = None) -> Any:
         h = self.host
-        plan = h.plain_plan(out) if out is not None else {"scheduled": [], "preempted": []}
+        plan = h.plan(out) if out is not None else {"scheduled": [], "preempted": []}
         reply = self.drv.preemption_call(PREEMPTION_WORLD, fn, h.state(), h.name_of(request), n, plan)
         if "error" in reply:
             raise LearnerRaised131(reply["error"])
         h.apply(reply["state"])
         ret, plan = reply["value"]
         if out is not None:
-            new = h.plan(plan)
+            new = h.output(plan)
             out.scheduled, out.preempted[:] = new.scheduled, new.preempted
         return ret
 
@@ -315,11 +317,8 @@ class LearnerPreemption:
 
 def world_calling_learner(w: Workload, drv: Any) -> World:
     """131's workloads: a world here on the reference scheduler (129's answer) and KV-cache manager, whose
-    preemption is the learner's, called in the worker on a copy of the requests (`LearnerPreemption`)."""
-    c = w.config
-    host = RequestHost(c.num_blocks, c.block_size, c.prefix)
-    preemption = LearnerPreemption(host, drv)
-    world = World(type("Scheduler", (ref.Scheduler,), {"preemption": preemption}), w)
-    host.kv, host.scheduler = world.kv, world.sched
-    drv.preemption_world(PREEMPTION_WORLD, register_host(host), asdict(c))
+    preemption is the learner's (`LearnerPreemption`)."""
+    preemption = LearnerPreemption(drv, w.config)
+    world = World(preemption.scheduler_cls, w)
+    preemption.attach(world.kv, world.sched)
     return world

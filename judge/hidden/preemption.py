@@ -2,7 +2,7 @@
 
 The learner's two functions run inside the REFERENCE `schedule` (so 131 is graded whatever the learner did in
 129). Hand-built states check each function alone against the reference on a twin scheduler; seeded workloads
-with small KV caches run in lockstep with the reference (judge/hidden/scheduler.py); a last case generates on
+with small KV caches run in lockstep with the reference (judge/hidden/lockstep.py); a last case generates on
 the embedded model with a pool too small for every request at once: each greedy output must equal generating
 that request alone, and preemptions must have happened.
 """
@@ -12,17 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
-from judge.drivers.hosts import RequestHost
-from judge.drivers.scheduler import call_text
-from judge.drivers import register_host
+from judge.drivers.scheduler import call_preemption, call_text
 from judge.hidden.end_to_end import alone, load_model
-from judge.hidden.lockstep import (PREEMPTION_WORLD, Config, LearnerPreemption, LearnerRaised131, Plan, Workload, World,
-                                   check_blocks, check_workloads, first_difference, random_workloads,
-                                   snapshot, spec_new, spec_running)
+from judge.hidden.lockstep import (Config, LearnerPreemption, LearnerRaised131, Plan, Workload, World, check_blocks,
+                                   check_workloads, first_difference, plan_of, random_workloads, snapshot, spec_new,
+                                   spec_running)
 from judge.remote import driver, learner_failure
 from solutions import scheduler as ref
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerOutput
+from solutions.engine import EngineConfig, LLMEngine
 
 CASES = Cases()
 
@@ -63,10 +62,6 @@ def hint_131(before: dict[str, Any], c: Config, exp: Plan, got: Plan, exp_pre: l
 # One call on a hand-built state, against the reference on a twin scheduler
 
 
-def plan_of(out: SchedulerOutput) -> tuple[Plan, list[str]]:
-    return [(s.request.request_id, s.num_new_tokens) for s in out.scheduled], [r.request_id for r in out.preempted]
-
-
 def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tuple[str, ...] = ()) -> None:
     """Call `fn` ('preempt' or 'allocate_or_preempt') on request `rid`: the learner's in the worker (the driver),
     the reference's on a twin scheduler here, and compare everything."""
@@ -77,11 +72,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
         assert want.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
         out.scheduled.append(ScheduledRequest(r, 1))
     text = call_text(w.plain(), fn, rid, n, list(scheduled))
-    if fn == "preempt":
-        ref.Scheduler.preempt(want.sched, want.requests[rid])
-        exp_ret = None
-    else:
-        exp_ret = ref.Scheduler.allocate_or_preempt(want.sched, want.requests[rid], n, out)
+    exp_ret = call_preemption(want.sched.preemption, fn, want.sched, want.requests[rid], n, out)
     res = driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
@@ -104,11 +95,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
         key, e, g = diff
         raise CaseFailure(f"after the call, {key} differs", input=text, field=key, expected=e, got=g,
                           hint=FIELD_HINTS.get(key.rsplit(".", 1)[-1]))
-    try:
-        check_blocks(res["blocks"], w.config.num_blocks, "after the call")
-    except CaseFailure as f:
-        f.input = text
-        raise
+    check_blocks(res["blocks"], w.config.num_blocks, "after the call", input=text)
 
 
 def check_131(impl, workloads: list[Workload]) -> None:
@@ -188,10 +175,6 @@ def _(impl):
 
 @CASES("end to end: a small KV cache, preemptions, every output equals generating it alone", timeout=120)
 def _(impl):
-    _end_to_end(impl)  # harness.run_case runs every case on one torch thread
-
-
-def _end_to_end(impl) -> None:
     model = load_model()
     config = {"num_blocks": 14, "block_size": 4, "token_budget": 16, "max_num_seqs": 4}
     rng = seeded(131)
@@ -225,20 +208,15 @@ def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config
     """131 end to end: the reference engine here with the learner's preemption (called in the worker), on the
     embedded model, with a KV cache too small for every request at once. Each request's output tokens and
     preemptions, or the learner's error."""
-    from solutions.engine import EngineConfig, LLMEngine
-
     cfg = EngineConfig(**config)
-    c = Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs)
-    drv = driver(impl, "scheduler")
-    host = RequestHost(c.num_blocks, c.block_size, False)
-    preemption = LearnerPreemption(host, drv)
+    preemption = LearnerPreemption(driver(impl, "scheduler"),
+                                   Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs))
 
     class Engine(LLMEngine):
-        scheduler_cls = type("Scheduler", (ref.Scheduler,), {"preemption": preemption})
+        scheduler_cls = preemption.scheduler_cls
 
     engine = Engine(load_model(), cfg, eos_token_id=None)
-    host.kv, host.scheduler = engine.kv_cache_manager, engine.scheduler
-    drv.preemption_world(PREEMPTION_WORLD, register_host(host), config)
+    preemption.attach(engine.kv_cache_manager, engine.scheduler)
     requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     steps = 0
     while engine.has_unfinished_requests() and steps < 300:

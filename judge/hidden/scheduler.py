@@ -1,15 +1,9 @@
-"""Hidden tests of exercise 129 (Scheduler.schedule); the workload machinery is shared with exercise 131.
+"""Hidden tests of exercise 129 (Scheduler.schedule), on the workloads of judge/hidden/lockstep.py.
 
 The learner's `schedule` runs with the REFERENCE `allocate_or_preempt` and `preempt` (so 129 is graded whatever
-the learner did in 131). Every workload runs twice in lockstep, on the reference `Scheduler` here and on the
-learner's in the worker (the public driver judge/drivers/scheduler.py, which reports plain data), driven by a
-fake model loop: after each `schedule()` every scheduled request's `num_computed_tokens` advances by
-its `num_new_tokens`, a request that completed its pending tokens gets a dummy output token, and a request with
-`max_tokens` tokens is retired with `Scheduler.finish`. After every step the checker compares the learner's
-schedule (request ids and `num_new_tokens`, preempted ids) and the queues and request states with the
-reference's, and checks invariants that do not depend on the reference: the token budget, `max_num_seqs`, no
-request lost or duplicated, blocks for every scheduled token, consistent reference counts, every block free at
-the end.
+the learner did in 131), step by step beside the reference `Scheduler`: the same schedule, queues and request
+states, and the invariants that do not depend on the reference (the token budget, `max_num_seqs`, no request lost
+or duplicated, blocks for every scheduled token, consistent reference counts, every block free at the end).
 """
 
 from __future__ import annotations
