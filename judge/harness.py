@@ -131,9 +131,10 @@ def short(value: Any) -> str:
 
 
 def int_values(value: Any) -> list[int] | None:
-    """The integers of a list / tuple / deque (of ints, numpy ints or 0-d integer tensors) or of a 1-D integer
-    tensor or array, as a list of ints; None if it is none of those. The one lenient reader of the judge: the
-    batch driver's diagnosing one (judge/drivers/batch.py, read_ints) and the other drivers build on it."""
+    """The integers of a list / tuple / deque / array.array (of ints, numpy ints or 0-d integer tensors) or of a
+    1-D integer tensor or numpy array, as a list of ints; None if it is none of those. The one lenient reader of the
+    judge: the batch driver's diagnosing one (judge/drivers/batch.py, read_ints) and the other drivers build on it."""
+    from array import array
     from collections import deque
 
     import numpy as np
@@ -145,7 +146,7 @@ def int_values(value: Any) -> list[int] | None:
         return [int(x) for x in value.tolist()]
     if isinstance(value, np.ndarray):
         return [int(x) for x in value.tolist()] if value.ndim == 1 and np.issubdtype(value.dtype, np.integer) else None
-    if not isinstance(value, (list, tuple, deque)):
+    if not isinstance(value, (list, tuple, deque, array)):
         return None
     out = []
     for x in value:

@@ -9,6 +9,7 @@ be read so is a "problem", said as the learner reads it.
 from __future__ import annotations
 
 import copy
+from array import array
 from collections import deque
 from types import ModuleType
 from typing import Any
@@ -34,6 +35,8 @@ def _sendable(value: Any) -> Any:
     description."""
     from judge import wire
 
+    if isinstance(value, array):
+        value = list(value)  # what the model runner reads of it (framework.model_runner, _as_long)
     try:
         wire.encode(value)
         return value
