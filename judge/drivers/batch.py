@@ -14,9 +14,12 @@ from collections import deque
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import torch
 
+from judge import wire
 from judge.drivers import learner_error
+from judge.harness import int_values, short
 
 TENSOR_FIELDS = ("input_ids", "positions", "slot_mapping", "logits_indices")
 FIELDS = ("input_ids", "query_start_loc", "positions", "seq_lens", "slot_mapping", "logits_indices", "block_tables")
@@ -33,8 +36,6 @@ class Unreadable(Exception):
 def _sendable(value: Any) -> Any:
     """`value` if it can cross to the grader as plain data (numbers, lists, tuples, tensors, arrays), else its
     description."""
-    from judge import wire
-
     if isinstance(value, array):
         value = list(value)  # what the model runner reads of it (framework.model_runner, _as_long)
     try:
@@ -47,10 +48,6 @@ def _sendable(value: Any) -> Any:
 def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
     """The values of a 1-D integer tensor (or, unless tensor_only, a list / tuple / array of integers); Unreadable
     for anything else."""
-    import numpy as np
-
-    from judge.harness import int_values, short
-
     values = int_values(value)
     if values is not None and (not tensor_only or isinstance(value, torch.Tensor)):
         return values
@@ -76,8 +73,6 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
 
 def read_tables(value: Any) -> list[list[int]]:
     """block_tables as B lists of block ids (a 2-D tensor or array is read row by row); Unreadable if it is not."""
-    import numpy as np
-
     if isinstance(value, torch.Tensor) and value.dim() != 2:
         raise Unreadable(f"block_tables is a tensor of shape {tuple(value.shape)}; it must be B lists")
     if isinstance(value, (torch.Tensor, np.ndarray)):
