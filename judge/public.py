@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import wire
-from .compare import diagnostic, difference
+from .compare import diagnostic, difference, plain
 from .harness import short
 from .registry import ROOT, Exercise
 from .remote import Session
@@ -41,20 +41,23 @@ def replay(session: Session, log: list) -> str | None:
     for req, want in log:
         got = session.request({k: v for k, v in req.items() if k != "id"})
         calls.append(_described(req))
-        problem = _problem(want, got, _so_far(calls))
+        problem = _problem(want, got, calls[-1], req)
         if problem:
-            return problem
+            return problem + _earlier(calls[:-1])
     return None
 
 
-def _so_far(calls: list[str]) -> str:
-    """The calls of the case up to the failing one: its first (what was built) and its last few."""
-    shown = calls if len(calls) <= 7 else calls[:1] + [f"... {len(calls) - 6} more calls"] + calls[-5:]
-    return "\n".join(shown)
+def _earlier(calls: list[str]) -> str:
+    """The calls of the case before the failing one (the first builds what the others use), if any."""
+    if not calls:
+        return ""
+    shown = calls if len(calls) <= 6 else calls[:1] + [f"... {len(calls) - 5} more calls"] + calls[-4:]
+    return "\nearlier calls of this case (they passed):\n" + "\n".join(shown)
 
 
-def _problem(want: dict, got: dict, what: str) -> str | None:
-    """What is wrong with the student's answer `got` to the call `what`, given the reference's `want`."""
+def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
+    """What is wrong with the student's answer `got` to the call `what` (the driver request `req`), given the
+    reference's `want`."""
     err = got.get("error") or {}
     if not got.get("ok") and err.get("type") == "NotImplementedError":
         return f"not implemented yet: {what} raises NotImplementedError"
@@ -76,13 +79,41 @@ def _problem(want: dict, got: dict, what: str) -> str | None:
         return None
     if isinstance(g, dict) and isinstance(g.get("problem"), str):
         return f"{g['problem']}\ninput: {what}"
-    where, expected, value = d
+    where, expected, value = _whole_list(w, g, *d)
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":
         return f"not implemented yet: {unexpected.get('message') or what}"
+    if unexpected and value is None:  # nothing to compare there: the student's code raised before making it
+        return f"{what}: {_raised(unexpected)}"
     raised = f"\n{_raised(unexpected)}" if unexpected else ""
-    return (f"{_path(where) or 'the result'}: expected {short(expected)}, got {short(value)}\ninput: {what}"
+    return (f"{_named(req, where) or 'the result'}: expected {short(expected)}, got {short(value)}\ninput: {what}"
             f"{raised}")
+
+
+def _whole_list(want: Any, got: Any, where: str, expected: Any, value: Any) -> tuple[str, Any, Any]:
+    """A difference inside a short list of numbers, shown as the whole list (`[4, 0]` against `[4, 5]` says more
+    than one element)."""
+    outer = re.sub(r"\[\d+\]$", "", where)
+    if outer == where:
+        return where, expected, value
+    w, g = _at(want, outer), _at(got, outer)
+    flat = all(isinstance(x, (int, float)) for x in (w if isinstance(w, list) else [None]))
+    return (outer, w, g) if flat and isinstance(g, list) and len(w) <= 16 else (where, expected, value)
+
+
+def _at(value: Any, where: str) -> Any:
+    """The item at `where` (a path of difference(): ['key'][0]...) in the decoded trace `value` as compared."""
+    value = plain(value)
+    for key, index in re.findall(r"\['([^']*)'\]|\[(\d+)\]", where):
+        value = value[key] if index == "" else value[int(index)]
+    return value
+
+
+def _named(req: dict, where: str) -> str:
+    """Where in a driver's answer, in the driver's own words (its `where`, if any) or read as attributes."""
+    path = _path(where)
+    name = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "where", None)
+    return (name(path, req.get("attr"), *[wire.decode(a) for a in req.get("args", [])]) if name else None) or path
 
 
 def raised_as(got: dict, want: dict) -> bool:

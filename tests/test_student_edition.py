@@ -124,10 +124,11 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(partial_editio
                     ("right_array_ref_cnt_error_subclass", n125), ("right_own_free_queue", n125)):
         assert graded[name][1] == f"{n} passed, 0 failed", graded[name][0]
     wrong = graded["wrong_positions_from_zero"][0]
-    assert "batch.positions[5]: expected 6, got 0" in wrong, wrong
+    assert "batch.positions: expected [0, 1, 2, 3, 4, 6, 2, 3, 4], got [0, 1, 2, 3, 4, 0, 0, 1, 2]" in wrong, wrong
     assert "input: build_batch([([11, 12, 13, 14, 15], 0, [7, 2], True)," in wrong, wrong
     shown = graded["wrong_lifo"][0] + graded["wrong_returns_dict"][0]
     assert "pool = BlockPool(4); pool.allocate(3)" in shown, shown
+    assert "call 1, pool.allocate(3), returned: expected [0, 1, 2]" in shown, shown
     assert not any(word in shown for word in ("__handle__", "null", "true", "false")), shown
 
 

@@ -8,6 +8,7 @@ It reads only what the statement makes public: what each call returned or raised
 from __future__ import annotations
 
 import operator
+import re
 from types import ModuleType
 from typing import Any
 
@@ -105,3 +106,21 @@ def describe(fn: str, *args: Any) -> str:
 def op_text(op: list) -> str:
     """One call of a script as Python ("drain" allocates every free block)."""
     return "pool.allocate(pool.num_free_blocks)" if op[0] == "drain" else f"pool.{op[0]}({op[1]!r})"
+
+
+def where(path: str, fn: str, *args: Any) -> str | None:
+    """A place in this driver's answer (`steps[1].state.ref_cnt`) as the learner's code: `after call 2,
+    pool.free([0]): pool.ref_cnt`."""
+    if fn == "two_pools":
+        return f"b.{path}" if path in ("ref_cnt", "num_free_blocks") else None
+    created = f"pool = BlockPool({args[0]})"
+    if path == "created.raised":
+        return f"{created}, raised"
+    if path in ("created.ref_cnt", "created.num_free_blocks"):
+        return f"after {created}: pool.{path.split('.')[1]}"
+    step = re.match(r"steps\[(\d+)\]\.(returned|raised|state\.(\w+))", path)
+    if step is None:
+        return None
+    i, what, attr = int(step[1]), step[2], step[3]
+    call = f"call {i + 1}, {op_text(args[1][i])}"
+    return f"after {call}: pool.{attr}" if attr else f"{call}, {what}"

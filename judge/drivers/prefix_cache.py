@@ -13,6 +13,8 @@ from typing import Any
 
 from judge.drivers import learner_error
 
+CHAINED = "each hash is hash_block(the hash before it, its block)"
+
 
 def _failed(exc: BaseException, name: str, index: int) -> dict[str, Any]:
     return {"raised": type(exc).__name__, "in": name, "call": index, "_error": learner_error(exc)}
@@ -47,7 +49,7 @@ def hashes(impl: ModuleType, tokens: list[int], block_size: int) -> dict[str, An
 
 def chain(impl: ModuleType, tokens: list[int], block_size: int, none_hash: int) -> dict[str, Any]:
     """block_hashes(tokens, block_size) against hash_block chained from `none_hash` over the full blocks: how many
-    hashes it returned and the first that differs from the chain (None: none)."""
+    hashes it returned and, for each, whether it is the chain's."""
     got = hashes(impl, tokens, block_size)
     if "hashes" not in got:
         return got
@@ -58,8 +60,7 @@ def chain(impl: ModuleType, tokens: list[int], block_size: int, none_hash: int) 
             want.append(parent)
     except Exception as exc:  # noqa: BLE001
         return _failed(exc, "hash_block", 0)
-    differs = next((i for i, (g, w) in enumerate(zip(got["hashes"], want)) if g != w), None)
-    return {"count": len(got["hashes"]), "differs at": differs}
+    return {"count": len(got["hashes"]), CHAINED: [g == w for g, w in zip(got["hashes"], want)]}
 
 
 def cache_ops(impl: ModuleType, ops: list) -> dict[str, Any]:

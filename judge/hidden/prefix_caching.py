@@ -15,6 +15,7 @@ from typing import Any
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, check_each, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
+from judge.drivers.prefix_cache import CHAINED
 from judge.remote import driver, learner_failure
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
@@ -86,7 +87,7 @@ def check_block_hashes(impl, tokens: list[int], block_size: int) -> CaseFailure 
                            field="len(block_hashes(...))", expected=want, got=got["count"],
                            hint="a trailing partial block is still being written: it gets no hash; "
                                 "len(token_ids) // block_size hashes")
-    i = got["differs at"]
+    i = next((i for i, chained in enumerate(got[CHAINED]) if not chained), None)
     if i is not None:
         parent = "NONE_HASH" if i == 0 else f"hashes[{i - 1}]"
         return CaseFailure(f"hash {i} is not hash_block({parent}, block {i})", input=text,
