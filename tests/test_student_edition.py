@@ -162,6 +162,22 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(bare_
     assert re.search(r"^FAIL  several requests share each forward pass", loop, re.MULTILINE), loop
 
 
+def test_a_chapter_that_needs_an_exercise_not_passed_yet_names_it(bare_edition, tmp_path):
+    """A student who has passed 125, 126 and 128 but not 127: the engine's model runner needs their paged attention
+    (the edition has no reference runner), so a chapter's cell says which exercise to do, not a missing module."""
+    out = _copy(bare_edition, tmp_path)
+    env = _student(out, tmp_path)
+    for ex, module, variant in ((125, "block_pool", "block_pool/right_deque.py"),
+                                (126, "paged_kv_cache", "slot_mapping/right_loops.py"),
+                                (128, "batch", "batch_layout/right_pure_python_lists.py")):
+        shutil.copy(CASES / variant, out / "practice" / f"{module}.py")
+    graded = _judge(out, env, "125", "126", "128")
+    assert graded.returncode == 0, graded.stdout
+    used = subprocess.run([sys.executable, "-c", "import course; course.needs('model_runner')"], cwd=out, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "NotPassedYet" in used.stderr and "paged_attention (exercise 127)" in used.stderr, used.stderr
+
+
 def test_133_public_cases_replay_on_the_students_copy(bare_edition, tmp_path):
     """133 without its reference: with the engine's modules written (here: the references copied into practice/),
     the public cases pass a right loop written differently from the reference and reject a wrong one."""
