@@ -58,3 +58,19 @@ def test_messages_show_python_not_the_wire(ex_id):
         assert any(messages), f"{path.name} passes every public case of {ex_id}"
         shown = [m for m in messages if WIRE.search(m)]
         assert not shown, shown[0]
+
+
+def test_a_public_case_names_the_failing_call_and_what_it_raised():
+    """A replayed case of several calls: the one that raised is the input, with only its exception (no whole cache
+    against "None"), and the calls before it are listed as passed."""
+    ex = judge.get_exercise(126)
+    case = next(c for c in judge.runner._case_list(ex, None) if "multi-layer" in c.name)
+    rec = Recording(ex, {"impl_module": ex.reference})
+    assert harness.run_case(case, RemoteModule(rec)).passed
+    wrong = ROOT / "tests" / "judge_cases" / "slot_mapping" / "wrong_int32_slots_to_index_copy.py"
+    message = public.replay(InProcess(ex, {"impl": str(wrong)}), rec.log)
+    failing, _, earlier = message.partition("\nearlier calls of this case (they passed):\n")
+    assert failing.startswith("key_caches, value_caches = random bfloat16") and "dtype=torch.int32" in failing, message
+    assert "your code raised RuntimeError: index_copy_(): Expected a long tensor" in failing, message
+    assert "expected" not in failing.split("your code raised")[0], message
+    assert earlier.startswith("key_caches, value_caches = random float32") and "int64" in earlier, message
