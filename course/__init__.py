@@ -329,7 +329,7 @@ def _model_runner(pick, picked) -> ModuleType:
 
     # The reference attention runs through the reference runner's batched kernel where this copy has it; a student
     # edition has none, so there the shipped reference (or ExerciseNeeded, as for any missing part) is called per step.
-    batched = not picked["paged_attention"].yours and importlib.util.find_spec("solutions.model_runner") is not None
+    batched = not picked["paged_attention"].yours and _shipped("solutions.model_runner")
     attention = None if batched else pick("paged_attention").paged_attention
     cls = runner_class(pick("batch").build_batch, pick("paged_kv_cache").write_kv, attention)
     return _module("model_runner", [shell], ModelRunner=cls)

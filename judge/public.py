@@ -97,8 +97,8 @@ def _whole_list(want: Any, got: Any, where: str, expected: Any, value: Any) -> t
     if outer == where:
         return where, expected, value
     w, g = _at(want, outer), _at(got, outer)
-    flat = all(isinstance(x, (int, float)) for x in (w if isinstance(w, list) else [None]))
-    return (outer, w, g) if flat and isinstance(g, list) and len(w) <= 16 else (where, expected, value)
+    numbers = isinstance(w, list) and isinstance(g, list) and all(isinstance(x, (int, float)) for x in w)
+    return (outer, w, g) if numbers and len(w) <= 16 else (where, expected, value)
 
 
 def _at(value: Any, where: str) -> Any:
@@ -112,8 +112,14 @@ def _at(value: Any, where: str) -> Any:
 def _named(req: dict, where: str) -> str:
     """Where in a driver's answer, in the driver's own words (its `where`, if any) or read as attributes."""
     path = _path(where)
-    name = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "where", None)
-    return (name(path, req.get("attr"), *[wire.decode(a) for a in req.get("args", [])]) if name else None) or path
+    return _driver_says(req, "where", path) or path
+
+
+def _driver_says(req: dict, hook: str, *first: Any) -> str | None:
+    """What the driver of request `req` says of it through its function `hook` (describe, where), given `first`,
+    the request's function and its arguments; None where the driver has no such function."""
+    fn = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), hook, None)
+    return fn(*first, req.get("attr"), *[wire.decode(a) for a in req.get("args", [])]) if fn else None
 
 
 def raised_as(got: dict, want: dict) -> bool:
@@ -126,11 +132,10 @@ def raised_as(got: dict, want: dict) -> bool:
 def _described(req: dict) -> str:
     """A driver call as the Python it stands for, from the driver's own `describe`, else (no describe, or it gives
     None) as the driver's function and its arguments."""
-    args = [wire.decode(a) for a in req.get("args", [])]
-    describe = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "describe", None)
-    text = describe(req.get("attr"), *args) if describe else None
+    text = _driver_says(req, "describe")
     if text:
         return text
+    args = [wire.decode(a) for a in req.get("args", [])]
     text = ", ".join(repr(a) if isinstance(a, str) else short(a) for a in args)
     return f"{req.get('attr')}({text if len(text) < 200 else text[:200] + ' ...'})"
 
