@@ -123,6 +123,16 @@ def test_stored_outputs():
         f"the chapters store {total / 2**20:.1f} MiB of outputs; keep it under 5 MiB (course.figures.DPI, figure sizes)"
 
 
+def test_timing_invariant_keeps_what_does_not_vary():
+    run = "FAIL  a case   0.21s\n   grading /tmp/a/practice/x.py\nknee at 4.0 requests/s (58%)\n"
+    other = "FAIL  a case      3.10s\n   grading /work/b/practice/x.py\nknee at 16.5 requests/s (7%)\n"
+    assert timing_invariant(run) == timing_invariant(other)
+    assert timing_invariant(run) != timing_invariant(run.replace("knee at 4.0", "knee at None"))
+    assert timing_invariant(run) != timing_invariant(run.replace("FAIL", "PASS"))
+    shown = "== exercise 134 x: y\n   grading …/x.py\nFAIL  one case   0.01s\nPASS  two   1.20s  [error]\n"
+    assert judge_cases_shown(shown + shown.replace("134", "135")) == [(134, ["one case", "two"]), (135, ["one case", "two"])]
+
+
 def test_grade_cells_list_the_judges_cases():
     from judge.cli import case_names
     from judge.registry import get_exercise
