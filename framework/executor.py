@@ -9,9 +9,10 @@ c5c40ab252: `execute_model` enqueues the `SchedulerOutput` on `rpc_broadcast_mq`
 every worker process reads in `WorkerProc.worker_busy_loop`; `start_worker_monitor` watches their sentinels and
 `_ensure_worker_termination` stops them), except that there rank 0 too is a worker process apart from the engine
 core. vLLM's groups (vllm/distributed/parallel_state.py at 0c175ae929: `GroupCoordinator`, a `cpu_group` for
-metadata beside a `device_group` for tensors) are the two groups here. SGLang's rank 0 `Scheduler` broadcasts the
-step's requests with `broadcast_pyobj` over its `tp_cpu_group` (python/sglang/srt/managers/scheduler.py,
-`recv_requests`, at d51c1c21d1), and each rank's `TpModelWorker` runs the forward pass
+metadata beside a `device_group` for tensors) are the two groups here. SGLang differs: every rank runs a
+`Scheduler` of its own; rank 0 receives the new requests and broadcasts them with `broadcast_pyobj` over the
+`tp_cpu_group` (python/sglang/srt/managers/scheduler.py, `recv_requests`, at d51c1c21d1), each rank schedules
+identically from them, and its `TpModelWorker` runs its share of the forward pass
 (python/sglang/srt/managers/tp_worker.py at 4f34e24af7). See chapters/12_tensor_parallel.ipynb.
 
 Failures end the whole group: a worker that dies (seen before a step, or when a collective fails) makes the engine

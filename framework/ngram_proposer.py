@@ -3,6 +3,11 @@
 As vLLM's `NgramProposer.propose` (vllm/v1/spec_decode/ngram_proposer.py at adce4e9a528d), the guess costs no
 model: take the request's last n tokens, find where the same n tokens occurred before, and propose the tokens
 that followed them there. Text that repeats itself (code, quoted passages, stories retold) is where it hits.
+
+One deliberate difference: of the earlier occurrences of the longest matching n-gram, vLLM's
+`_find_longest_matched_ngram_and_propose_tokens` takes the earliest, this proposer the most recent (where a passage
+was retold several times with changes, the latest retelling is the likelier one to be continued). Both give the
+same drafts when the longest n-gram occurred once before.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import numpy as np
 
 
 class NgramProposer:
-    """Propose up to `num_speculative_tokens` drafts for a request from the most recent earlier occurrence of its
-    last n tokens, trying n from `prompt_lookup_max` down to `prompt_lookup_min` (a longer match is a surer one)."""
+    """Propose up to `num_speculative_tokens` drafts for a request from the most recent earlier occurrence of the
+    longest n-gram that ends it, n from `prompt_lookup_max` down to `prompt_lookup_min` (a longer match is a surer
+    one; vLLM takes the earliest occurrence instead, see the module's docstring)."""
 
     def __init__(self, num_speculative_tokens: int = 4, prompt_lookup_min: int = 2, prompt_lookup_max: int = 4
                  ) -> None:

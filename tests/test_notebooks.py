@@ -2,17 +2,22 @@
 
 1. `test_stored_outputs`: every code cell of every chapters/*.ipynb has been run and stored its outputs (figures
    as PNG), and all chapters' outputs together stay under 5 MiB. No kernel: a fraction of a second.
-2. `test_chapter_reproduces_its_outputs[<chapter>]` runs the chapter on the reference (the environment of
+2. `test_grade_cells_list_the_judges_cases`: the judge's output stored in every grade cell lists exactly the
+   cases the judge has, in its order. No kernel either.
+3. `test_chapter_reproduces_its_outputs[<chapter>]` runs the chapter on the reference (the environment of
    scripts/execute_chapters.py: CPU, one thread, the embedded model) and compares the text every code cell shows
-   with the stored text, except in cells tagged "timing": the stored outputs are current
-   (`python scripts/execute_chapters.py <chapter>` regenerates them). The chapters on a learner's own code, at
-   every stage of the course, are tests/test_learner_journey.py.
+   with the stored text: the stored outputs are current (`python scripts/execute_chapters.py <chapter>`
+   regenerates them). The chapters on a learner's own code, at every stage of the course, are
+   tests/test_learner_journey.py.
 
 Normalised before comparing: object addresses, the implementation's name (practice / solutions), the line that
 `course.start()` prints first (the banner names the implementation in use) and numbers in scientific notation (rounding
 errors such as 4.8e-07 differ between CPUs; the cells assert their bounds). Convention for chapter authors: tag
-(cell metadata "tags") with "timing" every cell whose output holds timings or other run-to-run variation; its
-output is then not compared (it must still run without error).
+(cell metadata "tags") with "timing" every cell whose output holds timings or other run-to-run variation; what
+does not vary in it is still compared: every number is masked, runs of spaces are one space and absolute paths
+lose their folders, so a table keeps its rows and columns, a judge's output its case names and verdicts, and "knee
+at None" differs from "knee at 4.0". A cell whose very wording varies with the timings (a profiler's listing) is
+tagged "varies" instead: it must still run without error, nothing of its output is compared.
 Environment: NOTEBOOK_CELL_TIMEOUT (seconds per cell, default 300).
 """
 
@@ -34,6 +39,8 @@ from course.notebook import normalised
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 TIMING_TAG = "timing"
+VARIES_TAG = "varies"
+GRADE_TAG = "grade"
 PROBE_TAG = "test-probe"
 CELL_TIMEOUT = int(os.environ.get("NOTEBOOK_CELL_TIMEOUT", "300"))
 # Run first in every kernel: which Python runs it and which implementation `course.use` resolves to.
@@ -69,17 +76,37 @@ def _text(cell) -> str:
     return "".join(parts)
 
 
+def _tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def timing_invariant(text: str) -> str:
+    """What a timing cell's output keeps from run to run: its words and layout, with every number masked, runs of
+    spaces made one and absolute paths without their folders (a judge's output names the file it grades)."""
+    text = re.sub(r"(?<![\w.])/(?:[\w.+-]+/)+", "…/", text)
+    text = re.sub(r"\d+(?:\.\d+)?", "#", text)
+    return re.sub(r"[ \t]+", " ", text)
+
+
 def _normalised(cell) -> str:
     text = _text(cell)
     if "course.start(" in cell.source:  # its first line, the banner, names the implementation in use
         text = text.split("\n", 1)[1] if "\n" in text else ""
-    return normalised(text)  # the same rule as the chapters' own comparison with your code
+    text = normalised(text)  # the same rule as the chapters' own comparison with your code
+    return timing_invariant(text) if TIMING_TAG in _tags(cell) else text
 
 
 def _comparable(cells) -> list[tuple[int, str, str]]:
-    """(index, source, normalised text) of each code cell not tagged timing."""
+    """(index, source, normalised text) of each code cell not tagged "varies"."""
     return [(i, cell.source, _normalised(cell)) for i, cell in enumerate(cells)
-            if cell.cell_type == "code" and TIMING_TAG not in cell.get("metadata", {}).get("tags", [])]
+            if cell.cell_type == "code" and VARIES_TAG not in _tags(cell)]
+
+
+def judge_cases_shown(text: str) -> list[tuple[int, list[str]]]:
+    """(exercise, case names in order) of each judge's output in the text."""
+    blocks = re.split(r"^(?=== exercise \d+ )", text, flags=re.M)[1:]
+    return [(int(re.match(r"== exercise (\d+)", block)[1]),
+             re.findall(r"^(?:PASS|FAIL)  (.+?) +\d+\.\d+s", block, re.M)) for block in blocks]
 
 
 def test_stored_outputs():
@@ -94,6 +121,32 @@ def test_stored_outputs():
         total += executor.output_bytes(nb)
     assert total <= executor.MAX_OUTPUT_BYTES, \
         f"the chapters store {total / 2**20:.1f} MiB of outputs; keep it under 5 MiB (course.figures.DPI, figure sizes)"
+
+
+def test_timing_invariant_keeps_what_does_not_vary():
+    run = "FAIL  a case   0.21s\n   grading /tmp/a/practice/x.py\nknee at 4.0 requests/s (58%)\n"
+    other = "FAIL  a case      3.10s\n   grading /work/b/practice/x.py\nknee at 16.5 requests/s (7%)\n"
+    assert timing_invariant(run) == timing_invariant(other)
+    assert timing_invariant(run) != timing_invariant(run.replace("knee at 4.0", "knee at None"))
+    assert timing_invariant(run) != timing_invariant(run.replace("FAIL", "PASS"))
+    shown = "== exercise 134 x: y\n   grading …/x.py\nFAIL  one case   0.01s\nPASS  two   1.20s  [error]\n"
+    assert judge_cases_shown(shown + shown.replace("134", "135")) == [(134, ["one case", "two"]), (135, ["one case", "two"])]
+
+
+def test_grade_cells_list_the_judges_cases():
+    from judge.cli import case_names
+    from judge.registry import get_exercise
+
+    stale = []
+    for path in NOTEBOOKS:
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            for exercise, shown in judge_cases_shown(_text(cell)) if GRADE_TAG in _tags(cell) else []:
+                has = case_names(get_exercise(exercise))
+                if shown != has:
+                    stale.append(f"{path.name}, cell {i}: exercise {exercise}'s stored output lists {len(shown)} "
+                                 f"cases, the judge has {len(has)}; missing {sorted(set(has) - set(shown))}, "
+                                 f"extra {sorted(set(shown) - set(has))}")
+    assert not stale, "\n".join(stale) + "\nregenerate: `python scripts/execute_chapters.py <chapter>`"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -119,6 +172,6 @@ def test_chapter_reproduces_its_outputs(path: Path):
         assert got == want, (
             f"{path.name}, cell {i} (0-based; source below) shows something else than its stored output. If the "
             f"chapter changed, regenerate it: `python scripts/execute_chapters.py {path.name[:2]}`. If its output "
-            f"varies from run to run (timings), tag the cell '{TIMING_TAG}'.\n"
+            f"varies from run to run (timings), tag the cell '{TIMING_TAG}': its numbers are then masked.\n"
             f"--- source\n{source}\n--- stored\n{want}\n--- fresh run\n{got}"
         )
