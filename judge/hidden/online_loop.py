@@ -21,6 +21,13 @@ from judge.remote import driver, learner_failure
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
 IDLE_CPU_SHARE = 0.25  # of the idle period's wall time; a loop that sleeps on an Event uses about none
+# The statement's sentences the cases below check (practice/exercises/133-online-loop.md, "The contract")
+IDLE_RULE = ('the statement: "While idle (every stream has ended and nothing is queued), the loop makes no engine '
+             'call at all: no step, no add_request, not even has_unfinished_requests"')
+IDLE_CPU_RULE = 'the statement: "CPU time above 25 % of the period\'s wall time" fails the case'
+ABORT_IN_STEP_RULE = ('the statement: "An abort during a step: the request is in no step that starts after abort() '
+                      'returned"')
+SHUTDOWN_RULE = 'the statement: "shutdown() stops the background loop and returns within 3 s"'
 
 
 class Schedule:
@@ -88,7 +95,7 @@ class Run:
         if "hung" in reply:
             raise CaseFailure(reply["hung"], input=self.input,
                               hint="add_request returns as soon as the request is queued; the background task "
-                                   "steps the engine while it has unfinished requests")
+                                   f"steps the engine while it has unfinished requests; {SHUTDOWN_RULE}")
         timeline = [reply.get(key, reply.get(f"_{key}")) for key in TIMELINE]  # a replayable reply: diagnostics
         self.streams, (self.steps, self.aborts, self.idle) = reply["streams"], timeline
 
@@ -215,7 +222,7 @@ class Run:
         if last is not None and last > at_step:  # the step running when it returned may still have it
             raise CaseFailure(f"request {name} was still scheduled at engine step {last + 1}, after {what} returned "
                               f"at engine step {at_step}", input=self.input,
-                              hint="apply an abort right after the running step")
+                              hint=f"apply an abort right after the running step ({ABORT_IN_STEP_RULE})")
 
 
 @CASES("one request streams the offline engine's tokens", timeout=30)
@@ -343,11 +350,11 @@ def _(impl):
             raise CaseFailure(f"with no request to serve, the loop called the engine {period['calls']} times "
                               f"({period['steps']} steps) in {period['wall']:.2f} s", input=run.input,
                               hint="when the engine has no unfinished request, wait on an asyncio.Event that "
-                                   "add_request sets: no step, no polling")
+                                   f"add_request sets: no step, no polling ({IDLE_RULE})")
         if period["cpu"] > IDLE_CPU_SHARE * period["wall"]:
             raise CaseFailure(f"with no request to serve, the process used {period['cpu']:.2f} s of CPU in "
                               f"{period['wall']:.2f} s: the loop spins", input=run.input,
-                              hint="await an asyncio.Event instead of looping with asyncio.sleep(0)")
+                              hint=f"await an asyncio.Event instead of looping with asyncio.sleep(0) ({IDLE_CPU_RULE})")
     run.check()
 
 
