@@ -178,7 +178,7 @@ class Run:
         if expect == "complete" and tokens != want:
             raise CaseFailure(f"{where}: its tokens differ from generating the prompt alone (the offline engine's "
                               "tokens)", input=self.input, field="new_token_ids, all outputs", expected=want,
-                              got=tokens, hint="each step's new_token_ids go to their own request's stream, once")
+                              got=tokens, hint=self.tokens_hint(outputs, tokens, want))
         if expect != "complete" and tokens != want[:len(tokens)]:
             raise CaseFailure(f"{where}: its tokens are not a prefix of the prompt's tokens generated alone",
                               input=self.input, expected=want, got=tokens)
@@ -207,6 +207,21 @@ class Run:
                                    "output.finished)")
         if expect == "abort":
             self.check_freed(name, self.aborts[name], "abort(request_id)")
+
+    @staticmethod
+    def tokens_hint(outputs: list[dict], tokens: list[int], want: list[int]) -> str:
+        """The mistake the stream's outputs show: ended by an error, cut short, tokens sent twice or elsewhere."""
+        final = outputs[-1] if outputs else {}
+        if final.get("finish_reason") in ("error", "abort"):
+            return (f"the stream ended with finish_reason {final['finish_reason']!r} (error {final.get('error')!r}) "
+                    "although its request ran to the end: end a stream with 'error' only for the requests a "
+                    "StepError names, and with 'abort' only when it is aborted")
+        if tokens == want[:len(tokens)]:
+            return (f"the stream stopped after {len(tokens)} of {len(want)} tokens: route every step's outputs, "
+                    "up to the one with finished=True")
+        if len(tokens) > len(want):
+            return "more tokens than the request made: each step's new_token_ids go to its stream once, not again"
+        return "each step's new_token_ids go to their own request's stream (route by request_id), once"
 
     def check_freed(self, name: str, at_step: int, what: str) -> None:
         state = self.reply["requests"][name]
