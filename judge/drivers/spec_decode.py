@@ -159,11 +159,10 @@ def sampling_failure(case: dict[str, Any], runs: list[list[int]]) -> dict[str, s
         lo, hi = _binomial_range(n, expected, tail)
         rows.setdefault(i, []).append((t, expected, count, lo, hi))
         if not lo <= count <= hi:
-            bad.append((-i, max(lo - count, count - hi) / max(hi - lo, 1), t, count > hi))
+            bad.append((i, -max(lo - count, count - hi) / max(hi - lo, 1), t, count > hi))
     if not bad:
         return None
-    i, _, t, too_many = max(bad)  # the first position out of range (later ones depend on it), its worst cell
-    i = -i
+    i, _, t, too_many = min(bad)  # the first position out of range (later ones depend on it), its worst cell
     table = "\n".join([f"position {i}: token, P(emitted there), expected count, got, a correct sampler's range"] + [
         f"  {tok:>5}  {e:>8.4f}  {e * n:>8.1f}  {c:>6}  [{lo}, {hi}]{'  <- out of range' if not lo <= c <= hi else ''}"
         for tok, e, c, lo, hi in rows[i]])
