@@ -27,7 +27,7 @@ IDLE_RULE = ('the statement: "While idle (every stream has ended and nothing is 
 IDLE_CPU_RULE = 'the statement: "CPU time above 25 % of the period\'s wall time" fails the case'
 ABORT_IN_STEP_RULE = ('the statement: "An abort during a step: the request is in no step that starts after abort() '
                       'returned"')
-SHUTDOWN_RULE = 'the statement: "shutdown() stops the background loop and returns within 3 s"'
+SHUTDOWN_RULE = 'the statement: "shutdown() returns within 3 s"'
 
 
 class Schedule:
