@@ -15,7 +15,7 @@ from . import wire
 from .compare import diagnostic, difference, plain
 from .harness import short
 from .registry import ROOT, Exercise
-from .remote import Session
+from .remote import Session, another_stub
 
 PUBLIC_DIR = ROOT / "judge" / "public"
 __all__ = ["diagnostic", "load", "public_path", "raised_as", "replay"]  # diagnostic: for judge/edition.py
@@ -47,6 +47,12 @@ def replay(session: Session, log: list) -> str | None:
     return None
 
 
+def _another_stub(err: dict, what: str) -> str | None:
+    """Another exercise's stub raised `err` in the call `what`: that exercise first, then the call."""
+    other = another_stub(err)
+    return f"{other}\ninput: {what}" if other else None
+
+
 def _earlier(calls: list[str]) -> str:
     """The calls of the case before the failing one (the first builds what the others use), if any."""
     if not calls:
@@ -60,7 +66,7 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     reference's `want`."""
     err = got.get("error") or {}
     if not got.get("ok") and err.get("type") == "NotImplementedError":
-        return f"not implemented yet: {what} raises NotImplementedError"
+        return _another_stub(err, what) or f"not implemented yet: {what} raises NotImplementedError"
     if want.get("ok") != got.get("ok"):
         return f"{what}: {_raised(err)}" if want.get("ok") else \
             f"{what}: expected {want['error']['type']} to be raised, but it returned"
@@ -72,7 +78,8 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     driver_err = g.get("error") if isinstance(g, dict) and not (isinstance(w, dict) and "error" in w) else None
     if isinstance(driver_err, dict):
         if driver_err.get("type") == "NotImplementedError":
-            return f"not implemented yet: {driver_err.get('message') or what + ' raises NotImplementedError'}"
+            return _another_stub(driver_err, what) or \
+                f"not implemented yet: {driver_err.get('message') or what + ' raises NotImplementedError'}"
         return f"{what}: {_raised(driver_err)}"
     d = difference(w, g)
     if d is None:
@@ -82,7 +89,7 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     where, expected, value = _whole_list(w, g, *d)
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":
-        return f"not implemented yet: {unexpected.get('message') or what}"
+        return _another_stub(unexpected, what) or f"not implemented yet: {unexpected.get('message') or what}"
     if unexpected and value is None:  # nothing to compare there: the student's code raised before making it
         return f"{what}: {_raised(unexpected)}"
     raised = f"\n{_raised(unexpected)}" if unexpected else ""

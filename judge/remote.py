@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from typing import Any, Callable
 
 from . import drivers, wire
@@ -147,6 +148,9 @@ def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
         raise exc
     if err.get("stub"):
         return _stub_failure(name, err["stub"])
+    other = another_stub(err)
+    if other:
+        return CaseFailure(other, input=where, kind="not implemented")
     if isinstance(exc, NotImplementedError):
         file = context().learner_file
         shown = "your code" if context().learner_display == "your code" else \
@@ -158,6 +162,25 @@ def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
                            kind="exit")
     return CaseFailure(f"{name} raised {type(exc).__name__}: {short(str(exc))}", input=where,
                        traceback=trimmed_traceback(exc), kind="error")
+
+
+_STUB_MESSAGE = re.compile(r"exercise (\d+): ")  # how every practice stub's NotImplementedError begins
+
+
+def another_stub(err: dict) -> str | None:
+    """What to say first when the NotImplementedError `err` came from the untouched practice stub of an exercise
+    other than the one graded (a part this case runs, in a copy without that part's reference): which exercise,
+    which file, what it said. None for any other exception, or the graded exercise's own stub."""
+    found = _STUB_MESSAGE.match(str(err.get("message") or ""))
+    graded = context().exercise
+    if err.get("type") != "NotImplementedError" or not found or graded is None or graded.id == int(found.group(1)):
+        return None
+    other = load_exercises().get(int(found.group(1)))
+    if other is None:
+        return None
+    return (f"exercise {other.id} is not done yet: this case runs {other.practice_file}, which is still a stub "
+            f"({err['message']}). Write exercise {other.id} first (python practice/judge.py {other.id}); this case "
+            f"cannot pass before it does")
 
 
 def _display_path(path: str) -> str:

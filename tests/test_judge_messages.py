@@ -11,7 +11,7 @@ import pytest
 
 import judge
 from judge import harness, public
-from judge.remote import RemoteModule
+from judge.remote import RemoteModule, Session, learner_failure
 
 from in_process import InProcess
 
@@ -74,3 +74,28 @@ def test_a_public_case_names_the_failing_call_and_what_it_raised():
     assert "your code raised RuntimeError: index_copy_(): Expected a long tensor" in failing, message
     assert "expected" not in failing.split("your code raised")[0], message
     assert earlier.startswith("key_caches, value_caches = random float32") and "int64" in earlier, message
+
+
+def test_another_exercises_stub_is_named_first():
+    """A part the case runs is still another exercise's stub (a student copy without that reference): the failure
+    begins with that exercise and its file, in a replayed public case and in a hidden one, and the graded
+    exercise's own stub still says "not implemented yet"."""
+    stub = {"type": "NotImplementedError", "module": "builtins", "mro": [["builtins", "NotImplementedError"]],
+            "message": "exercise 125: BlockPool is not implemented yet (practice/block_pool.py)"}
+    request = {"op": "call", "driver": "spec_decode", "attr": "verify",
+               "args": [{"prompt": [1], "outputs": [], "drafts": [], "logits": [[0.0, 1.0]], "eos": None,
+                         "params": {"max_tokens": 4, "stop": []}}]}
+
+    class Stubbed(Session):
+        def request(self, msg: dict) -> dict:
+            return {"ok": False, "error": stub}
+
+    with harness.grading(harness.Context(exercise=judge.get_exercise(134))):
+        replayed = public.replay(Stubbed(), [[request, {"ok": True, "value": {}}]])
+        hidden = learner_failure(stub, "verify_and_update", "verify_and_update(request, [], logits, None)")
+    first = "exercise 125 is not done yet: this case runs practice/block_pool.py, which is still a stub"
+    assert replayed.startswith(first) and "\ninput: logits = torch.nn.functional.one_hot(torch.tensor([1]), 2)" in replayed, replayed
+    assert hidden.message.startswith(first), hidden.message
+    with harness.grading(harness.Context(exercise=judge.get_exercise(125))):
+        own = public.replay(Stubbed(), [[request, {"ok": True, "value": {}}]])
+    assert own.startswith("not implemented yet: "), own

@@ -146,7 +146,8 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_the_students_own(bare_
     n130 = len(judge.get_exercise(130).public_cases)
     stub = judge_cli()
     assert stub.splitlines()[-1] == f"0 passed, {n130} failed", stub
-    assert "not implemented yet: exercise 125: BlockPool" in stub and "runs in its place" in stub, stub
+    assert "exercise 125 is not done yet: this case runs practice/block_pool.py" in stub, stub
+    assert "runs in its place" in stub, stub
     for module in ("block_pool", "prefix_cache", "paged_kv_cache", "paged_attention", "batch", "scheduler",
                    "preemption"):  # the student has done the other exercises
         (out / "practice" / f"{module}.py").write_text((ROOT / "solutions" / f"{module}.py").read_text())
@@ -416,13 +417,19 @@ def test_exercise_135_released_alone_runs_its_public_cases(bare_edition, tmp_pat
 
 
 def test_spec_decode_released_alone_grades_its_public_cases(bare_edition, tmp_path):
-    """134 without its reference: no solutions/spec_decode.py in the edition; the stub fails its public cases, a
-    right verify_and_update passes them and a wrong one does not."""
+    """134 without its reference: no solutions/spec_decode.py in the edition; the stub fails its public cases, right
+    verify_and_updates (two ways of drawing the random numbers) pass them, and wrong ones do not: a rejection
+    sampler that resamples from p with the draft left in fails the distribution case."""
     out, env = bare_edition, _student(bare_edition, tmp_path)
     assert not (out / "solutions" / "spec_decode.py").exists() and (out / "judge/public/spec_decode.json").is_file()
 
+    n134 = len(judge.get_exercise(134).public_cases)
     graded = _judge_each(out, env, tmp_path, 134, [out / "practice" / "spec_decode.py"] + [
-        CASES / "spec_decode" / f"{name}.py" for name in ("right_loop_appending", "wrong_no_bonus_token")])
-    assert graded["spec_decode"][1] == "0 passed, 5 failed", graded["spec_decode"][0]
-    assert graded["right_loop_appending"][1] == "5 passed, 0 failed", graded["right_loop_appending"][0]
+        CASES / "spec_decode" / f"{name}.py" for name in (
+            "right_loop_appending", "right_vectorised_then_append", "wrong_no_bonus_token", "wrong_resample_from_p")])
+    assert graded["spec_decode"][1] == f"0 passed, {n134} failed", graded["spec_decode"][0]
+    for name in ("right_loop_appending", "right_vectorised_then_append"):
+        assert graded[name][1] == f"{n134} passed, 0 failed", graded[name][0]
     assert not graded["wrong_no_bonus_token"][1].endswith(" 0 failed"), graded["wrong_no_bonus_token"][0]
+    rows, verdict = graded["wrong_resample_from_p"]
+    assert verdict == f"{n134 - 1} passed, 1 failed" and "emitted as its own replacement" in rows, rows

@@ -1,8 +1,17 @@
 """Driver of exercise 134 (verify_and_update): the learner's function called on requests built beside it.
 
 `verify` makes one call on a request and logits the grader chose (the grader's speculating engine calls it so for
-every request of every step); `first_tokens` makes many, on requests seeded 0, 1, ..., and returns what each
-emitted. The grader computes the expected values with the reference.
+every request of every step); `distribution` makes many, on requests seeded 0, 1, ..., and tests what they emitted
+against the distribution the statement states (`sampling_failure`). That test needs no answer: for a correct
+sampler, whatever order it draws its random numbers in, the call's token at position i is, with probability
+A_i p_i(t), the token t after drafts 0..i-1 were all accepted, where p_i is the distribution of logits row i and
+A_i = p_0(x_0) ... p_{i-1}(x_{i-1}) (x_k: draft k), and a call ends on the first token that is not its draft.
+
+The bound on a false rejection: over n calls, the number K of calls whose token at position i is t (a "cell") is
+Binomial(n, pi) with pi = A_i p_i(t), exactly. A cell fails when K lies in a tail of probability at most a on
+either side (P(K <= k) <= a, or P(K >= k) <= a, computed exactly from the binomial's mass function), which happens
+with probability at most 2a for a correct sampler. With C cells and a = alpha / (2 C), the union bound gives a
+false rejection probability of at most alpha = 1e-6 for the whole test, the cells' dependence notwithstanding.
 """
 
 from __future__ import annotations
@@ -13,17 +22,24 @@ from typing import Any
 import torch
 
 from framework.request import Request
-from framework.sampling import SamplingParams, make_generator
+from framework.sampling import SamplingParams, make_generator, sampling_probs
 from judge.drivers import learner_error
+
+FALSE_REJECTION = 1e-6  # the test's false-rejection probability for a correct sampler (module docstring)
+
+
+def _request(case: dict[str, Any], seed: int | None = None) -> Request:
+    params = SamplingParams(**case["params"] | ({"seed": seed} if seed is not None else {}))
+    request = Request(list(case["prompt"]), params, output_token_ids=list(case["outputs"]))
+    request.num_computed_tokens = request.num_tokens - 1
+    request.generator = make_generator(params, torch.device("cpu"))
+    return request
 
 
 def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, tokenizer=None) -> dict[str, Any]:
     """One call on a request whose last token and drafts were just computed (every token before its last is
     cached): what it returned and the request's state after it."""
-    params = SamplingParams(**case["params"] | ({"seed": seed} if seed is not None else {}))
-    request = Request(list(case["prompt"]), params, output_token_ids=list(case["outputs"]))
-    request.num_computed_tokens = request.num_tokens - 1
-    request.generator = make_generator(params, torch.device("cpu"))
+    request = _request(case, seed)
     logits = torch.as_tensor(case["logits"], dtype=torch.float32)  # a list, or a tensor from the grader's engine
     try:
         tokens, reason = impl.verify_and_update(request, list(case["drafts"]), logits, case["eos"], tokenizer)
@@ -43,12 +59,148 @@ def verify(impl: ModuleType, case: dict[str, Any]) -> dict[str, Any]:
     return _call(impl, case)
 
 
-def first_tokens(impl: ModuleType, case: dict[str, Any], trials: int) -> dict[str, Any]:
-    """`trials` calls on fresh requests seeded 0, 1, ...: each call's emitted tokens (its first error ends it)."""
+def distribution(impl: ModuleType, case: dict[str, Any], trials: int) -> dict[str, Any]:
+    """`trials` calls on fresh requests seeded 0, 1, ... (its first error ends it): what the test finds wrong
+    with them ("problem", None if nothing), and each call's tokens as a diagnostic (the grader tests them again)."""
     runs = []
     for seed in range(trials):
         result = _call(impl, case, seed)
         if "error" in result:
             return result
         runs.append(result["returned"])
-    return {"runs": runs}
+    failure = sampling_failure(case, runs)
+    return {"problem": failure and f"{failure['message']}\nhint: {failure['hint']}",
+            "_runs": runs}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The test of many calls' tokens against the distribution (module docstring)
+
+
+def row_probs(case: dict[str, Any]) -> list[list[float]]:
+    """p_i for each row of the case's logits, as framework.sampling computes it (temperature, top-k, top-p)."""
+    params = SamplingParams(**case["params"])
+    return [sampling_probs(torch.tensor(row, dtype=torch.float32), params).double().tolist() for row in case["logits"]]
+
+
+def _accepted(run: list[int], drafts: list[int]) -> int:
+    """How many drafts the run begins with."""
+    n = 0
+    while n < min(len(drafts), len(run)) and run[n] == drafts[n]:
+        n += 1
+    return n
+
+
+def _shape_failure(runs: list[list[int]], drafts: list[int]) -> dict[str, str] | None:
+    """Why a call's tokens cannot come from the rule whatever its random numbers: a call emits its accepted drafts
+    and then exactly one token that is not the next draft (the bonus token after all of them)."""
+    bonus_seen = any(len(run) == len(drafts) + 1 and _accepted(run, drafts) == len(drafts) for run in runs)
+    for seed, run in enumerate(runs):
+        n = _accepted(run, drafts)
+        if len(run) == n + 1:
+            continue
+        if not run:
+            why, hint = "emitted no token", "every call emits at least one token"
+        elif len(run) > n + 1:
+            why = f"went on after token {run[n]} at position {n}, which is not draft {drafts[n]}" \
+                if n < len(drafts) else f"emitted {len(run) - n - 1} more token(s) after the bonus token"
+            hint = "stop at the first rejected draft: its replacement is the call's last token"
+        elif n == len(drafts) and not bonus_seen:
+            why, hint = "emitted no bonus token after all its drafts", \
+                "after all d drafts are accepted, sample one more token from row d (sample_token)"
+        else:
+            why = f"ended on draft {n - 1} (token {drafts[n - 1]}): a rejected draft was emitted as its own replacement"
+            hint = ("on a rejection sample the replacement from p with the draft's probability set to 0 "
+                    "(renormalised): it is never the draft")
+        return {"message": f"the call seeded {seed} emitted {run}: it {why}", "hint": hint}
+    return None
+
+
+def _binomial_range(n: int, prob: float, tail: float) -> tuple[int, int]:
+    """The counts (lo, hi) outside which Binomial(n, prob) has at most `tail` probability on either side."""
+    if prob <= 0 or prob >= 1:
+        return (0, 0) if prob <= 0 else (n, n)
+    pmf = torch.distributions.Binomial(n, torch.tensor(prob, dtype=torch.float64)).log_prob(
+        torch.arange(n + 1, dtype=torch.float64)).exp()
+    below, above = pmf.cumsum(0), pmf.flip(0).cumsum(0).flip(0)  # P(K <= k), P(K >= k)
+    lo = int((below <= tail).sum())  # counts 0..lo-1 lie in the lower tail
+    hi = n - int((above <= tail).sum())
+    return lo, hi
+
+
+def _cell_hint(position: int, token: int, drafts: list[int], too_many: bool) -> str:
+    if position == len(drafts):
+        return ("the bonus token is not distributed as p of row d: after all d drafts are accepted, sample it with "
+                "sample_token(logits[d], params, request.generator)")
+    if token == drafts[position]:
+        return (f"draft {position} is accepted too {'often' if too_many else 'rarely'}: accept draft x with "
+                "probability p(x): torch.rand((), generator=request.generator) < p[x]")
+    return (f"the replacement of rejected draft {position} is not distributed as p with the draft removed: sample it "
+            "from p with p[x] set to 0, renormalised")
+
+
+def sampling_failure(case: dict[str, Any], runs: list[list[int]]) -> dict[str, str] | None:
+    """What the calls' tokens `runs` (call i seeded i) show wrong, or None: a call whose tokens no random numbers
+    could give, else the first position with a cell out of range, with a table of its cells (message, hint)."""
+    drafts = case["drafts"]
+    failure = _shape_failure(runs, drafts)
+    if failure:
+        return failure
+    probs, n = row_probs(case), len(runs)
+    cells = [(i, t) for i in range(len(drafts) + 1) for t in range(len(probs[i]))]
+    tail = FALSE_REJECTION / (2 * len(cells))
+    reach, bad = [1.0], []
+    for i, x in enumerate(drafts):
+        reach.append(reach[-1] * probs[i][x])
+    rows = {}
+    for i, t in cells:
+        expected = reach[i] * probs[i][t]
+        count = sum(1 for run in runs if len(run) > i and run[i] == t)
+        lo, hi = _binomial_range(n, expected, tail)
+        rows.setdefault(i, []).append((t, expected, count, lo, hi))
+        if not lo <= count <= hi:
+            bad.append((i, -max(lo - count, count - hi) / max(hi - lo, 1), t, count > hi))
+    if not bad:
+        return None
+    i, _, t, too_many = min(bad)  # the first position out of range (later ones depend on it), its worst cell
+    table = "\n".join([f"position {i}: token, P(emitted there), expected count, got, a correct sampler's range"] + [
+        f"  {tok:>5}  {e:>8.4f}  {e * n:>8.1f}  {c:>6}  [{lo}, {hi}]{'  <- out of range' if not lo <= c <= hi else ''}"
+        for tok, e, c, lo, hi in rows[i]])
+    return {"message": f"over {n} calls, token {t} came at position {i} {'more' if too_many else 'less'} often "
+                       f"than a correct sampler gives it, except with probability below {FALSE_REJECTION:g}:\n{table}",
+            "hint": _cell_hint(i, t, drafts, too_many)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Calls as code a learner can paste
+
+
+def _logits_text(logits: Any) -> str:
+    """The logits as Python: rows that are one-hot as a one_hot of their argmax, else every value."""
+    rows = torch.as_tensor(logits, dtype=torch.float64)
+    argmax = rows.argmax(-1).tolist()
+    if bool(((rows == 0) | (rows == 1)).all()) and rows.sum(-1).eq(1).all():
+        return f"logits = torch.nn.functional.one_hot(torch.tensor({argmax}), {rows.shape[-1]}).float()"
+    return f"logits = torch.tensor({rows.tolist()})  # rows' argmax {argmax}"
+
+
+def describe(fn: str, case: dict[str, Any], trials: int | None = None) -> str:
+    """A call of this driver as code a learner can run, after `import torch`,
+    `from framework.request import Request` and `from framework.sampling import SamplingParams, make_generator`."""
+    params = ", ".join(f"{k}={v!r}" for k, v in case["params"].items() if v not in (None, []))
+    stop = bool(case["params"].get("stop"))
+    call = f"verify_and_update(request, {case['drafts']}, logits, {case['eos']}{', tokenizer' if stop else ''})"
+    setup = "request.num_computed_tokens = request.num_tokens - 1" + (
+        "; request.generator = make_generator(request.sampling_params, torch.device('cpu'))"
+        if case["params"].get("temperature") else "")
+    tokenizer = "tokenizer = mini_llm.load_tokenizer()\n" if stop else ""
+
+    def request(seed: str) -> str:
+        return f"request = Request({case['prompt']}, SamplingParams({params}{seed}), " \
+               f"output_token_ids={case['outputs']}); {setup}"
+
+    if fn != "distribution":
+        return f"{_logits_text(case['logits'])}\n{tokenizer}{request('')}\n{call}"
+    probs = [[round(p, 4) for p in row] for row in row_probs(case)]
+    return (f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n"
+            f"for seed in range({trials}):\n    {request(', seed=seed')}\n    {call}")

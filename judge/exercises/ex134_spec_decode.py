@@ -13,7 +13,8 @@ EXERCISE = Exercise(
     case_timeout=30.0,
     public_cases=("greedy: every draft accepted, then the bonus token", "greedy: the first mismatch ends the run",
                   "greedy: no drafts, one token", "stop: max_tokens inside an accepted run",
-                  "stop: end of sequence inside an accepted run"),
+                  "stop: end of sequence inside an accepted run",
+                  "random: acceptance with probability p(x), residual without the draft"),
     # the end-to-end case runs the reference engine in the grader, calling the learner's verify_and_update
     part_references=ENGINE_PARTS,
 )

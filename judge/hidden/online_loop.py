@@ -21,6 +21,13 @@ from judge.remote import driver, learner_failure
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
 IDLE_CPU_SHARE = 0.25  # of the idle period's wall time; a loop that sleeps on an Event uses about none
+# The statement's sentences the cases below check (practice/exercises/133-online-loop.md, "The contract")
+IDLE_RULE = ('the statement: "While idle (every stream has ended and nothing is queued), the loop makes no engine '
+             'call at all: no step, no add_request, not even has_unfinished_requests"')
+IDLE_CPU_RULE = 'the statement: "CPU time above 25 % of the period\'s wall time" fails the case'
+ABORT_IN_STEP_RULE = ('the statement: "An abort during a step: the request is in no step that starts after abort() '
+                      'returned"')
+SHUTDOWN_RULE = 'the statement: "shutdown() returns within 3 s"'
 
 
 class Schedule:
@@ -88,7 +95,7 @@ class Run:
         if "hung" in reply:
             raise CaseFailure(reply["hung"], input=self.input,
                               hint="add_request returns as soon as the request is queued; the background task "
-                                   "steps the engine while it has unfinished requests")
+                                   f"steps the engine while it has unfinished requests; {SHUTDOWN_RULE}")
         timeline = [reply.get(key, reply.get(f"_{key}")) for key in TIMELINE]  # a replayable reply: diagnostics
         self.streams, (self.steps, self.aborts, self.idle) = reply["streams"], timeline
 
@@ -171,7 +178,7 @@ class Run:
         if expect == "complete" and tokens != want:
             raise CaseFailure(f"{where}: its tokens differ from generating the prompt alone (the offline engine's "
                               "tokens)", input=self.input, field="new_token_ids, all outputs", expected=want,
-                              got=tokens, hint="each step's new_token_ids go to their own request's stream, once")
+                              got=tokens, hint=self.tokens_hint(outputs, tokens, want))
         if expect != "complete" and tokens != want[:len(tokens)]:
             raise CaseFailure(f"{where}: its tokens are not a prefix of the prompt's tokens generated alone",
                               input=self.input, expected=want, got=tokens)
@@ -201,6 +208,21 @@ class Run:
         if expect == "abort":
             self.check_freed(name, self.aborts[name], "abort(request_id)")
 
+    @staticmethod
+    def tokens_hint(outputs: list[dict], tokens: list[int], want: list[int]) -> str:
+        """The mistake the stream's outputs show: ended by an error, cut short, tokens sent twice or elsewhere."""
+        final = outputs[-1] if outputs else {}
+        if final.get("finish_reason") in ("error", "abort"):
+            return (f"the stream ended with finish_reason {final['finish_reason']!r} (error {final.get('error')!r}) "
+                    "although its request ran to the end: end a stream with 'error' only for the requests a "
+                    "StepError names, and with 'abort' only when it is aborted")
+        if tokens == want[:len(tokens)]:
+            return (f"the stream stopped after {len(tokens)} of {len(want)} tokens: route every step's outputs, "
+                    "up to the one with finished=True")
+        if len(tokens) > len(want):
+            return "more tokens than the request made: each step's new_token_ids go to its stream once, not again"
+        return "each step's new_token_ids go to their own request's stream (route by request_id), once"
+
     def check_freed(self, name: str, at_step: int, what: str) -> None:
         state = self.reply["requests"][name]
         if state["finish_reason"] != "abort" or state["blocks"]:
@@ -215,7 +237,7 @@ class Run:
         if last is not None and last > at_step:  # the step running when it returned may still have it
             raise CaseFailure(f"request {name} was still scheduled at engine step {last + 1}, after {what} returned "
                               f"at engine step {at_step}", input=self.input,
-                              hint="apply an abort right after the running step")
+                              hint=f"apply an abort right after the running step ({ABORT_IN_STEP_RULE})")
 
 
 @CASES("one request streams the offline engine's tokens", timeout=30)
@@ -343,11 +365,11 @@ def _(impl):
             raise CaseFailure(f"with no request to serve, the loop called the engine {period['calls']} times "
                               f"({period['steps']} steps) in {period['wall']:.2f} s", input=run.input,
                               hint="when the engine has no unfinished request, wait on an asyncio.Event that "
-                                   "add_request sets: no step, no polling")
+                                   f"add_request sets: no step, no polling ({IDLE_RULE})")
         if period["cpu"] > IDLE_CPU_SHARE * period["wall"]:
             raise CaseFailure(f"with no request to serve, the process used {period['cpu']:.2f} s of CPU in "
                               f"{period['wall']:.2f} s: the loop spins", input=run.input,
-                              hint="await an asyncio.Event instead of looping with asyncio.sleep(0)")
+                              hint=f"await an asyncio.Event instead of looping with asyncio.sleep(0) ({IDLE_CPU_RULE})")
     run.check()
 
 

@@ -244,20 +244,31 @@ def _(impl):
         learner_shards(impl, random_layer(s), ws, s)
 
 
-@CASES("shard_layer refuses a world_size that does not divide the heads")
-def _(impl):
-    w = random_layer(Shape(4, 2))
-    for ws in (3, 4):
-        text = describe("shard", w, 0, ws, 4, 2)
-        res = driver(impl, "tensor_parallel").shard(w, 0, ws, 4, 2)
+def check_refused(impl, s: Shape, world_sizes: tuple[int, ...], what: str) -> None:
+    """shard_layer must raise ValueError for each of `world_sizes`, which do not divide `what` of shape `s`."""
+    w = random_layer(s)
+    for ws in world_sizes:
+        text = describe("shard", w, 0, ws, s.heads, s.kv_heads) + f"  # {s.text(ws)}"
+        res = driver(impl, "tensor_parallel").shard(w, 0, ws, s.heads, s.kv_heads)
         if res.get("raised") == "ValueError":
             continue
         if "raised" in res:
             if res["raised"] == "NotImplementedError":
                 raise learner_failure(res["_error"], "shard_layer", text)
             raise CaseFailure(f"shard_layer raised {res['raised']}, not ValueError", input=text)
-        raise CaseFailure("shard_layer accepted a world_size that does not divide num_kv_heads (2)", input=text,
-                          hint="raise ValueError saying what must divide what")
+        raise CaseFailure(f"shard_layer accepted a world_size that does not divide {what}", input=text,
+                          hint="raise ValueError saying what must divide what: world_size divides num_heads, "
+                               "num_kv_heads and the intermediate size")
+
+
+@CASES("shard_layer refuses a world_size that does not divide the heads")
+def _(impl):
+    check_refused(impl, Shape(4, 2), (3, 4), "the heads (4 query heads, 2 KV heads)")
+
+
+@CASES("shard_layer refuses a world_size that does not divide the intermediate size")
+def _(impl):
+    check_refused(impl, Shape(4, 4, intermediate=54), (4,), "the intermediate size (54)")
 
 
 @CASES("layer_forward on the judge's shards: grouped-query shapes on 1, 2 and 4 ranks, two all-reduces each")

@@ -1,8 +1,8 @@
 """Wrong: on rejection the token is sampled from p itself, not from p with the draft removed, so the draft
-comes out more often than p says.
+comes out more often than p says (and a call may end on the draft it rejected).
 
-EXPECT: is not distributed as p
-PUBLIC: hidden only (only a chi-square test over 2000 seeded calls reaches it: a replay would fix the draw order)
+EXPECT: a rejected draft was emitted as its own replacement
+PUBLIC: caught
 """
 
 import torch
