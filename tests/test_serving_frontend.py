@@ -241,3 +241,23 @@ def test_sigterm_drains_for_the_timeout_then_every_stream_ends_with_a_final_even
     for _, events in streams:
         assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "abort", events[-2:]
         assert 3 <= len(events) - 2 < 2000
+
+
+def test_a_client_that_stops_reading_does_not_hold_up_the_engine(server):
+    """The engine runs a request to its end while its client reads nothing; the outputs wait in the request's
+    queue, and the client then reads every token."""
+    state, port = server
+
+    async def run() -> list[dict]:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
+            body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 60, "stream": True, "ignore_eos": True,
+                    "stream_options": {"include_usage": True}}
+            async with c.stream("POST", "/v1/completions", json=body) as r:
+                lines = r.aiter_lines()
+                first = await anext(lines)
+                await asyncio.to_thread(wait_idle, state, 20)  # the engine finishes while nothing is read
+                rest = [line async for line in lines]
+        return [json.loads(x[6:]) for x in [first, *rest] if x.startswith("data: {")]
+
+    events = asyncio.run(run())
+    assert events[-2]["choices"][0]["finish_reason"] == "length" and events[-1]["usage"]["completion_tokens"] == 60
