@@ -4,7 +4,7 @@ Each system is an OpenAI-compatible server started here on 127.0.0.1, one after 
 folder, dtype and thread count:
 
   course        python -m course.serve: the online loop (AsyncLLM) around the engine, continuous batching
-  transformers  transformers serve --continuous-batching (needs `pip install accelerate` on the CPU)
+  transformers  transformers serve --continuous-batching (needs `accelerate`, a dependency of the course)
   baseline      python -m course.serve --max-num-seqs 1: the same server one request at a time
 
 For each request rate (Poisson arrivals, or `inf`: all at once), optionally capped at --max-concurrency requests
@@ -13,12 +13,15 @@ end-of-sequence token stops it). Reported per system and rate, with vLLM's defin
 (`calculate_metrics` in vllm/benchmarks/serve.py): TTFT (first text), TPOT ((latency - TTFT) / (output tokens -
 1)), ITL (time between two chunks) and E2E latency, mean, p50 and p99, in ms; request and output-token
 throughput; goodput, the requests per second that meet every SLO of --goodput. The greedy texts must be the same
-on every system (checked; a difference is printed and makes the exit status 1).
+on every system (checked; a difference is printed and makes the exit status 1). A system that cannot run (a
+missing package, a server that does not start) is reported as skipped, with why, and the others run on: the
+summary and the JSON are written whatever happens.
 
     python benchmarks/serving.py                                      # 3 systems, rates 2 8 32, 48 prompts
     python benchmarks/serving.py --systems course baseline --request-rate 4 inf --num-prompts 32
     python benchmarks/serving.py --request-rate inf --max-concurrency 8 --goodput ttft:500 tpot:50
     python benchmarks/serving.py --json results.json                  # every figure, for a plot
+    python benchmarks/serving.py --ignore-eos --max-concurrency 4     # exactly max_tokens each, as guidellm sends
 
 The machine may be shared: the figures are noisy; compare systems within one run.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import math
 import os
@@ -43,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SYSTEMS = ("course", "transformers", "baseline")
+REQUIRES = {"transformers": "accelerate"}  # system -> the package its server needs beyond the course's own
 STORY = ("once upon a time there was a little girl named lucy who lived in a quiet forest with her dog and a cat "
          "one day the sun was warm and they went to play by the river")
 WORDS = STORY.split()
@@ -136,12 +141,15 @@ class Server:
 # The client
 
 
-async def one_request(client, model: str, prompt: str, max_tokens: int, tokenizer) -> RequestResult:
+async def one_request(client, model: str, prompt: str, max_tokens: int, tokenizer, ignore_eos: bool = False
+                      ) -> RequestResult:
     result, start = RequestResult(prompt), time.perf_counter()
     last = None
+    extra = {"ignore_eos": True} if ignore_eos else None  # vLLM's extension, as `vllm bench serve --ignore-eos`
     try:
         stream = await client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0,
-                                                 stream=True, stream_options={"include_usage": True})
+                                                 stream=True, stream_options={"include_usage": True},
+                                                 extra_body=extra)
         async for chunk in stream:
             now = time.perf_counter()
             text = chunk.choices[0].text if chunk.choices else ""
@@ -163,7 +171,8 @@ async def one_request(client, model: str, prompt: str, max_tokens: int, tokenize
 
 
 async def run_rate(base: str, model: str, requests: list[tuple[str, int, int]], rate: float,
-                   max_concurrency: int | None, seed: int, tokenizer) -> tuple[list[RequestResult], float]:
+                   max_concurrency: int | None, seed: int, tokenizer, ignore_eos: bool = False
+                   ) -> tuple[list[RequestResult], float]:
     import openai
 
     rng = random.Random(seed)
@@ -171,9 +180,9 @@ async def run_rate(base: str, model: str, requests: list[tuple[str, int, int]], 
     async with openai.AsyncOpenAI(base_url=base + "/v1", api_key="-", max_retries=0, timeout=600) as client:
         async def limited(prompt: str, max_tokens: int) -> RequestResult:
             if limit is None:
-                return await one_request(client, model, prompt, max_tokens, tokenizer)
+                return await one_request(client, model, prompt, max_tokens, tokenizer, ignore_eos)
             async with limit:
-                return await one_request(client, model, prompt, max_tokens, tokenizer)
+                return await one_request(client, model, prompt, max_tokens, tokenizer, ignore_eos)
 
         start, tasks = time.perf_counter(), []
         for prompt, _, max_tokens in requests:
@@ -230,8 +239,35 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
-    """Every system at every rate: the rows (system, rate, metrics, texts) and the mismatches found."""
+def missing(system: str) -> str | None:
+    """Why `system` cannot run here, with the line that fixes it; None if it can."""
+    package = REQUIRES.get(system)
+    if package is not None and importlib.util.find_spec(package) is None:
+        return f"needs {package}: pip install {package}"
+    return None
+
+
+def run_system(system: str, model: str, port: int, requests: list[tuple[str, int, int]], args: argparse.Namespace,
+               slos: dict[str, float], tokenizer, rows: list[dict], texts: dict) -> None:
+    """Every rate on one system's server, appending a row (and its texts) per rate as it finishes."""
+    server = Server(system, model, free_port(port), args.dtype, args.threads)
+    try:
+        server.wait_ready()
+        asyncio.run(run_rate(server.base, model, requests[:2], math.inf, None, args.seed, tokenizer))  # warm
+        for rate in args.request_rate:
+            results, duration = asyncio.run(run_rate(server.base, model, requests, rate, args.max_concurrency,
+                                                     args.seed, tokenizer, args.ignore_eos))
+            rows.append({"system": system, "rate": rate, "metrics": metrics(results, requests, duration, slos),
+                         "errors": sorted({r.error for r in results if r.error})[:3]})
+            texts[system, rate] = [r.text for r in results]
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    finally:
+        server.stop()
+
+
+def run(args: argparse.Namespace, rows: list[dict], skipped: dict[str, str]) -> list[str]:
+    """Every system at every rate, into `rows` (system, rate, metrics, errors) and `skipped` (system: why), as it
+    goes, so that an interrupted run keeps what it measured; the greedy texts that differ between systems."""
     from mini_llm import load_tokenizer
     from mini_llm.loading import model_path
 
@@ -239,21 +275,17 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     tokenizer = load_tokenizer(model)
     requests = workload(args.num_prompts, args.seed, tokenizer, args.min_tokens, args.max_tokens)
     slos = parse_goodput(args.goodput)
-    rows, texts = [], {}
+    texts = {}
     for i, system in enumerate(args.systems):
-        server = Server(system, model, free_port(args.port + i), args.dtype, args.threads)
-        try:
-            server.wait_ready()
-            asyncio.run(run_rate(server.base, model, requests[:2], math.inf, None, args.seed, tokenizer))  # warm
-            for rate in args.request_rate:
-                results, duration = asyncio.run(run_rate(server.base, model, requests, rate, args.max_concurrency,
-                                                         args.seed, tokenizer))
-                rows.append({"system": system, "rate": rate, "metrics": metrics(results, requests, duration, slos),
-                             "errors": sorted({r.error for r in results if r.error})[:3]})
-                texts[system, rate] = [r.text for r in results]
-                print(table(rows[-1:]).splitlines()[-1], flush=True)
-        finally:
-            server.stop()
+        why = missing(system)
+        if why is None:
+            try:
+                run_system(system, model, args.port + i, requests, args, slos, tokenizer, rows, texts)
+            except RuntimeError as error:  # a server that exits or never answers: the others still run
+                why = str(error)
+        if why is not None:
+            skipped[system] = why
+            print(f"{system}: skipped ({why})", flush=True)
     mismatches = []
     first = next(iter(texts), None)
     for key, got in texts.items():
@@ -262,7 +294,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
                 at = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                 mismatches.append(f"request {j}: {first} and {key} differ from character {at}: "
                                   f"{a[max(at - 20, 0):at + 20]!r} vs {b[max(at - 20, 0):at + 20]!r}")
-    return rows, mismatches
+    return mismatches
 
 
 def main() -> None:
@@ -276,22 +308,28 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--goodput", nargs="*", default=["ttft:500", "tpot:50"], metavar="NAME:MS")
+    ap.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens per request")
     ap.add_argument("--model", default=None, help="checkpoint folder (default: the embedded model)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--port", type=int, default=8100)
     ap.add_argument("--json", default=None, help="write every figure here")
     args = ap.parse_args()
-    rows, mismatches = run(args)
-    print(f"\n{args.num_prompts} prompts, seed {args.seed}, {args.dtype}, {args.threads} thread(s), goodput SLOs "
-          f"{' '.join(args.goodput)} (ms)\n" + table(rows))
-    for r in rows:
-        if r["errors"]:
-            print(f"{r['system']} at {r['rate']}: errors {r['errors']}")
-    print("greedy texts identical across systems and rates" if not mismatches else "\n".join(mismatches[:10]))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "mismatches": mismatches},
-                                              indent=1, default=str))
+    rows, skipped, mismatches = [], {}, []
+    try:
+        mismatches = run(args, rows, skipped)
+    finally:  # the summary and the JSON of what ran, even when a run is interrupted
+        print(f"\n{args.num_prompts} prompts, seed {args.seed}, {args.dtype}, {args.threads} thread(s), goodput "
+              f"SLOs {' '.join(args.goodput)} (ms)\n" + table(rows))
+        for r in rows:
+            if r["errors"]:
+                print(f"{r['system']} at {r['rate']}: errors {r['errors']}")
+        for system, why in skipped.items():
+            print(f"{system}: skipped ({why})")
+        print("greedy texts identical across systems and rates" if not mismatches else "\n".join(mismatches[:10]))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "skipped": skipped,
+                                                   "mismatches": mismatches}, indent=1, default=str))
     sys.exit(1 if mismatches else 0)
 
 

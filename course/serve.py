@@ -14,22 +14,33 @@ gets the same text as `LLM().generate` offline. A chat is rendered with the mode
 tokenizer has one; otherwise (the embedded model) with `SIMPLE_CHAT_TEMPLATE`: one "role: content" line per
 message, then "assistant:". Bad input gets status 400 with an OpenAI-style error saying what to fix; when
 `--max-pending` requests are unfinished, a new one gets 429. A client that disconnects mid-stream aborts its
-request (its blocks are freed).
+request (its blocks are freed), streamed or not.
+
+The front end never stalls the streams it serves: a body over `--max-body-bytes` (1 MiB by default) gets 413 before
+it is parsed; text is encoded in a tokenizer thread (vLLM's `AsyncMicrobatchTokenizer` in
+vllm/utils/async_utils.py, commit 10f319bf3d2b980a374cfdde08f3cd2663915432, also uses one thread) and decoded in the
+engine's step, which runs in a worker thread. A non-streaming request races its client's disconnect, as vLLM's
+`with_cancellation` (vllm/entrypoints/utils.py, 97c10e4485f6dc98ff9b959a06d78828ffd00a07). On SIGTERM or SIGINT the
+server stops accepting connections, lets running requests finish for at most `--shutdown-timeout` seconds, then
+aborts the rest: every stream still gets its final event (finish_reason "abort") and `[DONE]`.
 
 The shape is vLLM's OpenAI server (vllm/entrypoints/openai/api_server.py, serving_completion.py,
 serving_chat.py): FastAPI and uvicorn over an `AsyncLLM`, with metrics named as vLLM's (vllm/v1/metrics/
-loggers.py), here under the prefix `mini_llm:`.
+loggers.py, commit 005a810bc40faa25b8870fbc8559c3462581eee3), here under the prefix `mini_llm:`, each with a
+`model_name` label.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import importlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,6 +50,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
@@ -46,6 +59,8 @@ from framework.sampling import SamplingParams
 SIMPLE_CHAT_TEMPLATE = "{role}: {content}\n"  # per message, then "assistant:" (models without a chat template)
 PREFIX = "mini_llm:"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0)
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's
+MAX_BODY_BYTES = 1 << 20  # far above a useful prompt: 32,768 token ids are about 230 KB of JSON
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -113,29 +128,75 @@ def sampling_params(req: SamplingFields, max_tokens: int | None) -> SamplingPara
 
 
 class Metrics:
-    """vLLM's serving metrics, on a registry of this server's own (so that several servers fit in one process)."""
+    """vLLM's serving metrics, on a registry of this server's own (so that several servers fit in one process),
+    each labelled with the served model's name. The request-phase histograms follow vLLM's definitions: queue time
+    from arrival to first scheduled, prefill from then to the first token, decode from the first token to the last,
+    inference from first scheduled to the last token."""
 
     def __init__(self, state: ServerState) -> None:
         self.registry = r = CollectorRegistry()
-        engine = state.llm.engine
-        Gauge(PREFIX + "num_requests_running", "Requests in the running batch", registry=r).set_function(
-            lambda: len(engine.scheduler.running))
-        Gauge(PREFIX + "num_requests_waiting", "Requests waiting to be admitted", registry=r).set_function(
-            lambda: len(engine.scheduler.waiting))
-        Gauge(PREFIX + "kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1)", registry=r
-              ).set_function(lambda: 1 - engine.kv_cache_manager.num_free_blocks / engine.config.num_blocks)
-        self.ttft = Histogram(PREFIX + "time_to_first_token_seconds", "Time to first token", registry=r,
-                              buckets=LATENCY_BUCKETS)
-        self.tpot = Histogram(PREFIX + "time_per_output_token_seconds", "Time between two output tokens",
-                              registry=r, buckets=LATENCY_BUCKETS)
-        self.e2e = Histogram(PREFIX + "e2e_request_latency_seconds", "Request latency", registry=r,
-                             buckets=LATENCY_BUCKETS)
-        self.preemptions = Counter(PREFIX + "num_preemptions", "Preemptions of finished requests", registry=r)
-        self.prompt_tokens = Counter(PREFIX + "prompt_tokens", "Prompt tokens of finished requests", registry=r)
-        self.generation_tokens = Counter(PREFIX + "generation_tokens", "Generated tokens", registry=r)
-        self.finished = Counter(PREFIX + "request_success", "Finished requests", ["finished_reason"], registry=r)
-        self.refused = Counter(PREFIX + "request_refused", "Requests refused because the server was full",
-                               registry=r)
+        engine, name = state.llm.engine, state.model_name
+
+        def gauge(metric: str, text: str, value: Callable[[], float]) -> None:
+            Gauge(PREFIX + metric, text, ["model_name"], registry=r).labels(name).set_function(value)
+
+        def histogram(metric: str, text: str, buckets: tuple = LATENCY_BUCKETS) -> Any:
+            return Histogram(PREFIX + metric, text, ["model_name"], registry=r, buckets=buckets).labels(name)
+
+        def counter(metric: str, text: str) -> Any:
+            return Counter(PREFIX + metric, text, ["model_name"], registry=r).labels(name)
+
+        gauge("num_requests_running", "Requests in the running batch", lambda: len(engine.scheduler.running))
+        gauge("num_requests_waiting", "Requests waiting to be admitted", lambda: len(engine.scheduler.waiting))
+        gauge("kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1)",
+              lambda: 1 - engine.kv_cache_manager.num_free_blocks / engine.config.num_blocks)
+        self.ttft = histogram("time_to_first_token_seconds", "Time to first token")
+        self.tpot = histogram("time_per_output_token_seconds", "Time between two output tokens")
+        self.e2e = histogram("e2e_request_latency_seconds", "Request latency")
+        self.queue_time = histogram("request_queue_time_seconds", "Time from arrival to first scheduled")
+        self.prefill_time = histogram("request_prefill_time_seconds", "Time from first scheduled to first token")
+        self.decode_time = histogram("request_decode_time_seconds", "Time from first token to last token")
+        self.inference_time = histogram("request_inference_time_seconds", "Time from first scheduled to last token")
+        self.iteration_tokens = histogram("iteration_tokens_total", "Tokens scheduled per engine step",
+                                          ITERATION_TOKEN_BUCKETS)
+        self.preemptions = counter("num_preemptions", "Preemptions")
+        self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of requests admitted to the running batch")
+        self.generation_tokens = counter("generation_tokens", "Generated tokens")
+        self.prefix_cache_queries = counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache")
+        self.prefix_cache_hits = counter("prefix_cache_hits", "Prompt tokens found in the prefix cache")
+        success = Counter(PREFIX + "request_success", "Finished requests", ["model_name", "finished_reason"],
+                          registry=r)
+        self.finished = lambda reason: success.labels(name, reason)
+        self.refused = counter("request_refused", "Requests refused because the server was full")
+
+
+class StepObserver:
+    """Each step's scheduler output, read for the metrics as vLLM's loggers read the SchedulerStats and
+    IterationStats that its engine core sends with each step's outputs. It wraps the engine's `scheduler.schedule`
+    (any scheduler: the fields read are framework/scheduler.py's `SchedulerOutput`), and runs in the step's thread.
+    """
+
+    def __init__(self, engine: Any, metrics: Metrics) -> None:
+        self.engine, self.metrics = engine, metrics
+        self.first_scheduled: dict[str, float] = {}  # request id -> when it was first admitted
+        self.schedule = engine.scheduler.schedule
+        engine.scheduler.schedule = self.observed_schedule
+
+    def observed_schedule(self) -> Any:
+        waiting = {id(r) for r in self.engine.scheduler.waiting}
+        out = self.schedule()
+        now, m = time.perf_counter(), self.metrics
+        if out:
+            m.iteration_tokens.observe(out.num_scheduled_tokens)
+        m.preemptions.inc(len(out.preempted))
+        for request in (s.request for s in out.scheduled if id(s.request) in waiting):  # admitted by this step
+            if request.request_id not in self.first_scheduled:
+                self.first_scheduled[request.request_id] = now
+                m.prompt_tokens.inc(request.num_prompt_tokens)
+            if self.engine.config.enable_prefix_caching:  # as vLLM: tokens looked up, and found, per admission
+                m.prefix_cache_queries.inc(request.num_tokens)
+                m.prefix_cache_hits.inc(request.num_cached_tokens)
+        return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -150,9 +211,15 @@ class ServerState:
     max_pending: int
     num_pending: int = 0
     metrics: Metrics | None = field(default=None, repr=False)
+    generations: set[Generation] = field(default_factory=set)  # requests being served, for the shutdown
+
+    def abort_all(self) -> None:
+        """Abort every request being served: each stream gets its final output (finish_reason "abort")."""
+        for gen in list(self.generations):
+            self.async_llm.abort(gen.stream.request_id)
 
 
-@dataclass
+@dataclass(eq=False)
 class Generation:
     """One request being served: its stream and what the response needs."""
 
@@ -162,6 +229,8 @@ class Generation:
     arrival: float
     text: str = ""
     num_tokens: int = 0
+    first_token: float | None = None  # perf_counter() times of its first and latest token
+    last_token: float | None = None
     finish_reason: str | None = None
     error: str | None = None
     ended: bool = False  # its bookkeeping is done
@@ -180,25 +249,44 @@ def build_engine(impl: str, model: str | None, dtype=None, device=None, **engine
                          ) from error
 
 
-def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pending: int = 256) -> FastAPI:
+def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pending: int = 256,
+               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     state = ServerState(llm, async_llm, model_name, max_pending)
     state.metrics = metrics = Metrics(state)
+    observer = StepObserver(llm.engine, metrics)
+    tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="tokenizer")
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await async_llm.shutdown()
+        tokenizer_thread.shutdown(cancel_futures=True)
 
     app = FastAPI(title="mini-llm-course", lifespan=lifespan)
     app.state.server = state
+    app.add_middleware(BodyCheck, limit=max_body_bytes)
+
+    async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) in the tokenizer thread: a long text takes the event loop from no stream."""
+        return await asyncio.get_running_loop().run_in_executor(tokenizer_thread, fn, *args)
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, exc: BadRequest) -> JSONResponse:
         headers = {"Retry-After": "1"} if exc.status == 429 else None
         return JSONResponse(error_body(str(exc), exc.kind, exc.status, exc.param), exc.status, headers=headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(exc.detail), kind, exc.status_code), exc.status_code, headers=exc.headers)
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        bad_json = next((e for e in exc.errors() if e["type"] == "json_invalid"), None)
+        if bad_json is not None:  # its loc is a character offset, not a field
+            message = (f"the body is not valid JSON (JSON decode error: {bad_json['ctx']['error']} at character "
+                       f"{bad_json['loc'][-1]}): send one JSON object")
+            return JSONResponse(error_body(message, "invalid_request_error", 400), 400)
         problems = []
         for e in exc.errors():
             where = ".".join(str(p) for p in e["loc"] if p != "body") or "the body"
@@ -214,6 +302,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
                              "model", 404, "not_found_error")
 
     async def start(prompt_ids: list[int], params: SamplingParams) -> Generation:
+        arrival = time.perf_counter()
         if state.num_pending >= state.max_pending:
             metrics.refused.inc()
             raise BadRequest(f"the server is full ({state.num_pending} requests unfinished, at most "
@@ -226,22 +315,25 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             if isinstance(error, ValueError):
                 raise BadRequest(str(error), "prompt" if "prompt" in str(error) else None) from error
             raise
-        return Generation(f"{uuid.uuid4().hex[:16]}", stream, len(prompt_ids), time.perf_counter())
+        gen = Generation(f"{uuid.uuid4().hex[:16]}", stream, len(prompt_ids), arrival)
+        state.generations.add(gen)
+        return gen
 
     async def outputs(gen: Generation) -> AsyncIterator[str]:
         """The new text of each output; the request's bookkeeping and metrics when it ends, however it ends
         (a client that disconnects cancels the task reading the stream, and closing the stream aborts)."""
-        last = None
         try:
             async for out in gen.stream:
                 now = time.perf_counter()
                 if out.new_token_ids:
-                    if last is None:
+                    if gen.last_token is None:
+                        gen.first_token = now
                         metrics.ttft.observe(now - gen.arrival)
                     else:
-                        metrics.tpot.observe((now - last) / len(out.new_token_ids))
-                    last = now
+                        metrics.tpot.observe((now - gen.last_token) / len(out.new_token_ids))
+                    gen.last_token = now
                 gen.num_tokens += len(out.new_token_ids)
+                metrics.generation_tokens.inc(len(out.new_token_ids))
                 text = visible(out.new_text, llm.tokenizer) if out.finished else out.new_text
                 gen.text += text
                 if out.finished:
@@ -257,19 +349,22 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         gen.ended = True
         await gen.stream.aclose()
         state.num_pending -= 1
-        request = llm.engine.requests.get(gen.stream.request_id)
-        if request is not None:
-            metrics.preemptions.inc(request.num_preemptions)
-        metrics.prompt_tokens.inc(gen.num_prompt_tokens)
-        metrics.generation_tokens.inc(gen.num_tokens)
-        metrics.finished.labels(gen.finish_reason or "abort").inc()
+        state.generations.discard(gen)
+        metrics.finished(gen.finish_reason or "abort").inc()
         metrics.e2e.observe(time.perf_counter() - gen.arrival)
+        scheduled = observer.first_scheduled.pop(gen.stream.request_id, None)
+        if scheduled is not None:
+            metrics.queue_time.observe(scheduled - gen.arrival)
+        if scheduled is not None and gen.first_token is not None:
+            metrics.prefill_time.observe(gen.first_token - scheduled)
+            metrics.decode_time.observe(gen.last_token - gen.first_token)
+            metrics.inference_time.observe(gen.last_token - scheduled)
 
     def usage(gen: Generation) -> dict:
         return {"prompt_tokens": gen.num_prompt_tokens, "completion_tokens": gen.num_tokens,
                 "total_tokens": gen.num_prompt_tokens + gen.num_tokens}
 
-    async def respond(gen: Generation, req: SamplingFields, chat: bool) -> Response:
+    async def respond(gen: Generation, req: SamplingFields, chat: bool, client: Request) -> Response:
         created, kind = int(time.time()), "chat.completion" if chat else "text_completion"
         rid = ("chatcmpl-" if chat else "cmpl-") + gen.request_id
 
@@ -301,8 +396,8 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
 
             return StreamingResponse(events(), media_type="text/event-stream", background=BackgroundTask(end, gen))
 
-        async for _ in outputs(gen):
-            pass
+        if not await until_disconnect(client, collect(outputs(gen))):
+            return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
         if gen.error is not None:
             return JSONResponse(error_body(gen.error, "server_error", 500), 500)
         message = {"message": {"role": "assistant", "content": gen.text}} if chat else {"text": gen.text,
@@ -313,30 +408,31 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
 
     def encode(prompt: str | list[int] | list[str]) -> list[int]:
         if isinstance(prompt, str):
-            return llm.tokenizer.encode(prompt)
+            return encode_text(llm.tokenizer, prompt, "prompt")
         if prompt and all(isinstance(p, str) for p in prompt):
             if len(prompt) != 1:
                 raise BadRequest(f"prompt: one prompt per request (got a list of {len(prompt)} strings)", "prompt")
-            return llm.tokenizer.encode(prompt[0])
+            return encode_text(llm.tokenizer, prompt[0], "prompt")
         return list(prompt)
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest) -> Response:
+    async def completions(req: CompletionRequest, client: Request) -> Response:
         check_model(req.model)
-        prompt_ids = encode(req.prompt)
+        prompt_ids = await off_loop(encode, req.prompt)
         if not prompt_ids:
             raise BadRequest("prompt is empty: give at least one token of text", "prompt")
         gen = await start(prompt_ids, sampling_params(req, req.max_tokens))
-        return await respond(gen, req, chat=False)
+        return await respond(gen, req, False, client)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatRequest) -> Response:
+    async def chat_completions(req: ChatRequest, client: Request) -> Response:
         check_model(req.model)
         if not req.messages:
             raise BadRequest("messages is empty: give at least one message", "messages")
-        prompt_ids = llm.tokenizer.encode(render_chat(llm.tokenizer, req.messages))
+        prompt_ids = await off_loop(lambda: encode_text(llm.tokenizer, render_chat(llm.tokenizer, req.messages),
+                                                        "messages"))
         gen = await start(prompt_ids, sampling_params(req, req.max_completion_tokens or req.max_tokens))
-        return await respond(gen, req, chat=True)
+        return await respond(gen, req, True, client)
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -353,6 +449,112 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
+    """The token ids of `text`; a lone surrogate (JSON's "\\ud800" decodes to one) is a 400 naming where it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BadRequest(f"{param} is not valid Unicode: a lone surrogate (U+{ord(text[error.start]):04X}) at "
+                         f"character {error.start}; send text whose surrogates come in pairs", param) from error
+    return tokenizer.encode(text)
+
+
+async def collect(stream: AsyncIterator[Any]) -> None:
+    async for _ in stream:
+        pass
+
+
+async def disconnected(client: Request) -> None:
+    """Return when the client has left. Safe once the body has been read: the next message is the disconnect."""
+    while (await client.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def until_disconnect(client: Request, work: Coroutine[Any, Any, None]) -> bool:
+    """Run `work` unless the client leaves first: then cancel it (which aborts its request) and return False."""
+    task, left = asyncio.ensure_future(work), asyncio.ensure_future(disconnected(client))
+    try:
+        await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # its exception, if it raised
+    return True
+
+
+class BodyCheck:
+    """ASGI middleware in front of the routes: a POST body is read whole before any parsing, and refused with an
+    OpenAI-style error when it is over `limit` bytes (413, as soon as its Content-Length or the bytes received say
+    so) or not UTF-8 (400, naming the first bad byte). What reaches FastAPI is small and decodes."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        too_big = declared.isdigit() and int(declared) > self.limit
+        body, more = bytearray(), not too_big
+        while more and not too_big:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more, too_big = message.get("more_body", False), len(body) > self.limit
+        if too_big:
+            size = f"{int(declared):,} bytes" if declared.isdigit() else f"over {self.limit:,} bytes"
+            return await refuse(scope, send, 413, f"the request body is {size}; this server takes at most "
+                                                  f"{self.limit:,} bytes (--max-body-bytes)")
+        body = bytes(body)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            return await refuse(scope, send, 400, f"the request body is not valid UTF-8: byte "
+                                                  f"0x{body[error.start]:02x} at offset {error.start}; send JSON "
+                                                  "encoded as UTF-8")
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+async def refuse(scope: Scope, send: Send, status: int, message: str) -> None:
+    async def nothing() -> Message:
+        return {"type": "http.disconnect"}
+
+    await JSONResponse(error_body(message, "invalid_request_error", status), status)(scope, nothing, send)
+
+
+def serve(app: FastAPI, host: str, port: int, shutdown_timeout: float, **config: Any) -> None:
+    """Run `app` with uvicorn until SIGINT or SIGTERM, then drain for at most `shutdown_timeout` seconds."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            """uvicorn's shutdown (stop accepting, wait for the connections), with the unfinished requests aborted
+            once `shutdown_timeout` has passed: their responses then end, with a final event, and so do the
+            connections. uvicorn's own timeout, a little later, is only the backstop."""
+            timer = asyncio.get_running_loop().call_later(shutdown_timeout, app.state.server.abort_all)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+    DrainingServer(uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=shutdown_timeout + 1,
+                                  **config)).run()
 
 
 def visible(final_text: str, tokenizer: Any) -> str:
@@ -372,7 +574,6 @@ def render_chat(tokenizer: Any, messages: list[ChatMessage]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     import torch
-    import uvicorn
 
     defaults = EngineConfig()
     ap = argparse.ArgumentParser(prog="python -m course.serve", description=__doc__.split("\n\n")[0])
@@ -390,6 +591,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     ap.add_argument("--enable-prefix-caching", action="store_true")
     ap.add_argument("--max-pending", type=int, default=256, help="unfinished requests before new ones get 429")
+    ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")
+    ap.add_argument("--shutdown-timeout", type=float, default=10.0,
+                    help="on SIGTERM or SIGINT, seconds to let running requests finish before aborting them")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -400,7 +604,8 @@ def main(argv: list[str] | None = None) -> None:
     from mini_llm.loading import model_path
 
     name = args.served_model_name or model_path(args.model).name
-    uvicorn.run(create_app(llm, async_llm, name, args.max_pending), host=args.host, port=args.port)
+    serve(create_app(llm, async_llm, name, args.max_pending, args.max_body_bytes), args.host, args.port,
+          args.shutdown_timeout)
 
 
 if __name__ == "__main__":
