@@ -17,7 +17,7 @@ import openai
 import pytest
 import torch
 
-from course.serve import build_engine, create_app, visible
+from course.serve import build_engine, create_app
 from framework.sampling import SamplingParams
 from solutions.engine import LLM
 
@@ -68,7 +68,7 @@ def offline():
     def texts(prompts: list[str], max_tokens: int, ignore_eos: bool = False) -> list[str]:
         todo = sorted({p for p in prompts if (p, max_tokens, ignore_eos) not in cache})
         outs = llm.generate(todo, SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)) if todo else []
-        cache.update({(p, max_tokens, ignore_eos): visible(o.outputs[0].text, llm.tokenizer)
+        cache.update({(p, max_tokens, ignore_eos): llm.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
                       for p, o in zip(todo, outs)})
         return [cache[p, max_tokens, ignore_eos] for p in prompts]
 
@@ -192,7 +192,7 @@ BAD = [  # (endpoint, body, words of the 400 message)
     ("completions", {"prompt": "Hi", "top_k": -3}, "top_k must be 0 or -1"),
     ("completions", {"prompt": "Hi", "stop": [""]}, "stop must be a non-empty string"),
     ("completions", {"prompt": "Hi", "seed": -1}, "seed must be None"),
-    ("completions", {"prompt": "Hi", "n": 2}, "n must be 1"),
+    ("completions", {"prompt": "Hi", "n": 0}, "n must be in [1, 16]"),
     ("completions", {"max_tokens": 5}, "prompt: Field required"),
     ("completions", {"prompt": ""}, "prompt is empty"),
     ("completions", {"prompt": [1, 10**9]}, "not a token id"),
