@@ -397,7 +397,8 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         """`echo`: (prompt text, prompt token ids, whether the generated tokens are dropped), for completions."""
         created, kind = int(time.time()), "chat.completion" if chat else "text_completion"
         rid = ("chatcmpl-" if chat else "cmpl-") + gens[0].request_id
-        want_logprobs = gens[0].output.params.logprobs is not None
+        params = gens[0].output.params
+        want_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
 
         def logprobs_of(entries: list[TokenLogprobs], offset: int) -> dict | None:
             if not want_logprobs:
