@@ -11,6 +11,7 @@ import random
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -21,6 +22,7 @@ from course.serve import build_engine, create_app
 from framework.sampling import SamplingParams
 from solutions.engine import LLM
 
+ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"num_blocks": 100, "block_size": 16}  # 1600 tokens of cache: less than the model's 2048 positions
 WORDS = ["once", "upon", "a", "time", "there", "was", "a", "little", "girl", "named", "lucy", "who", "lived", "in",
          "quiet", "forest", "with", "her", "dog"]
@@ -489,3 +491,36 @@ def test_min_p_keeps_the_tokens_vllm_keeps():
     kept = probs >= 0.05 * probs.max()
     want = torch.where(kept, probs, 0) / probs[kept].sum()
     assert torch.allclose(sampling_probs(logits, params), want, atol=1e-6) and 1 < int(kept.sum()) < 500
+
+
+def test_lm_eval_local_completions_scores_the_log_likelihoods_of_mini_llm(server32, monkeypatch):
+    """lm-eval's `local-completions` model against the server, offline, on the course's task files: its
+    log-likelihoods (echo + logprobs) equal mini_llm's own, and its generations are the server's greedy text."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from mini_llm.loading import model_path
+
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(name, "1")
+    monkeypatch.chdir(ROOT)
+    state, base = server32
+    result = lm_eval.simple_evaluate(
+        model="local-completions", tasks=["tiny_stories_loglikelihood", "tiny_stories_generate"],
+        model_args={"base_url": f"{base}/completions", "model": "tiny-qwen3", "tokenizer": str(model_path(None)),
+                    "tokenizer_backend": "huggingface", "num_concurrent": 1, "max_retries": 1},
+        task_manager=TaskManager(include_path=str(ROOT / "benchmarks" / "lm_eval_tasks")), log_samples=True)
+    tok = state.llm.tokenizer
+    scored = result["samples"]["tiny_stories_loglikelihood"]
+    assert len(scored) == 4
+    for sample in scored:
+        context, continuation = sample["arguments"][0] if "arguments" in sample else sample["args"]
+        ids, n = tok.encode(context + continuation), len(tok.encode(context))
+        ref = direct_logprobs(state, ids)
+        want = sum(float(ref[i - 1, ids[i]]) for i in range(n, len(ids)))
+        assert abs(sample["resps"][0][0][0] - want) < 1e-3, (context, sample["resps"], want)
+    for sample in result["samples"]["tiny_stories_generate"]:
+        context = sample["doc"]["context"]
+        text = sync_client(base).completions.create(model="tiny-qwen3", prompt=context, max_tokens=24,
+                                                    stop=["."]).choices[0].text
+        assert sample["resps"][0][0] == text
