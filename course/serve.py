@@ -9,8 +9,11 @@
 Endpoints: POST /v1/completions and /v1/chat/completions (stream true or false; Server-Sent Events ending with
 `data: [DONE]`; `stream_options.include_usage`), GET /v1/models, /health and /metrics (Prometheus text). The
 engine is `LLM()`'s (same model, dtype, device and EngineConfig defaults), and a request's sampling defaults are
-`SamplingParams()`'s: greedy (temperature 0, where OpenAI's default is 1) and max_tokens 16, so a greedy request
-gets the same text as `LLM().generate` offline. A chat is rendered with the model's chat template when its
+`SamplingParams()`'s: greedy (temperature 0, where OpenAI's default is 1) and max_tokens 16 for completions (a
+chat's is the rest of the context, as vLLM's), so a greedy request gets the tokens of `LLM().generate` offline.
+The sampling fields follow vLLM's semantics (stop strings cut from the text, logprobs, echo, n, penalties,
+min_tokens, min_p); a field the server does not implement is refused by name. docs/serving.md lists them against
+vLLM's. A chat is rendered with the model's chat template when its
 tokenizer has one; otherwise (the embedded model) with `SIMPLE_CHAT_TEMPLATE`: one "role: content" line per
 message, then "assistant:". Bad input gets status 400 with an OpenAI-style error saying what to fix; when
 `--max-pending` requests are unfinished, a new one gets 429. A client that disconnects mid-stream aborts its

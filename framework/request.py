@@ -63,8 +63,8 @@ class IncrementalDetokenizer:
 
 class OutputText:
     """What a client is sent of one request's output, as vLLM's front end makes it (`IncrementalDetokenizer.update`
-    and `get_next_output_text` in vllm/v1/engine/detokenizer.py, stop strings as `StopChecker.check_stop_strings`,
-    at 001999d2f360): the text of the output tokens, without special tokens such as <|endoftext|> unless
+    and `get_next_output_text` in vllm/v1/engine/detokenizer.py at e372329d90d7, stop strings as
+    `StopChecker.check_stop_strings`): the text of the output tokens, without special tokens such as <|endoftext|> unless
     `skip_special_tokens` is False; without the token that ended the request (end-of-sequence or one of
     `stop_token_ids`) and cut before the first stop string, unless `include_stop_str_in_output`, which keeps
     both; no stop before `min_tokens` tokens. While the request runs, the text is held back where it may be the
