@@ -1,8 +1,9 @@
 """The server of `python -m course.serve`, live on 127.0.0.1 (uvicorn in a thread of this process, so that the
 tests can see its engine), through the real `openai` client: many concurrent streams with the offline engine's
 text, disconnects that free every block, a burst past the queue bound, every kind of bad request with its 400,
-a failing step after which it still serves, and a soak with bounded memory. Bounded in count and time (about a
-minute in all on 2 cores)."""
+a failing step after which it still serves, and a soak with bounded memory; then vLLM's sampling semantics on
+an fp32 engine (stop strings, logprobs, echo, n, penalties, refusals) against mini_llm's own logits, and lm-eval's
+local-completions model pointed at the server. Bounded in count and time (about a minute in all on 2 cores)."""
 
 from __future__ import annotations
 
