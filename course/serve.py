@@ -9,8 +9,11 @@
 Endpoints: POST /v1/completions and /v1/chat/completions (stream true or false; Server-Sent Events ending with
 `data: [DONE]`; `stream_options.include_usage`), GET /v1/models, /health and /metrics (Prometheus text). The
 engine is `LLM()`'s (same model, dtype, device and EngineConfig defaults), and a request's sampling defaults are
-`SamplingParams()`'s: greedy (temperature 0, where OpenAI's default is 1) and max_tokens 16, so a greedy request
-gets the same text as `LLM().generate` offline. A chat is rendered with the model's chat template when its
+`SamplingParams()`'s: greedy (temperature 0, where OpenAI's default is 1) and max_tokens 16 for completions (a
+chat's is the rest of the context, as vLLM's), so a greedy request gets the tokens of `LLM().generate` offline.
+The sampling fields follow vLLM's semantics (stop strings cut from the text, logprobs, echo, n, penalties,
+min_tokens, min_p); a field the server does not implement is refused by name. docs/serving.md lists them against
+vLLM's. A chat is rendered with the model's chat template when its
 tokenizer has one; otherwise (the embedded model) with `SIMPLE_CHAT_TEMPLATE`: one "role: content" line per
 message, then "assistant:". Bad input gets status 400 with an OpenAI-style error saying what to fix; when
 `--max-pending` requests are unfinished, a new one gets 429. A client that disconnects mid-stream aborts its
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import json
 import time
@@ -54,25 +58,31 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from framework.engine import EngineConfig
-from framework.sampling import SamplingParams
+from framework.request import OutputText
+from framework.sampling import SamplingParams, TokenLogprobs
 
 SIMPLE_CHAT_TEMPLATE = "{role}: {content}\n"  # per message, then "assistant:" (models without a chat template)
 PREFIX = "mini_llm:"
+MAX_N = 16  # completions per request
+SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's
 MAX_BODY_BYTES = 1 << 20  # far above a useful prompt: 32,768 token ids are about 230 KB of JSON
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Requests (the OpenAI fields the server reads; others are ignored, as OpenAI-compatible servers do)
+# Requests: the OpenAI fields the server implements and vLLM's sampling extensions. Any other field with a value
+# (logit_bias, tools, best_of, response_format, ...) is refused with a 400 naming it: nothing is silently ignored.
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's extension: usage so far in every chunk (with include_usage)
 
 
 class SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # kept in model_extra, refused by `refuse_unsupported`
     model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
@@ -83,14 +93,27 @@ class SamplingFields(BaseModel):
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
-    ignore_eos: bool = False  # vLLM's extension
+    user: str | None = None  # OpenAI's end-user id: metadata only, it changes no output
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    # vLLM's extensions (vllm/entrypoints/openai/protocol.py)
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    min_tokens: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[int] | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None
 
 
 class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     role: Literal["system", "user", "assistant"]
     content: str
 
@@ -98,6 +121,8 @@ class ChatMessage(BaseModel):
 class ChatRequest(SamplingFields):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
 
 
 class BadRequest(Exception):
@@ -111,16 +136,36 @@ def error_body(message: str, kind: str, status: int, param: str | None = None) -
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
-def sampling_params(req: SamplingFields, max_tokens: int | None) -> SamplingParams:
+def refuse_unsupported(req: SamplingFields) -> None:
+    """A 400 naming the first field this server does not implement, when it has a value."""
+    for name, value in (req.model_extra or {}).items():
+        if value is not None:
+            raise BadRequest(f"{name} is not supported by this server: leave it out (docs/serving.md lists the "
+                             "fields it implements)", name)
+    if req.stream and isinstance(req, CompletionRequest) and req.echo:
+        raise BadRequest("echo is not supported with stream=true: ask without streaming", "echo")
+
+
+def sampling_params(req: SamplingFields, max_tokens: int | None, **extra: Any) -> SamplingParams:
     """The request's SamplingParams; a field SamplingParams refuses is a 400 naming it."""
-    if req.n != 1:
-        raise BadRequest(f"n must be 1 (one completion per request), got {req.n}", "n")
-    given = {"max_tokens": max_tokens, "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k,
-             "stop": req.stop, "seed": req.seed}
+    refuse_unsupported(req)
+    if not 1 <= req.n <= MAX_N:
+        raise BadRequest(f"n must be in [1, {MAX_N}] (completions per request), got {req.n}", "n")
+    names = ("temperature", "top_p", "top_k", "stop", "seed", "presence_penalty", "frequency_penalty",
+             "stop_token_ids", "min_tokens", "min_p", "repetition_penalty")
+    given = {name: getattr(req, name) for name in names} | {"max_tokens": max_tokens} | extra
     try:
-        return SamplingParams(**{k: v for k, v in given.items() if v is not None}, ignore_eos=req.ignore_eos)
+        return SamplingParams(**{k: v for k, v in given.items() if v is not None}, ignore_eos=req.ignore_eos,
+                              include_stop_str_in_output=req.include_stop_str_in_output,
+                              skip_special_tokens=req.skip_special_tokens)
     except ValueError as error:
         raise BadRequest(str(error), str(error).split()[0]) from error
+
+
+def child_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The params of the index-th of n completions: its own seed stream, seed + index, as vLLM's
+    `ParentRequest._get_child_sampling_params` (vllm/v1/engine/parallel_sampling.py at 491d923514ad)."""
+    return params if params.seed is None else dataclasses.replace(params, seed=params.seed + index)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -221,13 +266,16 @@ class ServerState:
 
 @dataclass(eq=False)
 class Generation:
-    """One request being served: its stream and what the response needs."""
+    """One completion being served (one of a request's n): its stream and what the response needs."""
 
     request_id: str
     stream: Any
     num_prompt_tokens: int
     arrival: float
+    output: OutputText  # its text as the client sees it
+    request: Any = None  # the engine's Request, which holds its logprobs
     text: str = ""
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
     num_tokens: int = 0
     first_token: float | None = None  # perf_counter() times of its first and latest token
     last_token: float | None = None
@@ -301,7 +349,21 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             raise BadRequest(f"the model {name!r} does not exist: this server serves {state.model_name!r}",
                              "model", 404, "not_found_error")
 
-    async def start(prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def start(prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Generation]:
+        """n completions of the prompt, each its own engine request, as vLLM v1 fans out a request with n > 1
+        (`ParentRequest` in vllm/v1/engine/parallel_sampling.py at 491d923514ad): with prefix caching on, the
+        children share the prompt's full blocks. All of them or none."""
+        gens: list[Generation] = []
+        try:
+            for index in range(n):
+                gens.append(await start_one(prompt_ids, child_params(params, index)))
+        except BaseException:
+            for gen in gens:
+                await end(gen)
+            raise
+        return gens
+
+    async def start_one(prompt_ids: list[int], params: SamplingParams) -> Generation:
         arrival = time.perf_counter()
         if state.num_pending >= state.max_pending:
             metrics.refused.inc()
@@ -313,15 +375,19 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         except BaseException as error:
             state.num_pending -= 1
             if isinstance(error, ValueError):
-                raise BadRequest(str(error), "prompt" if "prompt" in str(error) else None) from error
+                first = str(error).split()[0]
+                param = first if first in SAMPLING_FIELDS else "prompt" if "prompt" in str(error) else None
+                raise BadRequest(str(error), param) from error
             raise
-        gen = Generation(f"{uuid.uuid4().hex[:16]}", stream, len(prompt_ids), arrival)
+        output = OutputText(llm.tokenizer, params, llm.engine.eos_token_id)
+        gen = Generation(f"{uuid.uuid4().hex[:16]}", stream, len(prompt_ids), arrival, output,
+                         llm.engine.requests.get(stream.request_id))
         state.generations.add(gen)
         return gen
 
-    async def outputs(gen: Generation) -> AsyncIterator[str]:
-        """The new text of each output; the request's bookkeeping and metrics when it ends, however it ends
-        (a client that disconnects cancels the task reading the stream, and closing the stream aborts)."""
+    async def outputs(gen: Generation) -> AsyncIterator[tuple[str, list[TokenLogprobs]]]:
+        """The new text and logprobs of each output; the request's bookkeeping and metrics when it ends, however
+        it ends (a client that disconnects cancels the task reading the stream, and closing the stream aborts)."""
         try:
             async for out in gen.stream:
                 now = time.perf_counter()
@@ -332,15 +398,45 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
                     else:
                         metrics.tpot.observe((now - gen.last_token) / len(out.new_token_ids))
                     gen.last_token = now
-                gen.num_tokens += len(out.new_token_ids)
+                before, gen.num_tokens = gen.num_tokens, gen.num_tokens + len(out.new_token_ids)
                 metrics.generation_tokens.inc(len(out.new_token_ids))
-                text = visible(out.new_text, llm.tokenizer) if out.finished else out.new_text
+                text = gen.output.add(out.new_token_ids, out.finished, out.finish_reason)
+                logprobs = gen.request.logprobs[before:gen.num_tokens] if gen.request is not None else []
                 gen.text += text
+                gen.logprobs += logprobs
                 if out.finished:
                     gen.finish_reason, gen.error = out.finish_reason, out.error
-                yield text
+                yield text, logprobs
         finally:
             await end(gen)
+
+    async def merged(gens: list[Generation]) -> AsyncIterator[tuple[int, str, list[TokenLogprobs]]]:
+        """(choice index, text, logprobs) from every completion's outputs, as they come."""
+        if len(gens) == 1:
+            async for text, logprobs in outputs(gens[0]):
+                yield 0, text, logprobs
+            return
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(index: int, gen: Generation) -> None:
+            try:
+                async for item in outputs(gen):
+                    await queue.put((index, *item))
+            finally:
+                await queue.put(None)
+
+        tasks = [asyncio.ensure_future(pump(i, gen)) for i, gen in enumerate(gens)]
+        try:
+            running = len(tasks)
+            while running:
+                item = await queue.get()
+                if item is None:
+                    running -= 1
+                else:
+                    yield item
+        finally:
+            for task in tasks:
+                task.cancel()
 
     async def end(gen: Generation) -> None:
         """Once per request, however it ended (also for a stream whose client left before it was read)."""
@@ -360,19 +456,60 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             metrics.decode_time.observe(gen.last_token - gen.first_token)
             metrics.inference_time.observe(gen.last_token - scheduled)
 
-    def usage(gen: Generation) -> dict:
-        return {"prompt_tokens": gen.num_prompt_tokens, "completion_tokens": gen.num_tokens,
-                "total_tokens": gen.num_prompt_tokens + gen.num_tokens}
+    async def end_all(gens: list[Generation]) -> None:
+        for gen in gens:
+            await end(gen)
 
-    async def respond(gen: Generation, req: SamplingFields, chat: bool, client: Request) -> Response:
+    def usage(gens: list[Generation], num_completion_tokens: int | None = None) -> dict:
+        """The prompt counted once, as vLLM does for n > 1."""
+        prompt = gens[0].num_prompt_tokens
+        completion = sum(g.num_tokens for g in gens) if num_completion_tokens is None else num_completion_tokens
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def token_text(token_id: int) -> str:
+        return llm.tokenizer.decode([token_id])
+
+    def completion_logprobs(pairs: list[tuple[int, TokenLogprobs | None]], offset: int = 0) -> dict:
+        """OpenAI's completions format; as vLLM's, a position's top_logprobs also hold the chosen token."""
+        out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for token, lp in pairs:
+            text = token_text(token)
+            out["tokens"].append(text)
+            out["token_logprobs"].append(None if lp is None else lp.logprob)
+            out["top_logprobs"].append(None if lp is None else
+                                       {token_text(t): v for t, v in [*lp.top, (token, lp.logprob)]})
+            out["text_offset"].append(offset)
+            offset += len(text)
+        return out
+
+    def chat_logprobs(entries: list[TokenLogprobs]) -> dict:
+        def one(token: int, logprob: float) -> dict:
+            text = token_text(token)
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", "replace"))}
+
+        return {"content": [one(lp.token_id, lp.logprob) | {"top_logprobs": [one(t, v) for t, v in lp.top]}
+                            for lp in entries]}
+
+    async def respond(gens: list[Generation], req: SamplingFields, chat: bool, client: Request,
+                      echo: tuple | None = None) -> Response:
+        """`echo`: (prompt text, prompt token ids, whether the generated tokens are dropped), for completions."""
         created, kind = int(time.time()), "chat.completion" if chat else "text_completion"
-        rid = ("chatcmpl-" if chat else "cmpl-") + gen.request_id
+        rid = ("chatcmpl-" if chat else "cmpl-") + gens[0].request_id
+        params = gens[0].output.params
+        want_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
 
-        def choice(text: str, reason: str | None, first: bool = False) -> dict:
+        def logprobs_of(entries: list[TokenLogprobs], offset: int) -> dict | None:
+            if not want_logprobs:
+                return None
+            return chat_logprobs(entries) if chat else completion_logprobs([(e.token_id, e) for e in entries],
+                                                                           offset)
+
+        def choice(index: int, text: str, reason: str | None, logprobs: dict | None = None,
+                   first: bool = False) -> dict:
             if not chat:
-                return {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+                return {"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}
             delta = {"role": "assistant", "content": text} if first else {"content": text} if text else {}
-            return {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
+            return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": logprobs}
 
         def chunk(choices: list[dict], **extra: Any) -> str:
             body = {"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
@@ -382,38 +519,69 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         if req.stream:
             async def events() -> AsyncIterator[str]:
                 if chat:
-                    yield chunk([choice("", None, first=True)])
-                async for text in outputs(gen):
-                    if text:
-                        yield chunk([choice(text, None)])
-                if gen.error is not None:
-                    yield f"data: {json.dumps(error_body(gen.error, 'server_error', 500))}\n\n"
+                    for index in range(len(gens)):
+                        yield chunk([choice(index, "", None, first=True)])
+                offsets = [0] * len(gens)
+                options = req.stream_options
+                continuous = options is not None and options.include_usage and options.continuous_usage_stats
+                async for index, text, logprobs in merged(gens):
+                    if text or logprobs:
+                        extra = {"usage": usage(gens)} if continuous else {}
+                        yield chunk([choice(index, text, None, logprobs_of(logprobs, offsets[index]))], **extra)
+                        offsets[index] += sum(len(token_text(e.token_id)) for e in logprobs)
+                error = next((g.error for g in gens if g.error is not None), None)
+                if error is not None:
+                    yield f"data: {json.dumps(error_body(error, 'server_error', 500))}\n\n"
                 else:
-                    yield chunk([choice("", gen.finish_reason)])
+                    for index, gen in enumerate(gens):
+                        yield chunk([choice(index, "", gen.finish_reason)])
                     if req.stream_options is not None and req.stream_options.include_usage:
-                        yield chunk([], usage=usage(gen))
+                        yield chunk([], usage=usage(gens))
                 yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream", background=BackgroundTask(end, gen))
+            return StreamingResponse(events(), media_type="text/event-stream",
+                                     background=BackgroundTask(end_all, gens))
 
-        if not await until_disconnect(client, collect(outputs(gen))):
+        if not await until_disconnect(client, collect(merged(gens))):
             return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
-        if gen.error is not None:
-            return JSONResponse(error_body(gen.error, "server_error", 500), 500)
-        message = {"message": {"role": "assistant", "content": gen.text}} if chat else {"text": gen.text,
-                                                                                        "logprobs": None}
+        error = next((g.error for g in gens if g.error is not None), None)
+        if error is not None:
+            return JSONResponse(error_body(error, "server_error", 500), 500)
+        choices = []
+        for index, gen in enumerate(gens):
+            if chat:
+                choices.append({"index": index, "message": {"role": "assistant", "content": gen.text},
+                                "logprobs": logprobs_of(gen.logprobs, 0), "finish_reason": gen.finish_reason})
+                continue
+            text, entries = gen.text, gen.logprobs
+            logprobs = logprobs_of(entries, 0)
+            if echo is not None:
+                prompt_text, prompt_ids, drop_output = echo
+                text, entries = (prompt_text, []) if drop_output else (prompt_text + text, entries)
+                if want_logprobs:
+                    prompt = list(zip(prompt_ids, gen.request.prompt_logprobs))
+                    logprobs = completion_logprobs(prompt + [(e.token_id, e) for e in entries])
+            choices.append(choice(index, text, gen.finish_reason, logprobs))
+        dropped = echo is not None and echo[2]
         return JSONResponse({"id": rid, "object": kind, "created": created, "model": state.model_name,
-                             "choices": [{"index": 0, **message, "finish_reason": gen.finish_reason}],
-                             "usage": usage(gen)})
+                             "choices": choices, "usage": usage(gens, 0 if dropped else None)})
 
-    def encode(prompt: str | list[int] | list[str]) -> list[int]:
+    def encode(prompt: str | list[int] | list[str] | list[list[int]]) -> list[int]:
         if isinstance(prompt, str):
             return encode_text(llm.tokenizer, prompt, "prompt")
-        if prompt and all(isinstance(p, str) for p in prompt):
+        if prompt and all(isinstance(p, (str, list)) for p in prompt):
             if len(prompt) != 1:
-                raise BadRequest(f"prompt: one prompt per request (got a list of {len(prompt)} strings)", "prompt")
-            return encode_text(llm.tokenizer, prompt[0], "prompt")
+                raise BadRequest(f"prompt: one prompt per request (got a list of {len(prompt)} prompts)", "prompt")
+            return encode_text(llm.tokenizer, prompt[0], "prompt") if isinstance(prompt[0], str) else list(prompt[0])
         return list(prompt)
+
+    def context_left(num_prompt_tokens: int) -> int:
+        """What a chat may generate by default: the rest of the context (vLLM's default for chat), which here is
+        the model's positions or the whole KV cache, whichever is smaller; at least 1, so that a prompt that
+        fills it gets the engine's own message."""
+        config = llm.engine.config
+        limit = min(llm.engine.model.cfg.max_position_embeddings, config.num_blocks * config.block_size)
+        return max(limit - num_prompt_tokens, 1)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, client: Request) -> Response:
@@ -421,18 +589,32 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         prompt_ids = await off_loop(encode, req.prompt)
         if not prompt_ids:
             raise BadRequest("prompt is empty: give at least one token of text", "prompt")
-        gen = await start(prompt_ids, sampling_params(req, req.max_tokens))
-        return await respond(gen, req, False, client)
+        # echo with max_tokens=0 scores the prompt alone: one token is generated and dropped, as vLLM does.
+        echo_only = req.echo and req.max_tokens == 0
+        params = sampling_params(req, 1 if echo_only else req.max_tokens,
+                                 logprobs=None if echo_only else req.logprobs,
+                                 prompt_logprobs=req.logprobs if req.echo else None)
+        gens = await start(prompt_ids, params, req.n)
+        echo = None
+        if req.echo:
+            prompt_text = req.prompt if isinstance(req.prompt, str) else llm.tokenizer.decode(prompt_ids)
+            echo = (prompt_text, prompt_ids, echo_only)
+        return await respond(gens, req, False, client, echo=echo)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatRequest, client: Request) -> Response:
         check_model(req.model)
         if not req.messages:
             raise BadRequest("messages is empty: give at least one message", "messages")
+        if req.top_logprobs is not None and not req.logprobs:
+            raise BadRequest("top_logprobs needs logprobs: true", "top_logprobs")
+        # A tokenizer's own chat template writes its special tokens itself: encoding must not add them again.
+        own_template = bool(getattr(llm.tokenizer, "chat_template", None))
         prompt_ids = await off_loop(lambda: encode_text(llm.tokenizer, render_chat(llm.tokenizer, req.messages),
-                                                        "messages"))
-        gen = await start(prompt_ids, sampling_params(req, req.max_completion_tokens or req.max_tokens))
-        return await respond(gen, req, True, client)
+                                                        "messages", add_special_tokens=not own_template))
+        max_tokens = req.max_completion_tokens or req.max_tokens or context_left(len(prompt_ids))
+        params = sampling_params(req, max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+        return await respond(await start(prompt_ids, params, req.n), req, True, client)
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -451,14 +633,14 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
     return app
 
 
-def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
+def encode_text(tokenizer: Any, text: str, param: str, add_special_tokens: bool = True) -> list[int]:
     """The token ids of `text`; a lone surrogate (JSON's "\\ud800" decodes to one) is a 400 naming where it is."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
         raise BadRequest(f"{param} is not valid Unicode: a lone surrogate (U+{ord(text[error.start]):04X}) at "
                          f"character {error.start}; send text whose surrogates come in pairs", param) from error
-    return tokenizer.encode(text)
+    return tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
 
 async def collect(stream: AsyncIterator[Any]) -> None:
@@ -555,13 +737,6 @@ def serve(app: FastAPI, host: str, port: int, shutdown_timeout: float, **config:
 
     DrainingServer(uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=shutdown_timeout + 1,
                                   **config)).run()
-
-
-def visible(final_text: str, tokenizer: Any) -> str:
-    """The last piece of a request's text as a client sees it: without the end-of-sequence token's text, as
-    vLLM's detokenizer skips special tokens (the engine's own text keeps it, as `LLM.generate` returns it)."""
-    eos = getattr(tokenizer, "eos_token", None)
-    return final_text.removesuffix(eos) if eos else final_text
 
 
 def render_chat(tokenizer: Any, messages: list[ChatMessage]) -> str:

@@ -17,7 +17,7 @@ import torch
 from mini_llm import Transformer, load_tokenizer, load_transformer
 
 from .request import Request, RequestStatus
-from .sampling import SamplingParams, make_generator
+from .sampling import SamplingParams, TokenLogprobs, make_generator, prompt_logprobs
 from .spec_decode import SpeculativeConfig
 
 
@@ -26,6 +26,7 @@ class CompletionOutput:
     token_ids: list[int]
     text: str
     finish_reason: str | None
+    logprobs: list[TokenLogprobs] | None = None  # one per token, when SamplingParams.logprobs is set
 
 
 @dataclass
@@ -36,6 +37,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]  # everything produced so far, as in vLLM
     finished: bool
     error: str | None = None  # why the request failed, when its finish_reason is "error"
+    prompt_logprobs: list[TokenLogprobs | None] | None = None  # when SamplingParams.prompt_logprobs is set
 
 
 @dataclass
@@ -66,15 +68,19 @@ class StepError(RuntimeError):
 
 
 def stop_reason(request: Request, eos_token_id: int | None, tokenizer=None) -> str | None:
-    """Why the request is done after its latest token, or None to keep going."""
-    params, last = request.sampling_params, request.output_token_ids[-1]
-    if last == eos_token_id and not params.ignore_eos:
-        return "stop"
-    if params.stop and tokenizer is not None:
-        request.detokenizer.decode(tokenizer, request.output_token_ids)  # only the new tail is decoded
-        if request.detokenizer.found(params.stop):
+    """Why the request is done after its latest token, or None to keep going. "stop": end-of-sequence (unless
+    ignore_eos) or a token of `stop_token_ids` (as vLLM's `check_stop`, vllm/v1/core/sched/utils.py at
+    6110ea2910f2), or a stop string; none of them before `min_tokens` output tokens (vLLM's sampler masks
+    end-of-sequence and stop tokens until then; here stop strings wait too). "length": max_tokens."""
+    params, last, num_output = request.sampling_params, request.output_token_ids[-1], len(request.output_token_ids)
+    if num_output > params.min_tokens:
+        if (last == eos_token_id and not params.ignore_eos) or last in params.stop_token_ids:
             return "stop"
-    if len(request.output_token_ids) >= params.max_tokens:
+        if params.stop and tokenizer is not None:
+            request.detokenizer.decode(tokenizer, request.output_token_ids)  # only the new tail is decoded
+            if request.detokenizer.found(params.stop):
+                return "stop"
+    if num_output >= params.max_tokens:
         return "length"
     return None
 
@@ -86,6 +92,10 @@ class LLMEngineBase:
     scheduler_cls: type  # Scheduler(kv_cache_manager, token_budget, max_num_seqs, enable_chunked_prefill)
     runner_cls: type  # ModelRunner(model, num_blocks, block_size)
     kv_cache_manager_cls: type  # KVCacheManager(num_blocks, block_size, enable_prefix_caching)
+    # Whether step() samples with `sample_request_token` (framework/sampling.py), which applies penalties and
+    # min_tokens and records logprobs. An engine that samples with `sample_token` alone cannot, so add_request
+    # refuses those fields rather than ignore them.
+    samples_with_history: bool = False
 
     def __init__(self, model: Transformer, config: EngineConfig | None = None, tokenizer=None,
                  eos_token_id: int | None = None, runner=None) -> None:
@@ -100,6 +110,7 @@ class LLMEngineBase:
                                             c.enable_chunked_prefill)
         # `runner`: one built elsewhere, e.g. tensor parallelism's executor (framework/executor.py)
         self.runner = runner if runner is not None else self.runner_cls(model, c.num_blocks, c.block_size)
+        self.model_is_whole = runner is None  # with tensor parallelism, self.model is rank 0's shard
         self.requests: dict[str, Request] = {}
 
     def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None) -> Request:
@@ -115,11 +126,31 @@ class LLMEngineBase:
         if len(prompt) + params.max_tokens > limit:
             raise ValueError(f"prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
                              f"the model's max_position_embeddings ({limit}): shorten the prompt or lower max_tokens")
+        self._check_history_fields(params)
         request = Request(prompt, params, generator=make_generator(params, self.model.device))
+        if params.prompt_logprobs is not None:
+            request.prompt_logprobs = self._prompt_logprobs(prompt, params.prompt_logprobs)
         self._forget_finished()
         self.scheduler.add_request(request)
         self.requests[request.request_id] = request
         return request
+
+    def _check_history_fields(self, params: SamplingParams) -> None:
+        fields = params.history_fields()
+        if fields and not self.samples_with_history:
+            raise ValueError(f"{fields[0]} is not supported by {type(self).__name__}: its step samples with "
+                             "sample_token, which sees one row of logits and not the request's tokens; "
+                             f"{', '.join(fields)} need an engine that samples with sample_request_token "
+                             "(the reference engine without speculation)")
+
+    def _prompt_logprobs(self, prompt: list[int], k: int) -> list[TokenLogprobs | None]:
+        """The prompt's logprobs, from one forward pass of the model over the prompt (vLLM computes them from the
+        prefill's hidden states, `GPUModelRunner._get_prompt_logprobs_dict`; here they cost one more pass)."""
+        if not self.model_is_whole:
+            raise ValueError("prompt_logprobs is not supported with tensor parallelism: the engine holds one shard")
+        with torch.inference_mode():
+            logits = self.model(torch.tensor([prompt], device=self.model.device))[0]
+        return prompt_logprobs(logits, prompt, k)
 
     def _checked_prompt(self, prompt_token_ids: Sequence[int]) -> list[int]:
         """The prompt as a list of ints, each a token id of the model's vocabulary."""
@@ -199,9 +230,10 @@ class LLMEngineBase:
 
     def make_output(self, request: Request, new_token_ids: list[int]) -> RequestOutput:
         text = "" if self.tokenizer is None else request.detokenizer.decode(self.tokenizer, request.output_token_ids)
-        completion = CompletionOutput(list(request.output_token_ids), text, request.finish_reason)
+        logprobs = list(request.logprobs) if request.sampling_params.logprobs is not None else None
+        completion = CompletionOutput(list(request.output_token_ids), text, request.finish_reason, logprobs)
         return RequestOutput(request.request_id, request.prompt_token_ids, new_token_ids, [completion],
-                             request.is_finished, request.error)
+                             request.is_finished, request.error, request.prompt_logprobs)
 
     def stream(self, prompts: Sequence[Sequence[int]],
                params: SamplingParams | Sequence[SamplingParams] | None = None) -> Iterator[RequestOutput]:

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import torch
 
-from .sampling import SamplingParams
+from .sampling import SamplingParams, TokenLogprobs
 
 _ids = itertools.count()
 
@@ -61,6 +61,62 @@ class IncrementalDetokenizer:
         return any(self.text.find(s, max(self.changed_from - len(s) + 1, 0)) >= 0 for s in strings)
 
 
+class OutputText:
+    """What a client is sent of one request's output, as vLLM's front end makes it (`IncrementalDetokenizer.update`
+    and `get_next_output_text` in vllm/v1/engine/detokenizer.py at e372329d90d7, stop strings as
+    `StopChecker.check_stop_strings`): the text of the output tokens, without special tokens such as <|endoftext|> unless
+    `skip_special_tokens` is False; without the token that ended the request (end-of-sequence or one of
+    `stop_token_ids`) and cut before the first stop string, unless `include_stop_str_in_output`, which keeps
+    both; no stop before `min_tokens` tokens. While the request runs, the text is held back where it may be the
+    start of a stop string, and released as soon as it cannot be. vLLM holds back a fixed max(len(stop)) - 1
+    characters; here only the longest tail of the text that begins a stop string. A trailing U+FFFD (a character
+    whose bytes are not all there yet) is held back too. The deltas `add` returns, joined, are the final text."""
+
+    def __init__(self, tokenizer, params: SamplingParams, eos_token_id: int | None) -> None:
+        self.tokenizer, self.params, self.eos_token_id = tokenizer, params, eos_token_id
+        self.token_ids: list[int] = []
+        self.detokenizer = IncrementalDetokenizer()
+        self.searched = 0  # stop strings were searched for in the text before this position
+        self.end: int | None = None  # where the text ends, once a stop string was found
+        self.num_sent = 0
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=self.params.skip_special_tokens)
+
+    def add(self, new_token_ids: Sequence[int], finished: bool = False, finish_reason: str | None = None) -> str:
+        """The text to send now, after the request's `new_token_ids` (and, on its last output, how it ended)."""
+        params = self.params
+        self.token_ids += new_token_ids
+        ids = self.token_ids
+        if finished and finish_reason == "stop" and ids and not params.include_stop_str_in_output \
+                and self._ended_by_token(ids[-1]):
+            ids = ids[:-1]
+        text = self.detokenizer.decode(self, ids)
+        if len(self.token_ids) <= params.min_tokens:
+            self.searched = len(text)
+        elif self.end is None and params.stop:
+            start = min(self.searched, self.detokenizer.changed_from)
+            hits = [(i, s) for s in params.stop if (i := text.find(s, max(start - len(s) + 1, 0))) >= 0]
+            self.searched = len(text)
+            if hits:
+                at, stop = min(hits)
+                self.end = at + len(stop) if params.include_stop_str_in_output else at
+        end = len(text) if self.end is None else self.end
+        if not finished:
+            end = min(end, len(text.rstrip("\ufffd")))
+            if self.end is None and not params.include_stop_str_in_output:
+                end -= max((k for s in params.stop for k in range(1, len(s)) if text[:end].endswith(s[:k])),
+                           default=0)
+        delta = text[self.num_sent:end] if end > self.num_sent else ""
+        self.num_sent += len(delta)
+        return delta
+
+    def _ended_by_token(self, token: int) -> bool:
+        params = self.params
+        return len(self.token_ids) > params.min_tokens and (
+            token in params.stop_token_ids or (token == self.eos_token_id and not params.ignore_eos))
+
+
 @dataclass(eq=False)
 class Request:
     prompt_token_ids: list[int]
@@ -77,6 +133,8 @@ class Request:
     num_draft_tokens: int = 0  # speculative decoding (framework/spec_decode.py): drafts proposed for it
     num_accepted_tokens: int = 0  # and those of them accepted
     generator: torch.Generator | None = None
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per output token, with params.logprobs set
+    prompt_logprobs: list[TokenLogprobs | None] | None = None  # one per prompt token, with params.prompt_logprobs
     detokenizer: IncrementalDetokenizer = field(default_factory=IncrementalDetokenizer, repr=False)
 
     def __post_init__(self) -> None:

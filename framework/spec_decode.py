@@ -136,6 +136,7 @@ class SpecDecodeEngineMixin:
     among them."""
 
     verify_and_update: Callable  # (request, draft_token_ids, logits, eos_token_id, tokenizer) -> (tokens, reason)
+    samples_with_history = False  # verify_and_update samples with sample_token: no penalties, min_tokens, logprobs
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -14,7 +14,7 @@ import torch
 
 from framework.engine import (  # noqa: F401  (re-exported: the engine's public names)
     CompletionOutput, EngineConfig, LLMBase, LLMEngineBase, RequestOutput, StepError, stop_reason)
-from framework.sampling import SamplingParams, sample_token
+from framework.sampling import SamplingParams, sample_request_token
 from framework.scheduler import SchedulerOutput
 
 from .kv_cache_manager import KVCacheManager
@@ -28,6 +28,7 @@ class LLMEngine(LLMEngineBase):
     scheduler_cls = Scheduler
     runner_cls = ModelRunner
     kv_cache_manager_cls = KVCacheManager
+    samples_with_history = True  # it samples with sample_request_token
 
     def step(self) -> list[RequestOutput]:
         """One iteration: schedule, one forward pass, sample, update; outputs for requests that got a token.
@@ -60,7 +61,8 @@ class LLMEngine(LLMEngineBase):
             if not sampled:  # a chunk of a prompt: no token yet
                 continue
             params = request.sampling_params
-            token = greedy[row] if params.temperature == 0 else sample_token(logits[row], params, request.generator)
+            token = greedy[row] if params.temperature == 0 and not params.history_fields() \
+                else sample_request_token(logits[row], request, self.eos_token_id)
             row += 1
             request.output_token_ids.append(token)
             reason = stop_reason(request, self.eos_token_id, self.tokenizer)

@@ -1,8 +1,9 @@
 """The server of `python -m course.serve`, live on 127.0.0.1 (uvicorn in a thread of this process, so that the
 tests can see its engine), through the real `openai` client: many concurrent streams with the offline engine's
 text, disconnects that free every block, a burst past the queue bound, every kind of bad request with its 400,
-a failing step after which it still serves, and a soak with bounded memory. Bounded in count and time (about a
-minute in all on 2 cores)."""
+a failing step after which it still serves, and a soak with bounded memory; then vLLM's sampling semantics on
+an fp32 engine (stop strings, logprobs, echo, n, penalties, refusals) against mini_llm's own logits, and lm-eval's
+local-completions model pointed at the server. Bounded in count and time (about a minute in all on 2 cores)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,18 @@ import random
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import torch
 
-from course.serve import build_engine, create_app, visible
+from course.serve import build_engine, create_app
 from framework.sampling import SamplingParams
 from solutions.engine import LLM
 
+ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"num_blocks": 100, "block_size": 16}  # 1600 tokens of cache: less than the model's 2048 positions
 WORDS = ["once", "upon", "a", "time", "there", "was", "a", "little", "girl", "named", "lucy", "who", "lived", "in",
          "quiet", "forest", "with", "her", "dog"]
@@ -36,13 +39,13 @@ def rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
-@pytest.fixture(scope="module")
-def server():
+def serve(**engine_config):
+    """(state, base URL) of a server on the reference engine, live until the generator is closed."""
     import uvicorn
 
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
-    llm, async_llm = build_engine("solutions", None, **CONFIG)
+    llm, async_llm = build_engine("solutions", None, **engine_config)
     app = create_app(llm, async_llm, "tiny-qwen3", max_pending=256)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -61,6 +64,11 @@ def server():
 
 
 @pytest.fixture(scope="module")
+def server():
+    yield from serve(**CONFIG)
+
+
+@pytest.fixture(scope="module")
 def offline():
     """The text of each prompt generated offline by LLM() (greedy), in one batch per call, cached."""
     llm, cache = LLM(**CONFIG), {}
@@ -68,7 +76,7 @@ def offline():
     def texts(prompts: list[str], max_tokens: int, ignore_eos: bool = False) -> list[str]:
         todo = sorted({p for p in prompts if (p, max_tokens, ignore_eos) not in cache})
         outs = llm.generate(todo, SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)) if todo else []
-        cache.update({(p, max_tokens, ignore_eos): visible(o.outputs[0].text, llm.tokenizer)
+        cache.update({(p, max_tokens, ignore_eos): llm.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
                       for p, o in zip(todo, outs)})
         return [cache[p, max_tokens, ignore_eos] for p in prompts]
 
@@ -192,7 +200,7 @@ BAD = [  # (endpoint, body, words of the 400 message)
     ("completions", {"prompt": "Hi", "top_k": -3}, "top_k must be 0 or -1"),
     ("completions", {"prompt": "Hi", "stop": [""]}, "stop must be a non-empty string"),
     ("completions", {"prompt": "Hi", "seed": -1}, "seed must be None"),
-    ("completions", {"prompt": "Hi", "n": 2}, "n must be 1"),
+    ("completions", {"prompt": "Hi", "n": 0}, "n must be in [1, 16]"),
     ("completions", {"max_tokens": 5}, "prompt: Field required"),
     ("completions", {"prompt": ""}, "prompt is empty"),
     ("completions", {"prompt": [1, 10**9]}, "not a token id"),
@@ -277,3 +285,243 @@ def test_a_soak_at_a_moderate_rate_keeps_memory_bounded(server, offline):
     assert all(results) and len(results) > 60
     assert after - before < 100, (before, after)
     wait_idle(state)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# vLLM's sampling semantics over the API, on an fp32 engine with prefix caching, checked against mini_llm's own
+# logits computed directly (a whole-sequence forward pass, no paged cache).
+
+STORY = "Once upon a time"
+
+
+@pytest.fixture(scope="module")
+def server32():
+    yield from serve(**CONFIG, dtype=torch.float32, enable_prefix_caching=True)
+
+
+def sync_client(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base, api_key="-", max_retries=0, timeout=60)
+
+
+def direct_logprobs(state, token_ids: list[int]) -> torch.Tensor:
+    """log_softmax of mini_llm's fp32 logits at every position of `token_ids`."""
+    model = state.llm.engine.model
+    with torch.inference_mode():
+        return model(torch.tensor([token_ids]))[0].float().log_softmax(-1)
+
+
+def test_a_stop_string_cuts_the_text_before_it_streamed_and_not(server32):
+    state, base = server32
+    c = sync_client(base)
+    whole = c.completions.create(model="tiny-qwen3", prompt=STORY, max_tokens=40, stop="irl")
+    streamed = [x.choices[0] for x in c.completions.create(model="tiny-qwen3", prompt=STORY, max_tokens=40,
+                                                           stop="irl", stream=True)]
+    assert whole.choices[0].text == ", there was a little g" and whole.choices[0].finish_reason == "stop"
+    assert "".join(x.text for x in streamed) == whole.choices[0].text and streamed[-1].finish_reason == "stop"
+    kept = c.completions.create(model="tiny-qwen3", prompt=STORY, max_tokens=40, stop=["irl"],
+                                extra_body={"include_stop_str_in_output": True})
+    assert kept.choices[0].text == ", there was a little girl"
+    # A stop token ends the request and is left out of the text; the text before it is the offline text.
+    ids = state.llm.tokenizer.encode(", there was a little girl")
+    by_token = c.completions.create(model="tiny-qwen3", prompt=STORY, max_tokens=40,
+                                    extra_body={"stop_token_ids": [ids[-1]]})
+    assert by_token.choices[0].text == ", there was a little" and by_token.usage.completion_tokens == len(ids)
+
+
+def test_streamed_text_is_held_back_only_while_it_may_begin_a_stop_string(server32):
+    _, base = server32
+    c = sync_client(base)
+    pieces = [x.choices[0].text for x in c.completions.create(
+        model="tiny-qwen3", prompt=STORY, max_tokens=40, stop=["little boy"], stream=True) if x.choices[0].text]
+    whole = c.completions.create(model="tiny-qwen3", prompt=STORY, max_tokens=40).choices[0].text
+    assert "".join(pieces) == whole  # "little boy" never comes: everything is released
+    # " little" may begin "little boy": only " " is sent; after " girl", only its "l" may begin it.
+    assert pieces[3:7] == [" a", " ", "little gir", "l named"], pieces
+
+
+def test_logprobs_are_those_of_mini_llm_streamed_and_not(server32):
+    state, base = server32
+    c = sync_client(base)
+    prompt = state.llm.tokenizer.encode(STORY)
+    whole = c.completions.create(model="tiny-qwen3", prompt=STORY, max_tokens=8, logprobs=3)
+    lp = whole.choices[0].logprobs
+    streamed = [x.choices[0].logprobs for x in c.completions.create(
+        model="tiny-qwen3", prompt=STORY, max_tokens=8, logprobs=3, stream=True) if x.choices[0].logprobs]
+    assert sum((x.token_logprobs for x in streamed), []) == lp.token_logprobs
+    out = state.llm.tokenizer.encode(whole.choices[0].text)
+    ref = direct_logprobs(state, prompt + out)
+    assert len(lp.token_logprobs) == len(out) == 8
+    for j, token in enumerate(out):
+        row = ref[len(prompt) - 1 + j]
+        assert abs(lp.token_logprobs[j] - float(row[token])) < 1e-4
+        values, top_ids = row.topk(3)
+        for t, v in zip(top_ids.tolist(), values.tolist()):
+            assert abs(lp.top_logprobs[j][state.llm.tokenizer.decode([t])] - v) < 1e-4
+    chat = c.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                     logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 4 and all(len(x.top_logprobs) == 2 for x in content)
+    assert all(x.logprob == x.top_logprobs[0].logprob for x in content)  # greedy: the most likely token
+
+
+def test_echo_with_max_tokens_0_gives_the_prompts_logprobs(server32):
+    state, base = server32
+    prompt = state.llm.tokenizer.encode("Once upon a time, there was a little girl")
+    r = sync_client(base).completions.create(model="tiny-qwen3", prompt=prompt, max_tokens=0, echo=True,
+                                             logprobs=1)
+    lp = r.choices[0].logprobs
+    assert r.choices[0].text == state.llm.tokenizer.decode(prompt) and r.usage.completion_tokens == 0
+    ref = direct_logprobs(state, prompt)
+    assert lp.token_logprobs[0] is None and len(lp.token_logprobs) == len(prompt)
+    want = [float(ref[i, t]) for i, t in enumerate(prompt[1:])]
+    assert max(abs(a - b) for a, b in zip(lp.token_logprobs[1:], want)) < 1e-4
+
+
+def test_n_3_with_a_seed_equals_three_single_requests_sharing_the_prompts_blocks(server32):
+    state, base = server32
+    engine = state.llm.engine
+    prompt = (state.llm.tokenizer.encode(" ".join(WORDS) * 4))[:65]  # 4 full blocks of 16 and one token
+    c = sync_client(base)
+    ask = dict(model="tiny-qwen3", prompt=prompt, max_tokens=15, temperature=1.0, extra_body={"ignore_eos": True})
+    singles = [c.completions.create(**ask, seed=7 + i).choices[0].text for i in range(3)]
+    runner, real = engine.runner, engine.runner.execute_model
+
+    def slow(items):  # slow steps, so that the metric is read while the three run
+        time.sleep(0.05)
+        return real(items)
+
+    runner.execute_model = slow
+    try:
+        stream = c.completions.create(**ask, seed=7, n=3, stream=True)
+        chunks = [next(stream)]
+        usage = float(next(line.split()[1] for line in httpx.get(base.removesuffix("/v1") + "/metrics").text
+                           .splitlines() if line.startswith("mini_llm:kv_cache_usage_perc")))
+        chunks += list(stream)
+    finally:
+        runner.execute_model = real
+    texts = ["".join(x.choices[0].text for x in chunks if x.choices[0].index == i) for i in range(3)]
+    assert texts == singles
+    # 80 tokens = 5 blocks each: the 4 full prompt blocks once, and one block of its own per completion.
+    assert usage * engine.config.num_blocks == pytest.approx(4 + 3), usage
+    whole = c.completions.create(**ask, seed=7, n=3)
+    assert [x.text for x in whole.choices] == singles and whole.usage.prompt_tokens == 65
+    wait_idle(state)
+
+
+@pytest.mark.parametrize("field, value", [("logit_bias", {"50": 10}), ("tools", [{"type": "function"}]),
+                                          ("best_of", 2), ("response_format", {"type": "json_object"}),
+                                          ("suffix", "end")])
+def test_what_the_server_does_not_implement_gets_a_400_naming_the_field(server32, field, value):
+    _, base = server32
+    endpoint = "chat/completions" if field in ("tools", "response_format") else "completions"
+    body = {"messages": [{"role": "user", "content": "Hi"}]} if endpoint != "completions" else {"prompt": "Hi"}
+    r = httpx.post(f"{base}/{endpoint}", json={"model": "tiny-qwen3", **body, field: value}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    assert f"{field} is not supported" in r.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError, match="logit_bias is not supported"):
+        sync_client(base).completions.create(model="tiny-qwen3", prompt="Hi", logit_bias={"50": 10})
+
+
+def test_an_engine_that_samples_with_sample_token_refuses_logprobs_and_penalties(server32):
+    state, base = server32
+    engine = state.llm.engine
+    engine.samples_with_history = False  # as the learner's engine of exercise 130
+    try:
+        for field, value in (("logprobs", 2), ("presence_penalty", 0.5), ("min_tokens", 3)):
+            r = httpx.post(f"{base}/completions", json={"model": "tiny-qwen3", "prompt": "Hi", field: value})
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+            assert "sample_request_token" in r.json()["error"]["message"]
+    finally:
+        del engine.samples_with_history
+
+
+def test_chat_uses_the_rest_of_the_context_and_ignore_eos_text_has_no_special_token(server32):
+    state, base = server32
+    c = sync_client(base)
+    chat = c.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "Tell me a story"}])
+    assert chat.choices[0].finish_reason == "stop" and chat.usage.completion_tokens > 16
+    long = c.completions.create(model="tiny-qwen3", prompt=STORY, max_tokens=300, extra_body={"ignore_eos": True})
+    assert long.usage.completion_tokens == 300 and "<|endoftext|>" not in long.choices[0].text
+    ids = state.llm.generate([STORY], SamplingParams(max_tokens=300, ignore_eos=True))[0].outputs[0].token_ids
+    assert state.llm.engine.eos_token_id in ids  # the model did emit end-of-sequence tokens
+
+
+def penalised_greedy(state, prompt: list[int], params: SamplingParams) -> list[int]:
+    """Greedy decoding written out from the definitions, with mini_llm's whole-sequence logits: repetition
+    penalty on prompt and output tokens, frequency and presence penalties on output tokens, end-of-sequence
+    forbidden before min_tokens."""
+    eos, out = state.llm.engine.eos_token_id, []
+    while len(out) < params.max_tokens:
+        with torch.no_grad():
+            row = state.llm.engine.model(torch.tensor([prompt + out]))[0, -1].float()
+        for v in set(prompt + out):
+            r = params.repetition_penalty
+            row[v] = row[v] / r if row[v] > 0 else row[v] * r
+        for v in set(out):
+            row[v] -= params.frequency_penalty * out.count(v) + params.presence_penalty
+        if len(out) < params.min_tokens:
+            row[eos] = float("-inf")
+        out.append(int(row.argmax()))
+        if out[-1] == eos and len(out) > params.min_tokens:
+            break
+    return out
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(max_tokens=24, repetition_penalty=1.5),
+    SamplingParams(max_tokens=24, presence_penalty=1.5, frequency_penalty=0.7),
+    "min_tokens"], ids=["repetition", "presence+frequency", "min_tokens"])
+def test_penalties_and_min_tokens_equal_a_direct_computation(server32, params):
+    state, _ = server32
+    prompt = state.llm.tokenizer.encode("Tom had a red ball." if params == "min_tokens" else STORY)
+    plain = state.llm.engine.generate([prompt], SamplingParams(max_tokens=400))[0].outputs[0].token_ids
+    if params == "min_tokens":  # past the story's own end-of-sequence
+        assert plain[-1] == state.llm.engine.eos_token_id
+        params = SamplingParams(max_tokens=len(plain) + 8, min_tokens=len(plain) + 4)
+    got = state.llm.engine.generate([prompt], params)[0].outputs[0].token_ids
+    assert got == penalised_greedy(state, prompt, params)
+    assert got != plain[:len(got)]  # the penalty changed something
+
+
+def test_min_p_keeps_the_tokens_vllm_keeps():
+    from framework.sampling import sampling_probs
+
+    logits = torch.randn(500, generator=torch.Generator().manual_seed(0)) * 3
+    params = SamplingParams(temperature=0.7, min_p=0.05)
+    probs = (logits / 0.7).softmax(-1)
+    kept = probs >= 0.05 * probs.max()
+    want = torch.where(kept, probs, 0) / probs[kept].sum()
+    assert torch.allclose(sampling_probs(logits, params), want, atol=1e-6) and 1 < int(kept.sum()) < 500
+
+
+def test_lm_eval_local_completions_scores_the_log_likelihoods_of_mini_llm(server32, monkeypatch):
+    """lm-eval's `local-completions` model against the server, offline, on the course's task files: its
+    log-likelihoods (echo + logprobs) equal mini_llm's own, and its generations are the server's greedy text."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from mini_llm.loading import model_path
+
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(name, "1")
+    monkeypatch.chdir(ROOT)
+    state, base = server32
+    result = lm_eval.simple_evaluate(
+        model="local-completions", tasks=["tiny_stories_loglikelihood", "tiny_stories_generate"],
+        model_args={"base_url": f"{base}/completions", "model": "tiny-qwen3", "tokenizer": str(model_path(None)),
+                    "tokenizer_backend": "huggingface", "num_concurrent": 1, "max_retries": 1},
+        task_manager=TaskManager(include_path=str(ROOT / "benchmarks" / "lm_eval_tasks")), log_samples=True)
+    tok = state.llm.tokenizer
+    scored = result["samples"]["tiny_stories_loglikelihood"]
+    assert len(scored) == 4
+    for sample in scored:
+        context, continuation = sample["arguments"][0] if "arguments" in sample else sample["args"]
+        ids, n = tok.encode(context + continuation), len(tok.encode(context))
+        ref = direct_logprobs(state, ids)
+        want = sum(float(ref[i - 1, ids[i]]) for i in range(n, len(ids)))
+        assert abs(sample["resps"][0][0][0] - want) < 1e-3, (context, sample["resps"], want)
+    for sample in result["samples"]["tiny_stories_generate"]:
+        context = sample["doc"]["context"]
+        text = sync_client(base).completions.create(model="tiny-qwen3", prompt=context, max_tokens=24,
+                                                    stop=["."]).choices[0].text
+        assert sample["resps"][0][0] == text

@@ -69,14 +69,19 @@ def _ints(value: Any, low: int, high: int, what: str, most: int = MAX_TOKENS) ->
 
 def _params(value: Any) -> SamplingParams:
     """The SamplingParams of a new request, from the stand-ins' dict of its fields (ValueError: a bad value)."""
-    kinds = {"max_tokens": (int,), "temperature": (int, float), "top_k": (int,), "top_p": (int, float),
-             "stop": (list,), "ignore_eos": (bool,), "seed": (int, type(None))}
+    number, flag, maybe_int = (int, float), (bool,), (int, type(None))
+    kinds = {"max_tokens": (int,), "temperature": number, "top_k": (int,), "top_p": number,
+             "stop": (list,), "ignore_eos": flag, "seed": maybe_int, "stop_token_ids": (list,),
+             "include_stop_str_in_output": flag, "skip_special_tokens": flag, "min_p": number,
+             "presence_penalty": number, "frequency_penalty": number, "repetition_penalty": number,
+             "min_tokens": (int,), "logprobs": maybe_int, "prompt_logprobs": maybe_int}
     if not isinstance(value, dict) or set(value) != set(kinds) or \
             any(type(value[k]) not in t for k, t in kinds.items()):
         raise CallbackRefused("sampling parameters that are not the stand-ins'")
     if len(value["stop"]) > 16 or any(type(s) is not str or len(s) > 200 for s in value["stop"]):
         raise CallbackRefused("stop strings that are not a few short strs")
     _int(value["max_tokens"], 1, MAX_TOKENS, "max_tokens")
+    _ints(value["stop_token_ids"], 0, 2**31, "stop_token_ids", most=16)
     return SamplingParams(**value)
 
 
