@@ -764,7 +764,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     for name in ("num_blocks", "block_size", "token_budget", "max_num_seqs"):
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    ap.add_argument("--enable-prefix-caching", action="store_true")
+    ap.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                    help="share the KV blocks of common prompt prefixes, n > 1 completions' prompt among them "
+                         "(on by default, as in vLLM v1)")
     ap.add_argument("--max-pending", type=int, default=256, help="unfinished requests before new ones get 429")
     ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")
     ap.add_argument("--shutdown-timeout", type=float, default=10.0,
