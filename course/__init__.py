@@ -31,15 +31,18 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
+from typing import Callable, Iterable
 
 IMPLEMENTATIONS = ("solutions", "practice")
 COMPOSITES = ("kv_cache_manager", "model_runner", "scheduler", "engine")  # assembled from exercise modules
 OPTIONAL = ("prefix_cache", "preemption")  # needed only when prefix caching is on, or memory runs out
+OPTIONAL_USE = {132: "caches prefixes", 131: "preempts"}  # their exercises, by what calls them
 # The exercise modules each assembled module is built from (a chapter using it runs them all).
 PARTS = {"kv_cache_manager": ("block_pool", "prefix_cache"),
          "model_runner": ("batch", "paged_kv_cache", "paged_attention"),
@@ -160,6 +163,60 @@ def banner() -> None:
         print("engine: the reference (solutions/) · COURSE_IMPL=practice runs your modules whose exercise passed")
     else:
         print(" · ".join(c.describe() for c in picked.values()))
+
+
+def exercises_of(modules: Iterable[str]) -> tuple[list[int], list[int]]:
+    """The exercises whose code runs where `modules` (e.g. "engine", "async_engine") run: the exercise writing each
+    exercise module an assembled module is built from (PARTS), and for an exercise module, the parts its own
+    exercise runs on (its `part_references`). Returns (always needed, needed only where something preempts or
+    caches prefixes: the OPTIONAL modules). Exercises this copy does not release are left out."""
+    from judge import load_exercises
+
+    by_module = {Path(ex.practice_file).stem: ex for ex in load_exercises().values()}
+    names = set()
+    for module in modules:
+        names.update(PARTS.get(module, (module,)))
+        if module in by_module:
+            names.update(ref.removeprefix("solutions.") for ref in by_module[module].part_references)
+    parts = {part for name in names for part in PARTS.get(name, (name,))}
+    found = [(by_module[part].id, part in OPTIONAL) for part in parts if part in by_module]
+    return sorted(i for i, optional in found if not optional), sorted(i for i, optional in found if optional)
+
+
+def needs_text(modules: Iterable[str], skip: int | None = None, where: str = "a cell") -> str | None:
+    """The exercises `modules` need, in words ("exercises 125–130, and 131, 132 where a cell preempts or caches
+    prefixes"), without exercise `skip` (the one that writes them); None for none."""
+    needed, optional = ([i for i in ids if i != skip] for ids in exercises_of(modules))
+    if not needed and not optional:
+        return None
+    text = f"exercise{'s' if len(needed) > 1 else ''} {span(needed)}" if needed else ""
+    if optional:
+        uses = " or ".join(OPTIONAL_USE[i] for i in optional)
+        text += f"{', and' if text else 'exercise' + 's' * (len(optional) > 1)} {span(optional)} where {where} {uses}"
+    return text
+
+
+def span(ids: list[int]) -> str:
+    """125, 126, 127, 129 as "125–127, 129"."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def chapter_needs(chapter: str) -> str:
+    """The line naming the exercises whose code the chapter's live cells run (from its `course.use` and
+    `course.needs` calls)."""
+    path = ROOT / "chapters" / f"{chapter}.ipynb"
+    cells = json.loads(path.read_text())["cells"] if path.is_file() else []
+    calls = re.findall(r"course\.(?:use|needs)\(([^)]*)\)", "\n".join(
+        "".join(c["source"]) for c in cells if c["cell_type"] == "code"))
+    text = needs_text(re.findall(r"[\"']([a-z_]+)[\"']", " ".join(calls)))
+    return (f"this chapter's live cells run {text}: each on your code once it passed" if text else
+            "this chapter's cells run no exercise's code")
 
 
 USED_YOURS: set[str] = set()  # your exercise modules that the chapter's `use` calls returned (course/notebook.py)
@@ -363,6 +420,7 @@ def start(chapter: str) -> None:
     """A chapter's first call: print the banner and, in Jupyter, let cells that meet a module not passed yet show
     their stored outputs instead of failing (course/notebook.py)."""
     banner()
+    print(chapter_needs(chapter))
     from . import notebook
 
     USED_YOURS.clear()

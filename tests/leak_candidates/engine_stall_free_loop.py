@@ -40,7 +40,7 @@ class _OneItem:
 
 
 class LLMEngine(LLMEngineBase):
-    generate = SHIPPED["generate"]
+    generate = SHIPPED.get("generate", LLMEngineBase.generate)
 
     def _shipped_step(self, s, runner):
         scheduler, real = self.scheduler, self.runner
