@@ -59,13 +59,13 @@ def _shipped(module: str) -> bool:
     return (ROOT / (module.replace(".", "/") + ".py")).is_file()
 
 
-def _every_reference_shipped() -> bool:
+def every_reference_shipped() -> bool:
     from judge import load_exercises
 
     return all(_shipped(ex.reference) for ex in load_exercises().values())
 
 
-IMPL = os.environ.get("COURSE_IMPL") or ("solutions" if _every_reference_shipped() else "practice")
+IMPL = os.environ.get("COURSE_IMPL") or ("solutions" if every_reference_shipped() else "practice")
 
 
 class ExerciseNeeded(RuntimeError):
@@ -157,12 +157,15 @@ def choices() -> dict[str, Choice]:
 
 def banner() -> None:
     """Print, in one line, where the chapter's engine modules come from."""
+    print(banner_line())
+
+
+def banner_line() -> str:
     _check_impl()
     picked = choices()
     if IMPL == "solutions" and all(c.has_reference for c in picked.values()):
-        print("engine: the reference (solutions/) · COURSE_IMPL=practice runs your modules whose exercise passed")
-    else:
-        print(" · ".join(c.describe() for c in picked.values()))
+        return "engine: the reference (solutions/) · COURSE_IMPL=practice runs your modules whose exercise passed"
+    return " · ".join(c.describe() for c in picked.values())
 
 
 def exercises_of(modules: Iterable[str]) -> tuple[list[int], list[int]]:
@@ -416,11 +419,15 @@ def show_source(obj) -> None:
     print(inspect.getsource(obj))
 
 
+def start_text(chapter: str) -> str:
+    """What a chapter's first cell prints first: the banner, then the exercises its live cells run."""
+    return f"{banner_line()}\n{chapter_needs(chapter)}"
+
+
 def start(chapter: str) -> None:
     """A chapter's first call: print the banner and, in Jupyter, let cells that meet a module not passed yet show
     their stored outputs instead of failing (course/notebook.py)."""
-    banner()
-    print(chapter_needs(chapter))
+    print(start_text(chapter))
     from . import notebook
 
     USED_YOURS.clear()
