@@ -223,7 +223,7 @@ def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
     for path in paths:
         nb = strip_notebook(json.loads(path.read_text()), {ex.id for ex in with_solutions}, bodies)
         note_missing_files(nb, out)
-        restart(nb, starts[path.stem])
+        restart(nb, starts[path.stem], starts[""])
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     readme = out / "chapters" / "README.md"
     readme.write_text(shipped_markdown(readme.read_text(), out / "chapters"))
@@ -232,7 +232,8 @@ def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
 def start_texts(out: Path, chapters: list[str]) -> dict[str, str]:
     """What `course.start(chapter)` prints first in a fresh copy `out` (nothing passed yet), per chapter: run there,
     so that the stored banner is the one the copy prints, not the course's ("engine: the reference ...")."""
-    code = "import json, sys, course; print(json.dumps({c: course.start_text(c) for c in sys.argv[1:]}))"
+    code = ("import json, sys, course; print(json.dumps({c: course.start_text(c) for c in sys.argv[1:]} | "
+            "{'': course.IMPL}))")
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_IMPL", "PYTHONPATH")}
     with tempfile.TemporaryDirectory() as cache:
         done = subprocess.run([sys.executable, "-c", code, *chapters], cwd=out, capture_output=True, text=True,
@@ -240,15 +241,16 @@ def start_texts(out: Path, chapters: list[str]) -> dict[str, str]:
     return json.loads(done.stdout)
 
 
-def restart(nb: dict, text: str) -> None:
+def restart(nb: dict, text: str, impl: str) -> None:
     """The chapter's first cell with `text` in place of the start lines of its stored output (the banner, and the
-    line of the exercises the chapter runs)."""
+    line of the exercises the chapter runs), and the copy's `impl` where it prints "implementation: solutions"."""
     cell = next((c for c in nb["cells"] if c["cell_type"] == "code" and "course.start(" in "".join(c["source"])), None)
     stream = next((o for o in (cell or {}).get("outputs", []) if o.get("name") == "stdout"), None)
     if stream is None:
         return
     lines = "".join(stream["text"]).splitlines(keepends=True)
     kept = lines[1:][1:] if lines[1:2] and lines[1].startswith("this chapter's ") else lines[1:]
+    kept = [re.sub(r"^implementation: solutions\b", f"implementation: {impl}", line) for line in kept]
     stream["text"] = [f"{line}\n" for line in text.splitlines()] + kept
 
 
