@@ -186,7 +186,8 @@ def build_engine(impl: str, model: str | None, dtype=None, device=None, **engine
     course.IMPL = "practice"
     picked = course.choices()
     modules = [*course.PARTS["engine"], "async_engine"]
-    missing = [picked[m] for m in modules if not picked[m].yours and not picked[m].has_reference]
+    missing = sorted((picked[m] for m in modules if not picked[m].yours and not picked[m].has_reference),
+                     key=lambda c: c.exercise or 0)
     if missing:
         needed = sorted(picked[m].exercise for m in modules if picked[m].exercise)
         _refuse(f"serving your engine needs exercises {course.span(needed)}; not passed yet: "
