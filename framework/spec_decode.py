@@ -155,14 +155,15 @@ class SpecDecodeEngineMixin:
         try:
             logits = self.runner.execute_model(batch_items(sched))
             plain, plain_rows, drafted, row = SchedulerOutput(preempted=sched.preempted), [], [], 0
-            for s in sched.scheduled:
-                num_rows = 1 + len(s.draft_token_ids) if isinstance(s, DraftedRequest) else int(s.completes_prompt)
+            for s in sched.scheduled:  # rows: 1 + d for a drafted request, 1 or none (a prompt chunk) for others
                 if isinstance(s, DraftedRequest):
-                    drafted.append((s, logits[row: row + num_rows]))
-                else:
-                    plain.scheduled.append(s)
-                    plain_rows += range(row, row + num_rows)
-                row += num_rows
+                    drafted.append((s, logits[row: row + 1 + len(s.draft_token_ids)]))
+                    row += 1 + len(s.draft_token_ids)
+                    continue
+                plain.scheduled.append(s)
+                if s.completes_prompt:
+                    plain_rows.append(row)
+                    row += 1
             outputs = self.engine_step(plain, logits[plain_rows]) + [self.verify(s, rows) for s, rows in drafted]
         except BaseException as error:
             from .engine import StepError  # engine.py imports this module
