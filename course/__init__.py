@@ -41,8 +41,7 @@ from typing import Callable, Iterable
 
 IMPLEMENTATIONS = ("solutions", "practice")
 COMPOSITES = ("kv_cache_manager", "model_runner", "scheduler", "engine")  # assembled from exercise modules
-OPTIONAL = ("prefix_cache", "preemption")  # needed only when prefix caching is on, or memory runs out
-OPTIONAL_USE = {132: "caches prefixes", 131: "preempts"}  # their exercises, by what calls them
+OPTIONAL = {"prefix_cache": "caches prefixes", "preemption": "preempts"}  # needed only where something does that
 # The exercise modules each assembled module is built from (a chapter using it runs them all).
 PARTS = {"kv_cache_manager": ("block_pool", "prefix_cache"),
          "model_runner": ("batch", "paged_kv_cache", "paged_attention"),
@@ -168,11 +167,12 @@ def banner_line() -> str:
     return " · ".join(c.describe() for c in picked.values())
 
 
-def exercises_of(modules: Iterable[str]) -> tuple[list[int], list[int]]:
+def exercises_of(modules: Iterable[str]) -> tuple[list[int], dict[int, str]]:
     """The exercises whose code runs where `modules` (e.g. "engine", "async_engine") run: the exercise writing each
     exercise module an assembled module is built from (PARTS), and for an exercise module, the parts its own
-    exercise runs on (its `part_references`). Returns (always needed, needed only where something preempts or
-    caches prefixes: the OPTIONAL modules). Exercises this copy does not release are left out."""
+    exercise runs on (its `part_references`). Returns (always needed, {exercise: what needs it} for the OPTIONAL
+    modules, needed only where something preempts or caches prefixes). Exercises this copy does not release are
+    left out."""
     from judge import load_exercises
 
     by_module = {Path(ex.practice_file).stem: ex for ex in load_exercises().values()}
@@ -182,20 +182,22 @@ def exercises_of(modules: Iterable[str]) -> tuple[list[int], list[int]]:
         if module in by_module:
             names.update(ref.removeprefix("solutions.") for ref in by_module[module].part_references)
     parts = {part for name in names for part in PARTS.get(name, (name,))}
-    found = [(by_module[part].id, part in OPTIONAL) for part in parts if part in by_module]
-    return sorted(i for i, optional in found if not optional), sorted(i for i, optional in found if optional)
+    found = {by_module[part].id: part for part in parts if part in by_module}
+    return (sorted(i for i, part in found.items() if part not in OPTIONAL),
+            {i: OPTIONAL[found[i]] for i in sorted(found) if found[i] in OPTIONAL})
 
 
 def needs_text(modules: Iterable[str], skip: int | None = None, where: str = "a cell") -> str | None:
     """The exercises `modules` need, in words ("exercises 125–130, and 131, 132 where a cell preempts or caches
     prefixes"), without exercise `skip` (the one that writes them); None for none."""
-    needed, optional = ([i for i in ids if i != skip] for ids in exercises_of(modules))
+    needed, optional = exercises_of(modules)
+    needed, optional = [i for i in needed if i != skip], {i: use for i, use in optional.items() if i != skip}
     if not needed and not optional:
         return None
     text = f"exercise{'s' if len(needed) > 1 else ''} {span(needed)}" if needed else ""
     if optional:
-        uses = " or ".join(OPTIONAL_USE[i] for i in optional)
-        text += f"{', and' if text else 'exercise' + 's' * (len(optional) > 1)} {span(optional)} where {where} {uses}"
+        lead = ", and" if text else "exercise" + "s" * (len(optional) > 1)
+        text += f"{lead} {span(list(optional))} where {where} {' or '.join(optional.values())}"
     return text
 
 

@@ -420,8 +420,9 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     import course
 
-    llm, async_llm = build_engine(args.impl or course.IMPL, args.model, getattr(torch, args.dtype) if args.dtype else None,
-                                  args.device, num_blocks=args.num_blocks, block_size=args.block_size,
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    llm, async_llm = build_engine(args.impl or course.IMPL, args.model, dtype, args.device,
+                                  num_blocks=args.num_blocks, block_size=args.block_size,
                                   token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
                                   enable_prefix_caching=args.enable_prefix_caching)
     from mini_llm.loading import model_path

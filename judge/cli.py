@@ -127,7 +127,8 @@ def needs_cell(ex: Exercise) -> str:
     cache prefixes; "e2e:" where only its end-to-end case needs them."""
     import course
 
-    needed, optional = ([i for i in ids if i != ex.id] for ids in course.exercises_of([Path(ex.practice_file).stem]))
+    needed, optional = course.exercises_of([Path(ex.practice_file).stem])
+    needed, optional = [i for i in needed if i != ex.id], [i for i in optional if i != ex.id]
     cell = " ".join(part for part in (course.span(needed), f"({course.span(optional)})" if optional else "") if part)
     return "-" if not cell else f"e2e: {cell}" if ex.parts_run_by else cell
 

@@ -115,11 +115,10 @@ with a tiny embedded checkpoint: everything runs offline on a laptop CPU.
 ## Set up and open the course
 
 ```bash
-python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e . && .venv/bin/jupyter labextension disable @jupyter/nbgrader
+python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e .
+.venv/bin/jupyter labextension disable @jupyter/nbgrader  # nbgrader's tools for instructors: not yours
 .venv/bin/jupyter lab chapters/
 ```
-
-(The second command of the first line hides nbgrader's tools for instructors, which the packages install.)
 
 ## Your exercises
 

@@ -27,7 +27,8 @@ def test_the_map_names_what_each_exercise_runs():
     """130 runs the whole engine but its own loop; 134's end-to-end case runs the engine, 130 included; the
     exercises that run no other exercise's code need none."""
     exercises = load_exercises()
-    assert course.exercises_of(["engine"]) == ([125, 126, 127, 128, 129, 130], [131, 132])
+    assert course.exercises_of(["engine"]) == ([125, 126, 127, 128, 129, 130],
+                                               {131: "preempts", 132: "caches prefixes"})
     assert exercises[130].needs() == "exercises 125–129, and 131, 132 where a case preempts or caches prefixes"
     assert "130" in exercises[134].needs() and exercises[134].needs_line().count("its end-to-end case") == 1
     assert [i for i, ex in exercises.items() if ex.needs() is None] == [125, 128, 132, 135]
