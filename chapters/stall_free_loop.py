@@ -10,6 +10,8 @@ and the hook stays between them and the loop).
 
 from __future__ import annotations
 
+import importlib.util
+
 import course
 from framework.engine import RequestOutput
 from framework.scheduler import SchedulerOutput
@@ -20,7 +22,20 @@ def newest_only(out: SchedulerOutput) -> SchedulerOutput:
     return SchedulerOutput(out.scheduled[-1:], out.preempted)
 
 
-class LLMEngine(course.use("engine").LLMEngine):
+def the_loop() -> type:
+    """The course's engine (`course.use`: yours once exercise 130 passed). The judge's worker sees no record of
+    your passes, so there the course offers a stand-in: the loop is then your practice/engine.py (loaded under
+    another name: the judge loads this very file as practice.engine)."""
+    loop = course.use("engine").LLMEngine
+    if not course.stands_in(loop):
+        return loop
+    spec = importlib.util.spec_from_file_location("practice.your_engine", course.ROOT / "practice" / "engine.py")
+    yours = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(yours)
+    return yours.LLMEngine
+
+
+class LLMEngine(the_loop()):
     def step(self) -> list[RequestOutput]:
         schedule = self.scheduler.schedule  # stall-free: decodes, then prompt chunks, then new requests
         self.scheduler.schedule = lambda: newest_only(schedule())

@@ -252,6 +252,11 @@ def needs(*modules: str) -> None:
             raise NotPassedYet(found._choice, module, module)
 
 
+def stands_in(found: object) -> bool:
+    """Whether `found` (a module or class that `use` returned) stands in for a module not passed yet."""
+    return isinstance(found, (_StandIn, _StandInClass))
+
+
 def reference(name: str) -> ModuleType:
     """Module `name` (e.g. "benchmarks.throughput", "solutions.tensor_parallel"): code a chapter runs as it is,
     never the learner's, where this copy has it; else a stand-in whose every name raises NotInThisCopy."""
