@@ -31,15 +31,17 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
+from typing import Callable, Iterable
 
 IMPLEMENTATIONS = ("solutions", "practice")
 COMPOSITES = ("kv_cache_manager", "model_runner", "scheduler", "engine")  # assembled from exercise modules
-OPTIONAL = ("prefix_cache", "preemption")  # needed only when prefix caching is on, or memory runs out
+OPTIONAL = {"prefix_cache": "caches prefixes", "preemption": "preempts"}  # needed only where something does that
 # The exercise modules each assembled module is built from (a chapter using it runs them all).
 PARTS = {"kv_cache_manager": ("block_pool", "prefix_cache"),
          "model_runner": ("batch", "paged_kv_cache", "paged_attention"),
@@ -56,13 +58,13 @@ def _shipped(module: str) -> bool:
     return (ROOT / (module.replace(".", "/") + ".py")).is_file()
 
 
-def _every_reference_shipped() -> bool:
+def every_reference_shipped() -> bool:
     from judge import load_exercises
 
     return all(_shipped(ex.reference) for ex in load_exercises().values())
 
 
-IMPL = os.environ.get("COURSE_IMPL") or ("solutions" if _every_reference_shipped() else "practice")
+IMPL = os.environ.get("COURSE_IMPL") or ("solutions" if every_reference_shipped() else "practice")
 
 
 class ExerciseNeeded(RuntimeError):
@@ -154,12 +156,72 @@ def choices() -> dict[str, Choice]:
 
 def banner() -> None:
     """Print, in one line, where the chapter's engine modules come from."""
+    print(banner_line())
+
+
+def banner_line() -> str:
     _check_impl()
     picked = choices()
     if IMPL == "solutions" and all(c.has_reference for c in picked.values()):
-        print("engine: the reference (solutions/) · COURSE_IMPL=practice runs your modules whose exercise passed")
-    else:
-        print(" · ".join(c.describe() for c in picked.values()))
+        return "engine: the reference (solutions/) · COURSE_IMPL=practice runs your modules whose exercise passed"
+    return " · ".join(c.describe() for c in picked.values())
+
+
+def exercises_of(modules: Iterable[str]) -> tuple[list[int], dict[int, str]]:
+    """The exercises whose code runs where `modules` (e.g. "engine", "async_engine") run: the exercise writing each
+    exercise module an assembled module is built from (PARTS), and for an exercise module, the parts its own
+    exercise runs on (its `part_references`). Returns (always needed, {exercise: what needs it} for the OPTIONAL
+    modules, needed only where something preempts or caches prefixes). Exercises this copy does not release are
+    left out."""
+    from judge import load_exercises
+
+    by_module = {Path(ex.practice_file).stem: ex for ex in load_exercises().values()}
+    names = set()
+    for module in modules:
+        names.update(PARTS.get(module, (module,)))
+        if module in by_module:
+            names.update(ref.removeprefix("solutions.") for ref in by_module[module].part_references)
+    parts = {part for name in names for part in PARTS.get(name, (name,))}
+    found = {by_module[part].id: part for part in parts if part in by_module}
+    return (sorted(i for i, part in found.items() if part not in OPTIONAL),
+            {i: OPTIONAL[found[i]] for i in sorted(found) if found[i] in OPTIONAL})
+
+
+def needs_text(modules: Iterable[str], skip: int | None = None, where: str = "a cell") -> str | None:
+    """The exercises `modules` need, in words ("exercises 125–130, and 131, 132 where a cell preempts or caches
+    prefixes"), without exercise `skip` (the one that writes them); None for none."""
+    needed, optional = exercises_of(modules)
+    needed, optional = [i for i in needed if i != skip], {i: use for i, use in optional.items() if i != skip}
+    if not needed and not optional:
+        return None
+    text = f"exercise{'s' if len(needed) > 1 else ''} {span(needed)}" if needed else ""
+    if optional:
+        lead = ", and" if text else "exercise" + "s" * (len(optional) > 1)
+        text += f"{lead} {span(list(optional))} where {where} {' or '.join(optional.values())}"
+    return text
+
+
+def span(ids: list[int]) -> str:
+    """125, 126, 127, 129 as "125–127, 129"."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def chapter_needs(chapter: str) -> str:
+    """The line naming the exercises whose code the chapter's live cells run (from its `course.use` and
+    `course.needs` calls)."""
+    path = ROOT / "chapters" / f"{chapter}.ipynb"
+    cells = json.loads(path.read_text())["cells"] if path.is_file() else []
+    calls = re.findall(r"course\.(?:use|needs)\(([^)]*)\)", "\n".join(
+        "".join(c["source"]) for c in cells if c["cell_type"] == "code"))
+    text = needs_text(re.findall(r"[\"']([a-z_]+)[\"']", " ".join(calls)))
+    return (f"this chapter's live cells run {text}: each on your code once it passed" if text else
+            "this chapter's cells run no exercise's code")
 
 
 USED_YOURS: set[str] = set()  # your exercise modules that the chapter's `use` calls returned (course/notebook.py)
@@ -188,6 +250,11 @@ def needs(*modules: str) -> None:
         found = use(module)
         if isinstance(found, _StandIn):
             raise NotPassedYet(found._choice, module, module)
+
+
+def stands_in(found: object) -> bool:
+    """Whether `found` (a module or class that `use` returned) stands in for a module not passed yet."""
+    return isinstance(found, (_StandIn, _StandInClass))
 
 
 def reference(name: str) -> ModuleType:
@@ -359,10 +426,15 @@ def show_source(obj) -> None:
     print(inspect.getsource(obj))
 
 
+def start_text(chapter: str) -> str:
+    """What a chapter's first cell prints first: the banner, then the exercises its live cells run."""
+    return f"{banner_line()}\n{chapter_needs(chapter)}"
+
+
 def start(chapter: str) -> None:
     """A chapter's first call: print the banner and, in Jupyter, let cells that meet a module not passed yet show
     their stored outputs instead of failing (course/notebook.py)."""
-    banner()
+    print(start_text(chapter))
     from . import notebook
 
     USED_YOURS.clear()

@@ -1,7 +1,8 @@
 """An OpenAI-compatible server on the course's engine: `python -m course.serve`.
 
     python -m course.serve                       # the embedded model on 127.0.0.1:8000, the reference engine
-    python -m course.serve --impl practice       # your engine (practice/engine.py) and online loop (exercise 133)
+                                                 # (in a student edition: yours, once exercises 125-133 pass)
+    python -m course.serve --impl practice       # your engine and online loop (exercise 133), module by module
     python -c "from openai import OpenAI; c = OpenAI(base_url='http://127.0.0.1:8000/v1', api_key='-'); \\
         [print(x.choices[0].text, end='', flush=True) for x in c.completions.create(model='tiny-qwen3', \\
         prompt='Once upon a time', max_tokens=80, stream=True)]"
@@ -41,6 +42,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -285,16 +287,37 @@ class Generation:
 
 
 def build_engine(impl: str, model: str | None, dtype=None, device=None, **engine_config) -> tuple[Any, Any]:
-    """(LLM, AsyncLLM) of `impl` ("solutions" or "practice"): LLM(model, dtype, device, **engine_config)."""
-    if impl not in ("solutions", "practice"):
-        raise ValueError(f"--impl must be solutions or practice, got {impl!r}")
-    try:
-        llm = importlib.import_module(f"{impl}.engine").LLM(model, dtype=dtype, device=device, **engine_config)
-        return llm, importlib.import_module(f"{impl}.async_engine").AsyncLLM(llm.engine)
-    except NotImplementedError as error:
-        raise SystemExit(f"--impl {impl}: {error}. Serving your code needs your engine (exercises 125-132) and "
-                         "your online loop (exercise 133); until then, serve the reference (--impl solutions)"
-                         ) from error
+    """(LLM, AsyncLLM) of `impl`: LLM(model, dtype, device, **engine_config). "solutions": the references;
+    "practice": the course's choice module by module (`course.use`: yours where its exercise passed, else the
+    reference where this copy has it). Where a module is neither, SystemExit(2) after saying which exercises."""
+    import course
+
+    if impl not in course.IMPLEMENTATIONS:
+        raise ValueError(f"--impl must be one of {course.IMPLEMENTATIONS}, got {impl!r}")
+    if impl == "solutions" and not course.every_reference_shipped():
+        _refuse("this copy of the course has no reference engine (solutions/): `python -m course.serve` serves "
+                "your own engine once its exercises pass")
+    if impl == "solutions":
+        llm = importlib.import_module("solutions.engine").LLM(model, dtype=dtype, device=device, **engine_config)
+        return llm, importlib.import_module("solutions.async_engine").AsyncLLM(llm.engine)
+    course.IMPL = "practice"
+    picked = course.choices()
+    modules = [*course.PARTS["engine"], "async_engine"]
+    missing = sorted((picked[m] for m in modules if not picked[m].yours and not picked[m].has_reference),
+                     key=lambda c: c.exercise or 0)
+    if missing:
+        needed = sorted(picked[m].exercise for m in modules if picked[m].exercise)
+        _refuse(f"serving your engine needs exercises {course.span(needed)}; not passed yet: "
+                + ", ".join(f"{c.exercise} ({c.module})" if c.exercise else f"{c.module} (not released to you)"
+                            for c in missing)
+                + ". `python practice/judge.py ID` grades one, `python practice/judge.py list` shows where you are")
+    llm = course.use("engine").LLM(model, dtype=dtype, device=device, **engine_config)
+    return llm, course.use("async_engine").AsyncLLM(llm.engine)
+
+
+def _refuse(message: str) -> None:
+    print(f"python -m course.serve: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pending: int = 256,
@@ -755,8 +778,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default=None, help="checkpoint folder (default: LLM()'s, the embedded model or "
                                                   "$MINI_LLM_MODEL)")
     ap.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the folder's)")
-    ap.add_argument("--impl", default="solutions", choices=("solutions", "practice"),
-                    help="practice: your engine and online loop")
+    ap.add_argument("--impl", default=None, choices=("solutions", "practice"),
+                    help="solutions: the reference engine; practice: your modules whose exercise passed, the "
+                         "reference for the others where this copy has it (default: COURSE_IMPL, else solutions "
+                         "where every reference is shipped, else practice)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"))
@@ -774,8 +799,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    llm, async_llm = build_engine(args.impl, args.model, getattr(torch, args.dtype) if args.dtype else None,
-                                  args.device, num_blocks=args.num_blocks, block_size=args.block_size,
+    import course
+
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    llm, async_llm = build_engine(args.impl or course.IMPL, args.model, dtype, args.device,
+                                  num_blocks=args.num_blocks, block_size=args.block_size,
                                   token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
                                   enable_prefix_caching=args.enable_prefix_caching)
     from mini_llm.loading import model_path

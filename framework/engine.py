@@ -216,8 +216,9 @@ class LLMEngineBase:
         """After a step raised `error` while running `requests`: finish every unfinished one with reason "error",
         the error in its output, free its blocks, and return the exception for the step to raise (once, chained:
         `raise self.fail_step(requests, error) from error`). The engine then serves the other requests."""
-        failed = [r for r in requests if not r.is_finished]
         message = f"{type(error).__name__}: {error}"
+        # named too: one that an inner step (the engine's own, inside speculation's) failed already with this error
+        failed = [r for r in requests if not r.is_finished or r.error == message]
         for request in failed:
             request.error = message
         self.abort_requests(failed, "error")

@@ -1,4 +1,5 @@
-"""Speculative decoding's plumbing: its config, scheduling drafts, their logits rows, and the engine's step.
+"""Speculative decoding's plumbing: its config, scheduling drafts, their logits rows, and what the engine's step
+does differently.
 
 A decoding request normally computes one token per forward pass. With speculation the scheduler guesses its next
 d tokens (`NgramProposer`), and the request computes its last token and the d drafts in the same pass, as a short
@@ -127,9 +128,10 @@ def accepted_length(drafts: list[int], tokens: list[int]) -> int:
 
 class SpecDecodeEngineMixin:
     """Put before an engine class in the bases (`class E(SpecDecodeEngineMixin, LLMEngine)`), with a
-    `DraftingScheduler` scheduler and a runner whose `build_batch` is `with_draft_rows(...)`: its own `step`
-    replaces the engine's, and keeps the engine's `generate`. `verify_and_update` (exercise 134) turns each
-    request's logits rows into the tokens it emits and rolls back what was rejected.
+    `DraftingScheduler` scheduler and a runner whose `build_batch` is `with_draft_rows(...)`. Its `step` changes only
+    what speculation changes: the forward pass carries the drafts, and `verify_and_update` (exercise 134) turns each
+    drafted request's logits rows into the tokens it emits. Every request without drafts goes through the engine's
+    own `step` (exercise 130), given the rows already computed; `generate` stays the engine's.
     The config's `speculative` field (a `SpeculativeConfig`) defaults to `SpeculativeConfig()`.
 
     Counters, here for every request and on each request: `num_draft_tokens` proposed, `num_accepted_tokens`
@@ -145,45 +147,62 @@ class SpecDecodeEngineMixin:
         self.num_draft_tokens = self.num_accepted_tokens = 0
 
     def step(self) -> list:
-        """One iteration with drafts: schedule, one forward pass, verify, update. Written here rather than taken
-        from the engine below, whose `step` (exercise 130) knows nothing of drafts. A failed step finishes its
-        requests with reason "error" and raises a `StepError`, as the engine's does."""
+        """Schedule (with drafts), one forward pass for every scheduled request, then the engine's own step for
+        the requests without drafts and `verify` for the others; outputs in the order they were scheduled. A
+        failed step finishes all its requests with reason "error" and raises a `StepError`, as the engine's does."""
         sched = self.scheduler.schedule()
         if not sched:
             return []
         try:
             logits = self.runner.execute_model(batch_items(sched))
-            return self.update_from_output(sched, logits)
+            plain, plain_rows, drafted, row = SchedulerOutput(preempted=sched.preempted), [], [], 0
+            for s in sched.scheduled:  # rows: 1 + d for a drafted request, 1 or none (a prompt chunk) for others
+                if isinstance(s, DraftedRequest):
+                    drafted.append((s, logits[row: row + 1 + len(s.draft_token_ids)]))
+                    row += 1 + len(s.draft_token_ids)
+                    continue
+                plain.scheduled.append(s)
+                if s.completes_prompt:
+                    plain_rows.append(row)
+                    row += 1
+            outputs = self.engine_step(plain, logits[plain_rows]) + [self.verify(s, rows) for s, rows in drafted]
         except BaseException as error:
-            failure = self.fail_step([s.request for s in sched.scheduled], error)
-            if isinstance(error, Exception):  # an interrupt (Ctrl-C) stays itself
-                raise failure from error
-            raise
+            from .engine import StepError  # engine.py imports this module
 
-    def update_from_output(self, sched: SchedulerOutput, logits: torch.Tensor) -> list:
-        """Each request whose last token was computed takes its 1 + d rows of `logits` (in order) and emits what
-        `verify_and_update` accepts; a prompt chunk that is not the last only advances."""
-        outputs, row = [], 0
-        for s in sched.scheduled:
-            request = s.request
-            if not s.completes_prompt:
-                request.num_computed_tokens += s.num_new_tokens
-                continue
-            drafts = s.draft_token_ids if isinstance(s, DraftedRequest) else []
-            # Every token before the last one is now in the cache; verify_and_update moves on from there.
-            request.num_computed_tokens += s.num_new_tokens - len(drafts) - 1
-            rows = logits[row: row + 1 + len(drafts)]
-            row += 1 + len(drafts)
-            tokens, reason = self.verify_and_update(request, drafts, rows, self.eos_token_id, self.tokenizer)
-            accepted = accepted_length(drafts, tokens)
-            request.num_draft_tokens += len(drafts)
-            request.num_accepted_tokens += accepted
-            self.num_draft_tokens += len(drafts)
-            self.num_accepted_tokens += accepted
-            if reason:
-                self.scheduler.finish(request, reason)
-            outputs.append(self.make_output(request, tokens))
-        return outputs
+            # the engine's step may have failed its own requests already: fail the others with the same cause
+            cause = error.__cause__ if isinstance(error, StepError) and error.__cause__ else error
+            failure = self.fail_step([s.request for s in sched.scheduled], cause)
+            if isinstance(error, Exception):  # an interrupt (Ctrl-C) stays itself
+                raise failure from cause
+            raise
+        order = {s.request.request_id: i for i, s in enumerate(sched.scheduled)}
+        return sorted(outputs, key=lambda out: order[out.request_id])
+
+    def engine_step(self, sched: SchedulerOutput, logits: torch.Tensor) -> list:
+        """The engine's own `step` on `sched`, the requests without drafts: for that one call, its scheduler gives
+        `sched` and its forward pass returns `logits`, their rows of the pass already run."""
+        if not sched:
+            return []
+        scheduler, runner = self.scheduler, self.runner
+        schedule, execute = scheduler.schedule, runner.execute_model
+        scheduler.schedule, runner.execute_model = (lambda: sched), (lambda items: logits)
+        try:
+            return super().step()
+        finally:
+            scheduler.schedule, runner.execute_model = schedule, execute
+
+    def verify(self, s: DraftedRequest, rows: torch.Tensor):
+        """A drafted request: its 1 + d rows through `verify_and_update`, the counters, and its output."""
+        request, drafts = s.request, s.draft_token_ids
+        tokens, reason = self.verify_and_update(request, drafts, rows, self.eos_token_id, self.tokenizer)
+        accepted = accepted_length(drafts, tokens)
+        request.num_draft_tokens += len(drafts)
+        request.num_accepted_tokens += accepted
+        self.num_draft_tokens += len(drafts)
+        self.num_accepted_tokens += accepted
+        if reason:
+            self.scheduler.finish(request, reason)
+        return self.make_output(request, tokens)
 
 
 def speculating_engine(engine_cls: type, verify_and_update: Callable) -> type:

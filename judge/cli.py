@@ -121,6 +121,18 @@ def write_csv(path: str, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
+def needs_cell(ex: Exercise) -> str:
+    """`list`'s short form of the exercises this one needs where the copy has no reference of them (its statement's
+    "Needs" line says it in words): "125–129 (131, 132)", the ones in brackets only for cases that preempt or
+    cache prefixes; "e2e:" where only its end-to-end case needs them."""
+    import course
+
+    needed, optional = course.exercises_of([Path(ex.practice_file).stem])
+    needed, optional = [i for i in needed if i != ex.id], [i for i in optional if i != ex.id]
+    cell = " ".join(part for part in (course.span(needed), f"({course.span(optional)})" if optional else "") if part)
+    return "-" if not cell else f"e2e: {cell}" if ex.parts_run_by else cell
+
+
 def cmd_list(args) -> int:
     exercises = load_exercises()
     rows = []
@@ -142,8 +154,8 @@ def cmd_list(args) -> int:
                 status = f"failed ({hit['passed']}/{hit['passed'] + hit['failed']} cases pass)"
         public, total = ex.case_counts()
         counts = f"{public} public" + (f" + {total - public} hidden" if total is not None else "")
-        rows.append((str(ex.id), ex.slug, ex.title, ex.difficulty, ex.practice_file, counts, status))
-    head = ("id", "slug", "title", "difficulty", "file to edit", "cases", "status")
+        rows.append((str(ex.id), ex.slug, ex.title, ex.difficulty, ex.practice_file, counts, needs_cell(ex), status))
+    head = ("id", "slug", "title", "difficulty", "file to edit", "cases", "needs passed", "status")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
     for r in [head, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])

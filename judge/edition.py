@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +95,14 @@ def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, lis
 def student_readme(released: list[Exercise], with_solutions: list[Exercise]) -> str:
     """The edition's README: what the copy holds and the commands a student runs (the course's README speaks of
     the hidden tests, the references and the instructors' tools, which the copy does not have)."""
+    import course
+
+    from .cli import needs_cell
+
+    served = sorted({i for ids in course.exercises_of(["engine", "async_engine"]) for i in ids}
+                    & {ex.id for ex in released})
     solved = {ex.id for ex in with_solutions}
-    rows = "\n".join(f"| {ex.id} | {ex.title} | `{ex.practice_file}` | `{ex.statement}` |"
+    rows = "\n".join(f"| {ex.id} | {ex.title} | `{ex.practice_file}` | `{ex.statement}` | {needs_cell(ex)} |"
                       + (f" `{ex.reference.replace('.', '/')}.py` |" if ex.id in solved else " |")
                       for ex in released)
     return f"""# Build an LLM inference engine from scratch: your copy
@@ -106,14 +115,20 @@ with a tiny embedded checkpoint: everything runs offline on a laptop CPU.
 ## Set up and open the course
 
 ```bash
-python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e . && .venv/bin/jupyter lab chapters/
+python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e .
+.venv/bin/jupyter labextension disable @jupyter/nbgrader  # nbgrader's tools for instructors: not yours
+.venv/bin/jupyter lab chapters/
 ```
 
 ## Your exercises
 
-| id | exercise | your file | statement | reference given |
-| --- | --- | --- | --- | --- |
+| id | exercise | your file | statement | needs passed | reference given |
+| --- | --- | --- | --- | --- | --- |
 {rows}
+
+"Needs passed": the exercises whose code this exercise's cases run; in your copy your own modules of them run,
+so they must pass first (in brackets: only for cases that preempt or cache prefixes; "e2e": only for the
+end-to-end case, which your instructor runs). Each statement's "Needs" line says it in words.
 
 Check your work with `.venv/bin/python practice/judge.py ID` (e.g. `{released[0].id if released else 128}`): it runs
 the public cases of the exercise (its statement's worked examples and at least four cases over the whole contract;
@@ -127,7 +142,13 @@ Every chapter runs top to bottom ("Run All") whatever you have done. A module is
 on the file as it is now (each chapter's exercise section has a cell that grades it); a cell that needs a module
 you have not passed yet shows the output stored with the chapter, under one line that names the exercise. With
 your modules in use, the chapter's last cell says whether your outputs equal the stored ones. The first line of
-every chapter says which module is which.
+every chapter says which module is which, the second which exercises its live cells run.
+
+## Serve your engine
+
+Once exercises {course.span(served)} pass, `.venv/bin/python -m course.serve` serves your engine and online loop as an
+OpenAI-compatible server on 127.0.0.1:8000 (chapter 10 shows how to call it); until then it says which exercises
+are missing and exits.
 """
 
 
@@ -196,12 +217,40 @@ def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
     file, so that what the copy lacks is known."""
     shutil.copytree(ROOT / "chapters", out / "chapters", ignore=IGNORE)
     bodies = reference_bodies([ex for ex in load_exercises().values() if ex not in with_solutions])
-    for path in sorted((out / "chapters").glob("*.ipynb")):
+    paths = sorted((out / "chapters").glob("*.ipynb"))
+    starts = start_texts(out, [p.stem for p in paths])
+    for path in paths:
         nb = strip_notebook(json.loads(path.read_text()), {ex.id for ex in with_solutions}, bodies)
         note_missing_files(nb, out)
+        restart(nb, starts[path.stem], starts[""])
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     readme = out / "chapters" / "README.md"
     readme.write_text(shipped_markdown(readme.read_text(), out / "chapters"))
+
+
+def start_texts(out: Path, chapters: list[str]) -> dict[str, str]:
+    """What `course.start(chapter)` prints first in a fresh copy `out` (nothing passed yet), per chapter: run there,
+    so that the stored banner is the one the copy prints, not the course's ("engine: the reference ...")."""
+    code = ("import json, sys, course; print(json.dumps({c: course.start_text(c) for c in sys.argv[1:]} | "
+            "{'': course.IMPL}))")
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_IMPL", "PYTHONPATH")}
+    with tempfile.TemporaryDirectory() as cache:
+        done = subprocess.run([sys.executable, "-c", code, *chapters], cwd=out, capture_output=True, text=True,
+                              env={**env, "JUDGE_CACHE_DIR": cache, "PYTHONDONTWRITEBYTECODE": "1"}, check=True)
+    return json.loads(done.stdout)
+
+
+def restart(nb: dict, text: str, impl: str) -> None:
+    """The chapter's first cell with `text` in place of the start lines of its stored output (the banner, and the
+    line of the exercises the chapter runs), and the copy's `impl` where it prints "implementation: solutions"."""
+    cell = next((c for c in nb["cells"] if c["cell_type"] == "code" and "course.start(" in "".join(c["source"])), None)
+    stream = next((o for o in (cell or {}).get("outputs", []) if o.get("name") == "stdout"), None)
+    if stream is None:
+        return
+    lines = "".join(stream["text"]).splitlines(keepends=True)
+    kept = lines[1:][1:] if lines[1:2] and lines[1].startswith("this chapter's ") else lines[1:]
+    kept = [re.sub(r"^implementation: solutions\b", f"implementation: {impl}", line) for line in kept]
+    stream["text"] = [f"{line}\n" for line in text.splitlines()] + kept
 
 
 NOT_IN_COPY = "> Your copy of the course does not have "

@@ -38,6 +38,8 @@ class Exercise:
     # the references of the parts the learner's code calls (other exercises' answers), run in the grader
     # (judge/drivers/hosts.py); in a student edition without one, the student's practice module of that name
     part_references: tuple[str, ...] = ()
+    # the cases that run those parts where not all of them do, e.g. "its end-to-end case" ("": every case)
+    parts_run_by: str = ""
     # the cases a student can run on their copy (the student edition); default: the first two (the worked example)
     public_cases: tuple[str, ...] = ()
 
@@ -49,6 +51,23 @@ class Exercise:
     def reference_path(self) -> Path:
         mod = importlib.util.find_spec(self.reference)
         return Path(mod.origin) if mod and mod.origin else ROOT / (self.reference.replace(".", "/") + ".py")
+
+    def needs(self, where: str = "a case") -> str | None:
+        """The exercises that must pass before all this one's cases can, where the copy lacks their references (a
+        student edition: your practice/ modules run in their place), in words; None for none. Derived from
+        `part_references` (course.exercises_of)."""
+        import course
+
+        return course.needs_text([Path(self.practice_file).stem], skip=self.id, where=where)
+
+    def needs_line(self) -> str:
+        """The statement's "Needs" line."""
+        text = self.needs()
+        if text is None:
+            return "**Needs:** no other exercise: its cases run only your code, on the framework."
+        who = self.parts_run_by or "its cases"
+        return (f"**Needs:** {text}, passed first: {who} run{'s' * bool(self.parts_run_by)} your code of them where "
+                "your copy has no reference of them (a student edition).")
 
     def case_counts(self) -> tuple[int, int | None]:
         """(public cases, all cases; None where the hidden tests are not installed), read from the hidden module's

@@ -1,4 +1,8 @@
-"""Grade your practice exercises against the hidden tests: `python practice/judge.py 128` (see --help)."""
+"""Grade your practice exercises: `python practice/judge.py 128` (see --help, which says what this copy grades with).
+
+In the course's repository it runs each exercise's hidden cases; in a student edition, which has no hidden cases,
+the public ones (a worked example and a few cases over the whole contract); your instructor grades the hidden ones.
+"""
 
 import os
 import sys

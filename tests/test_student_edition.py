@@ -433,3 +433,29 @@ def test_spec_decode_released_alone_grades_its_public_cases(bare_edition, tmp_pa
     assert not graded["wrong_no_bonus_token"][1].endswith(" 0 failed"), graded["wrong_no_bonus_token"][0]
     rows, verdict = graded["wrong_resample_from_p"]
     assert verdict == f"{n134 - 1} passed, 1 failed" and "emitted as its own replacement" in rows, rows
+
+
+def test_a_fresh_edition_says_what_it_holds_and_serves_only_the_students_engine(bare_edition, tmp_path):
+    """Nothing passed yet: each chapter's stored first lines are the ones this copy prints (no reference named), the
+    statements and the README say what each exercise needs, and `python -m course.serve` (also with --impl
+    solutions) names the missing exercises and exits 2, with no traceback."""
+    env = _student(bare_edition, tmp_path)
+    printed = json.loads(subprocess.run(
+        [sys.executable, "-c", "import course, json; print(json.dumps([course.banner_line(), course.IMPL]))"],
+        cwd=bare_edition, env=env, capture_output=True, text=True, timeout=120, check=True).stdout)
+    for path in sorted((bare_edition / "chapters").glob("*.ipynb")):
+        first = next(c for c in json.loads(path.read_text())["cells"]
+                     if c["cell_type"] == "code" and "course.start(" in "".join(c["source"]))
+        stored = "".join("".join(o["text"]) for o in first["outputs"] if o.get("name") == "stdout").splitlines()
+        assert stored[0] == printed[0] and stored[1].startswith("this chapter's "), f"{path.name}: {stored[:2]}"
+        assert not any(line.startswith(("engine: the reference", "implementation: solutions")) for line in stored)
+    assert "**Needs:** exercises 125–129" in (bare_edition / judge.get_exercise(130).statement).read_text()
+    readme = (bare_edition / "README.md").read_text()
+    assert "| `practice/exercises/130-inference-loop.md` | 125–129 (131, 132) |" in readme, readme
+    assert "Once exercises 125–133 pass, `.venv/bin/python -m course.serve`" in readme, readme
+    for args in ([], ["--impl", "solutions"], ["--impl", "practice"]):
+        served = subprocess.run([sys.executable, "-m", "course.serve", *args], cwd=bare_edition, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert served.returncode == 2 and "Traceback" not in served.stderr, served.stderr
+        assert served.stderr.startswith("python -m course.serve: "), served.stderr
+    assert "not passed yet: 125 (block_pool)" in served.stderr and "133 (async_engine)" in served.stderr

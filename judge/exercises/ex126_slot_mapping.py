@@ -22,4 +22,5 @@ EXERCISE = Exercise(
     ),
     # the pieces of its end-to-end case the grader runs (judge/drivers/hosts.py, KernelHost)
     part_references=("solutions.batch", "solutions.paged_attention"),
+    parts_run_by="its end-to-end case",
 )

@@ -12,6 +12,7 @@ EXERCISE = Exercise(
     statement="practice/exercises/127-paged-attention.md",
     # the pieces of its end-to-end case the grader runs (judge/drivers/hosts.py, KernelHost)
     part_references=("solutions.batch", "solutions.paged_kv_cache"),
+    parts_run_by="its end-to-end case",
     public_cases=(
         "one prefill, one request",
         "one decode step after cached tokens",

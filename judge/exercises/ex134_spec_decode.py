@@ -17,4 +17,5 @@ EXERCISE = Exercise(
                   "random: acceptance with probability p(x), residual without the draft"),
     # the end-to-end case runs the reference engine in the grader, calling the learner's verify_and_update
     part_references=ENGINE_PARTS,
+    parts_run_by="its end-to-end case",
 )
