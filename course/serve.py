@@ -331,6 +331,8 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await async_llm.shutdown()
+        if llm.tracer is not None:  # here, not after serve(): uvicorn re-raises SIGTERM once it has shut down
+            print(f"step trace: {llm.tracer.save()}")
         tokenizer_thread.shutdown(cancel_futures=True)
 
     app = FastAPI(title="mini-llm-course", lifespan=lifespan)
@@ -796,6 +798,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")
     ap.add_argument("--shutdown-timeout", type=float, default=10.0,
                     help="on SIGTERM or SIGINT, seconds to let running requests finish before aborting them")
+    ap.add_argument("--trace", default=None, metavar="RUN.json",
+                    help="record a step trace, written there when the server stops (framework/trace.py)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -805,7 +809,7 @@ def main(argv: list[str] | None = None) -> None:
     llm, async_llm = build_engine(args.impl or course.IMPL, args.model, dtype, args.device,
                                   num_blocks=args.num_blocks, block_size=args.block_size,
                                   token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
-                                  enable_prefix_caching=args.enable_prefix_caching)
+                                  enable_prefix_caching=args.enable_prefix_caching, trace=args.trace)
     from mini_llm.loading import model_path
 
     name = args.served_model_name or model_path(args.model).name

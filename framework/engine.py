@@ -14,11 +14,13 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from mini_llm import Transformer, load_tokenizer, load_transformer
+from mini_llm import Qwen3Config, Transformer, load_tokenizer, load_transformer
+from mini_llm import model_path as checkpoint_folder
 
 from .request import Request, RequestStatus
 from .sampling import SamplingParams, TokenLogprobs, make_generator, prompt_logprobs
 from .spec_decode import SpeculativeConfig
+from .trace import StepTracer
 
 
 @dataclass
@@ -259,13 +261,14 @@ class LLMEngineBase:
 class LLMBase:
     """Text in, text out, like `vllm.LLM`: `LLM().generate(["Once upon a time"], SamplingParams(max_tokens=40))`.
     A subclass names its engine class in `engine_cls`. `tensor_parallel_size=N` shards the model over N processes
-    (framework/executor.py) with the subclass's `load_shard` (the tensor_parallel module, exercise 135)."""
+    (framework/executor.py) with the subclass's `load_shard` (the tensor_parallel module, exercise 135).
+    `trace="run.json"` records a step trace (framework/trace.py), written after each `generate` and at `shutdown`."""
 
     engine_cls: type  # an LLMEngineBase subclass
     load_shard: Callable | None = None  # load_shard(path, rank, world_size, all_reduce, gather, dtype, device)
 
     def __init__(self, model_path: str | None = None, dtype: torch.dtype | None = None, device=None,
-                 tensor_parallel_size: int = 1, **engine_config) -> None:
+                 tensor_parallel_size: int = 1, trace: str | None = None, **engine_config) -> None:
         config, runner = EngineConfig(**engine_config), None
         if tensor_parallel_size == 1:
             self.model = load_transformer(model_path, dtype=dtype, device=device)
@@ -274,6 +277,9 @@ class LLMBase:
         self.tokenizer = load_tokenizer(model_path)
         eos = self.model.cfg.eos_token_id if self.model.cfg.eos_token_id is not None else self.tokenizer.eos_token_id
         self.engine = self.engine_cls(self.model, config, self.tokenizer, eos, runner=runner)
+        # the whole model's shape (under tensor parallelism self.model is rank 0's shard), for the trace's FLOPs
+        self.model_config = Qwen3Config.from_json(checkpoint_folder(model_path) / "config.json")
+        self.tracer = None if trace is None else StepTracer(self.engine, trace, self.model_config)
 
     def _start_tensor_parallel(self, model_path, dtype, device, tensor_parallel_size: int, config: EngineConfig):
         from .executor import start_tensor_parallel
@@ -289,6 +295,8 @@ class LLMBase:
 
     def shutdown(self) -> None:
         """Stop the tensor-parallel workers, if any (they also stop when this object is garbage-collected)."""
+        if self.tracer is not None:
+            self.tracer.save()
         if hasattr(self.engine.runner, "shutdown"):
             self.engine.runner.shutdown()
 
@@ -296,4 +304,8 @@ class LLMBase:
                  ) -> list[RequestOutput]:
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         ids = [self.tokenizer.encode(p) for p in prompts]
-        return self.engine.generate(ids, params)
+        try:
+            return self.engine.generate(ids, params)
+        finally:
+            if self.tracer is not None:
+                self.tracer.save()
