@@ -7,9 +7,9 @@ last-level cache is larger, raise `num_bytes`). Then runs the benchmark's defaul
 (benchmarks/throughput.py's, the reference engine, fp32, the embedded model) with the step trace on
 (framework/trace.py) and places its prefill-heavy steps (at least half of the step's new tokens are prompt tokens)
 and its decode steps (none are) on the roofline: FLOPs and bytes from the trace's shapes, over the steps' wall
-time, as a fraction of the bound that applies, min(peak, intensity * bandwidth), and the share of that time spent
-in the runner's `execute_model` (building the batch and the forward pass; the rest is scheduling, sampling and
-updates). Also the cost of tracing: the same workload with the tracer off and on, alternating, medians over
+time (and over the process's CPU time: the steps' own speed on a shared machine), as a fraction of the bound that
+applies, min(peak, intensity * bandwidth), and the share of that time spent in the runner's `execute_model`
+(building the batch and the forward pass; the rest is scheduling, sampling and updates). Also the cost of tracing: the same workload with the tracer off and on, alternating, medians over
 `--repeats` runs.
 
     python benchmarks/roofline.py                      # 64 requests, CPU, fp32, torch's threads
@@ -76,14 +76,16 @@ def place(steps: list[StepRecord], peak: float, bandwidth: float) -> dict:
     """Steps' totals on the roofline: achieved GFLOP/s and GB/s over their wall time, and the fraction of the
     bound that applies at their arithmetic intensity."""
     flops, moved = sum(s.flops for s in steps), sum(s.bytes for s in steps)
-    seconds = sum(s.end - s.start for s in steps)
+    seconds, cpu_seconds = sum(s.end - s.start for s in steps), sum(s.cpu_end - s.cpu_start for s in steps)
     forward = sum(s.phases["forward"][1] - s.phases["forward"][0] for s in steps)
     intensity = flops / moved
     bound = min(peak, intensity * bandwidth)
     return {"steps": len(steps), "seconds": seconds, "forward_share": forward / seconds, "gflop": flops / 1e9, "gbytes": moved / 1e9,
             "intensity_flop_per_byte": intensity, "gflops": flops / seconds / 1e9, "gbps": moved / seconds / 1e9,
             "bound": "compute" if bound == peak else "memory", "bound_gflops": bound,
-            "fraction_of_bound": flops / seconds / 1e9 / bound}
+            "fraction_of_bound": flops / seconds / 1e9 / bound, "cpu_seconds": cpu_seconds,
+            # over the process's CPU time: the steps' own speed, less what a shared machine's other work took
+            "fraction_of_bound_cpu": flops / cpu_seconds / 1e9 / bound}
 
 
 def trace_cost(model, num_requests: int, repeats: int) -> dict:
@@ -129,12 +131,13 @@ def format_report(r: dict) -> str:
              f"triad bandwidth {m['triad_bandwidth_gbps']:.1f} GB/s, ridge {m['ridge_flop_per_byte']:.1f} FLOP/byte",
              f"workload: {r['workload']['num_requests']} requests, {r['workload']['steps']} steps",
              f"{'steps':<14}{'n':>5}{'s':>8}{'GFLOP':>9}{'GB':>8}{'FLOP/B':>8}{'GFLOP/s':>9}{'GB/s':>7}"
-             f"{'bound':>9}{'of bound':>10}{'forward':>9}"]
+             f"{'bound':>9}{'of bound':>10}{'forward':>9}{'CPU s':>7}{'of bound':>10}"]
     for name in ("prefill_heavy", "decode", "all_steps"):
         p = r[name]
         lines.append(f"{name:<14}{p['steps']:>5}{p['seconds']:>8.2f}{p['gflop']:>9.1f}{p['gbytes']:>8.2f}"
                      f"{p['intensity_flop_per_byte']:>8.1f}{p['gflops']:>9.1f}{p['gbps']:>7.1f}{p['bound']:>9}"
-                     f"{p['fraction_of_bound']:>9.0%}{p['forward_share']:>9.0%}")
+                     f"{p['fraction_of_bound']:>9.0%}{p['forward_share']:>9.0%}{p['cpu_seconds']:>7.2f}"
+                     f"{p['fraction_of_bound_cpu']:>9.0%}")
     lines.append(f"tracing (medians of {c['repeats']}): wall off {c['off_wall_seconds']:.2f} s, on "
                  f"{c['on_wall_seconds']:.2f} s, on/off {c['on_over_off_wall']:.3f}; CPU off {c['off_cpu_seconds']:.2f} s, "
                  f"on {c['on_cpu_seconds']:.2f} s, on/off {c['on_over_off_cpu']:.3f}")

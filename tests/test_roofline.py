@@ -26,4 +26,4 @@ def test_steps_land_on_the_bound_that_applies():
     assert math.isclose(decode["fraction_of_bound"], 4 / 20) and math.isclose(decode["gbps"], 2.0)
     prefill = place([step(50e9, 1e9, 1.0)], peak, bandwidth)  # 50 FLOP/byte
     assert prefill["bound"] == "compute" and math.isclose(prefill["fraction_of_bound"], 0.5)
-    assert prefill["forward_share"] == 0.5
+    assert prefill["forward_share"] == 0.5 and prefill["fraction_of_bound_cpu"] == prefill["fraction_of_bound"]
