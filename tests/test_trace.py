@@ -137,6 +137,14 @@ def test_step_cost_matches_torch_flop_counter():
     assert flops - attention <= counter.get_total_flops() <= flops + attention
 
 
+def test_step_cost_reads_the_weights_once():
+    """With no tokens, the bytes of a step are the weights: the model's parameters, less its norms."""
+    llm = LLM(dtype=torch.float32)
+    _, moved = step_cost(llm.model.cfg, [], 4)
+    params = dict(llm.model.named_parameters())
+    assert moved == 4 * sum(p.numel() for name, p in params.items() if "norm" not in name)
+
+
 def test_tensor_parallel_trace(tmp_path):
     """TP=2 (two processes on CPU, as tests/test_tensor_parallel.py): the same steps, rows and FLOPs as TP=1."""
     one = LLM(dtype=torch.float32)
