@@ -141,7 +141,8 @@ class ChapterSession:
         from 0) and which of your modules each ran; then what the cells that showed stored outputs wait for."""
         if not self.yours:
             return None
-        names, them = ", ".join(sorted(self.yours)), "it" if len(self.yours) == 1 else "them"
+        ran = set().union(*self.ran.values()) or self.yours  # of your modules in use, those that ran
+        names, them = ", ".join(sorted(ran)), "it" if len(ran) == 1 else "them"
         cells = "; ".join(f"code cell {i} ran {', '.join(sorted(self.ran[i]))}" for i in sorted(self.ran))
         differ = sorted(i for i, same in self.matched.items() if not same)
         n = len(self.matched)
@@ -152,7 +153,7 @@ class ChapterSession:
                     f"from the stored ones (code cells {differ}; counted from 0: {cells})")
         else:
             what = "the 1 checked output" if n == 1 else f"all {n} checked outputs"
-            line = (f"your {names} reproduce{'s' if len(self.yours) == 1 else ''} {what} of this chapter that ran "
+            line = (f"your {names} reproduce{'s' if len(ran) == 1 else ''} {what} of this chapter that ran "
                     f"{them} (counted from 0: {cells})")
         if self.skipped:
             many = len(self.skipped) > 1
