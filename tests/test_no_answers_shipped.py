@@ -48,3 +48,7 @@ def test_shipped_code_is_no_answer(path: Path):
     report = judge.grade(exercise, impl=str(path))
     assert not report.ok, (f"{path.name} passes every hidden case of exercise {exercise}: the edition ships an "
                            f"answer to it\n{report.text()}")
+
+
+def test_every_exercise_has_candidates():
+    assert {exercise_of(p) for p in CANDIDATES} >= set(judge.load_exercises())
