@@ -11,8 +11,8 @@ kernel:
   yet)`, and "Run All" goes on with the next cell;
 * with some of your modules in use, the printed text of each code cell that ran your code (a function of your
   practice/ file was called while it ran) is compared with the stored one, and the last code cell of the chapter
-  ends with the verdict, naming those cells and, where cells showed stored outputs instead, the exercise they wait
-  for, e.g. `your batch reproduces the 1 checked output of this chapter that ran it (counted from 0: code cell 9
+  ends with the verdict, naming those cells and, where cells showed stored outputs instead, the exercise (or the
+  file of the course this copy lacks) they wait for, e.g. `your batch reproduces the 1 checked output of this chapter that ran it (counted from 0: code cell 9
   ran batch); 5 cells showed stored outputs: they need paged_kv_cache (exercise 126), which you have not passed
   yet`. Not compared: cells tagged "timing" (wall-clock figures vary) and "unchecked" (they print what the
   contract leaves to you, such as your error messages or the type of a returned list).
@@ -156,10 +156,13 @@ class ChapterSession:
             line = (f"your {names} reproduce{'s' if len(ran) == 1 else ''} {what} of this chapter that ran "
                     f"{them} (counted from 0: {cells})")
         if self.skipped:
-            many = len(self.skipped) > 1
+            many, waits = len(self.skipped) > 1, set(self.skipped.values())
+            exercises = sorted(w for w in waits if w.endswith(")"))  # "paged_attention (exercise 127)"
+            files = sorted(waits - set(exercises))  # "benchmarks/repetitive.py"
+            needs = ([f"{' and '.join(exercises)}, which you have not passed yet"] if exercises else []) + \
+                    ([f"{' and '.join(files)}, which your copy does not have"] if files else [])
             line += (f"; {len(self.skipped)} cell{'s' if many else ''} showed stored outputs: "
-                     f"{'they need' if many else 'it needs'} {' and '.join(sorted(set(self.skipped.values())))}, "
-                     "which you have not passed yet")
+                     f"{'they need' if many else 'it needs'} {'; and '.join(needs)}")
         return line
 
     def skip(self, line: str) -> None:
@@ -251,7 +254,10 @@ def _handler(session: ChapterSession):
 
 
 def _waiting_for(stop: Exception) -> str | None:
-    """What a stopped cell waits for, e.g. "paged_attention (exercise 127)"; None for a file this copy lacks."""
+    """What a stopped cell waits for: "paged_attention (exercise 127)", or a file this copy lacks,
+    "benchmarks/repetitive.py"; None for an exercise this copy does not release."""
+    if isinstance(stop, course.NotInThisCopy):
+        return stop.path
     if isinstance(stop, course.NotPassedYet) and stop.choice.exercise:
         return f"{stop.choice.module} (exercise {stop.choice.exercise})"
     return None
