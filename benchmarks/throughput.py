@@ -493,7 +493,7 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
     reference = results[systems[0]].outputs
     report = {
         "config": {"num_requests": num_requests, "seed": seed, "max_batch": max_batch, "token_budget": token_budget,
-                   "device": str(dev), "model": f"random {shape}" if shape else str(folder), "dtype": dtype,
+                   "device": str(dev), "model": f"random {shape}" if shape else _shown(folder), "dtype": dtype,
                    "layers": ours.cfg.num_hidden_layers, "prompt_lens": list(prompt_lens),
                    "output_lens": list(output_lens), "torch_threads": torch.get_num_threads(),
                    "engine": engine_cls.__name__, "rounds": rounds, "workload": workload_name,
@@ -522,6 +522,12 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                 report["cpu_ratios"][f"engine-ngram/{n}"] = float(np.median(
                     [o.cpu_seconds / e.cpu_seconds for e, o in zip(runs["engine-ngram"], runs[n])]))
     return report
+
+
+def _shown(folder: Path) -> str:
+    """A checkpoint folder as a report shows it: relative to the course when inside it (no machine's path)."""
+    folder = Path(folder).resolve()
+    return str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder)
 
 
 def format_report(report: dict) -> str:

@@ -9,9 +9,12 @@ kernel:
   a name such a cell would have defined, stops there without an error: it shows the chapter's stored output of
   that cell under one line, `(stored output: this cell runs build_batch, exercise 128, which you have not passed
   yet)`, and "Run All" goes on with the next cell;
-* with some of your modules in use, each code cell's printed text is compared with the stored one, and the last
-  code cell of the chapter ends with the verdict, e.g. `your batch reproduces all 6 checked outputs of this
-  chapter`. Not compared: cells tagged "timing" (wall-clock figures vary) and "unchecked" (they print what the
+* with some of your modules in use, the printed text of each code cell that ran your code (a function of your
+  practice/ file was called while it ran) is compared with the stored one, and the last code cell of the chapter
+  ends with the verdict, naming those cells and, where cells showed stored outputs instead, the exercise (or the
+  file of the course this copy lacks) they wait for, e.g. `your batch reproduces the 1 checked output of this chapter that ran it (counted from 0: code cell 9
+  ran batch); 5 cells showed stored outputs: they need paged_kv_cache (exercise 126), which you have not passed
+  yet`. Not compared: cells tagged "timing" (wall-clock figures vary) and "unchecked" (they print what the
   contract leaves to you, such as your error messages or the type of a returned list).
 
 The stored outputs are read from the chapter's .ipynb when the chapter starts: the notebook as you last saved it.
@@ -24,6 +27,7 @@ import io
 import json
 import re
 import sys
+import threading
 from pathlib import Path
 
 import course
@@ -71,7 +75,12 @@ class ChapterSession:
         self.code = [(_source(c), c) for c in cells if c["cell_type"] == "code"]
         self.start_source = self.code[0][0] if self.code else None
         self.reason: str | None = None  # the last NotPassedYet line: later NameErrors come from its cell
-        self.matched: dict[int, bool] = {}  # per code-cell index: its last output equalled the stored one
+        self.waiting_for: str | None = None  # the last NotPassedYet's module and exercise, e.g. "paged_attention
+        # (exercise 127)": cells skipped for a NameError after it wait for the same
+        self.matched: dict[int, bool] = {}  # per code-cell index that ran your code: its output equalled the stored one
+        self.ran: dict[int, set[str]] = {}  # per such index: which of your modules it ran
+        self.skipped: dict[int, str] = {}  # per code-cell index that showed its stored output: what it waits for
+        self.watch: _Watch | None = None
         self.cell: str = ""
         self.names_before: dict = {}
         self.tee: _Tee | None = None
@@ -103,20 +112,24 @@ class ChapterSession:
         self.names_before = dict(self.shell.user_ns)
         self.tee = _Tee(sys.stdout)
         sys.stdout = self.tee
+        found = self.stored(self.cell)
+        if self.yours and found is not None and _checked(found[1]):
+            self.watch = _Watch(self.yours)
 
     def post_run_cell(self, result) -> None:
         if self.tee is None:
             return
         sys.stdout, printed = self.tee.inner, "".join(self.tee.parts)
         self.tee = None
+        ran = self.watch.stop() if self.watch else set()
+        self.watch = None
         found = self.stored(self.cell)
         if found is None or self.cell == self.start_source:
             return
         index, cell = found
-        tags = cell.get("metadata", {}).get("tags", [])
-        checked = not any(tag in tags for tag in UNCOMPARED_TAGS) and MARK not in printed
         want = stdout_text(cell.get("outputs", []))
-        if checked and result.error_in_exec is None and want.strip() and self.yours:
+        if ran and MARK not in printed and result.error_in_exec is None and want.strip():
+            self.ran[index] = ran
             self.matched[index] = normalised(printed) == normalised(want)
         if index == len(self.code) - 1:
             line = self.verdict()
@@ -124,20 +137,40 @@ class ChapterSession:
                 print(line)
 
     def verdict(self) -> str | None:
+        """One line: how many checked outputs ran your code and equal the stored ones, which cells they are (counted
+        from 0) and which of your modules each ran; then what the cells that showed stored outputs wait for."""
         if not self.yours:
             return None
-        names, n = ", ".join(sorted(self.yours)), len(self.matched)
+        ran = set().union(*self.ran.values()) or self.yours  # of your modules in use, those that ran
+        names, them = ", ".join(sorted(ran)), "it" if len(ran) == 1 else "them"
+        cells = "; ".join(f"code cell {i} ran {', '.join(sorted(self.ran[i]))}" for i in sorted(self.ran))
         differ = sorted(i for i, same in self.matched.items() if not same)
+        n = len(self.matched)
         if n == 0:
-            return f"your {names}: no checked output of this chapter ran on it"
-        if not differ:
-            return f"your {names} reproduce{'s' if len(self.yours) == 1 else ''} all {n} checked outputs of this chapter"
-        return (f"your {names}: {len(differ)} of {n} checked outputs of this chapter differ from the stored ones "
-                f"(code cells {differ}, counted from 0)")
+            line = f"your {names}: no checked output of this chapter ran {them}"
+        elif differ:
+            line = (f"your {names}: {len(differ)} of the {n} checked outputs of this chapter that ran {them} differ "
+                    f"from the stored ones (code cells {differ}; counted from 0: {cells})")
+        else:
+            what = "the 1 checked output" if n == 1 else f"all {n} checked outputs"
+            line = (f"your {names} reproduce{'s' if len(ran) == 1 else ''} {what} of this chapter that ran "
+                    f"{them} (counted from 0: {cells})")
+        if self.skipped:
+            many, waits = len(self.skipped) > 1, set(self.skipped.values())
+            exercises = sorted(w for w in waits if w.endswith(")"))  # "paged_attention (exercise 127)"
+            files = sorted(waits - set(exercises))  # "benchmarks/repetitive.py"
+            needs = ([f"{' and '.join(exercises)}, which you have not passed yet"] if exercises else []) + \
+                    ([f"{' and '.join(files)}, which your copy does not have"] if files else [])
+            line += (f"; {len(self.skipped)} cell{'s' if many else ''} showed stored outputs: "
+                     f"{'they need' if many else 'it needs'} {'; and '.join(needs)}")
+        return line
 
     def skip(self, line: str) -> None:
         """Show the stored output of the current cell under one line; the cell then counts as run without error,
         and binds none of its names (half-built values would fail further down)."""
+        found = self.stored(self.cell)
+        if found is not None and self.waiting_for:
+            self.skipped[found[0]] = self.waiting_for
         namespace = self.shell.user_ns
         for name in [n for n in namespace if not n.startswith("_")]:
             if name not in self.names_before:
@@ -148,7 +181,6 @@ class ChapterSession:
 
         clear_output()  # what the cell printed before it stopped: the stored output replaces it
         print(f"{MARK}{line})")
-        found = self.stored(self.cell)
         if found is None:
             print("(this cell differs from the chapter as stored, so there is no stored output to show)")
         else:
@@ -156,6 +188,36 @@ class ChapterSession:
         result = self.shell.displayhook.exec_result  # the running cell's result: no error, "Run All" goes on
         if result is not None:
             result.error_in_exec = None
+
+
+def _checked(cell: dict) -> bool:
+    return not any(tag in cell.get("metadata", {}).get("tags", []) for tag in UNCOMPARED_TAGS)
+
+
+class _Watch:
+    """Which of your exercise modules (practice/<module>.py) run while a cell runs: a profile hook, in this thread
+    and in threads the cell starts, that notes each call of a function of theirs, and removes itself once it has
+    seen them all (it costs nothing after that)."""
+
+    def __init__(self, modules: set[str]) -> None:
+        files = {getattr(sys.modules.get(f"practice.{m}"), "__file__", None): m for m in modules}
+        self.files = {f: m for f, m in files.items() if f}
+        self.seen: set[str] = set()
+        if self.files:
+            sys.setprofile(self.hook)
+            threading.setprofile(self.hook)
+
+    def hook(self, frame, event, arg) -> None:
+        if event == "call" and frame.f_code.co_filename in self.files:
+            self.seen.add(self.files[frame.f_code.co_filename])
+            if len(self.seen) == len(self.files):
+                self.stop()
+
+    def stop(self) -> set[str]:
+        if sys.getprofile() == self.hook:
+            sys.setprofile(None)
+        threading.setprofile(None)
+        return self.seen
 
 
 def _source(cell: dict) -> str:
@@ -181,6 +243,7 @@ def _handler(session: ChapterSession):
     def handle(shell, etype, value, tb, tb_offset=None):
         if isinstance(value, (course.NotPassedYet, course.NotInThisCopy)):
             session.reason = value.line()
+            session.waiting_for = _waiting_for(value)
             session.skip(session.reason)
         elif isinstance(value, NameError) and session.reason:
             session.skip(f"this cell uses a name from a cell above that {session.reason.removeprefix('this cell ')}")
@@ -188,6 +251,16 @@ def _handler(session: ChapterSession):
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
 
     return handle
+
+
+def _waiting_for(stop: Exception) -> str | None:
+    """What a stopped cell waits for: "paged_attention (exercise 127)", or a file this copy lacks,
+    "benchmarks/repetitive.py"; None for an exercise this copy does not release."""
+    if isinstance(stop, course.NotInThisCopy):
+        return stop.path
+    if isinstance(stop, course.NotPassedYet) and stop.choice.exercise:
+        return f"{stop.choice.module} (exercise {stop.choice.exercise})"
+    return None
 
 
 def install(chapter: str) -> ChapterSession | None:

@@ -1,0 +1,11 @@
+# EXERCISE: 127
+"""Whatever the edition ships under the names of exercise 127's API (paged_attention): a function, class or
+method so named, as it is."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _shipped  # noqa: E402
+
+globals().update(_shipped.named("paged_attention"))

@@ -1,0 +1,11 @@
+# EXERCISE: 128
+"""Whatever the edition ships under the names of exercise 128's API (build_batch): a function, class or
+method so named, as it is."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _shipped  # noqa: E402
+
+globals().update(_shipped.named("build_batch"))

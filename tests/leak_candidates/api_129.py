@@ -1,0 +1,11 @@
+# EXERCISE: 129
+"""Whatever the edition ships under the names of exercise 129's API (Scheduler): a function, class or
+method so named, as it is."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _shipped  # noqa: E402
+
+globals().update(_shipped.named("Scheduler"))

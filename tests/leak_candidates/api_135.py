@@ -1,0 +1,11 @@
+# EXERCISE: 135
+"""Whatever the edition ships under the names of exercise 135's API (shard_layer, layer_forward): a function, class or
+method so named, as it is."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _shipped  # noqa: E402
+
+globals().update(_shipped.named("shard_layer", "layer_forward"))
