@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--unisolated", action="store_true",
                     help="grade --impl/--csv submissions without bubblewrap (only for code you trust)")
     ap.add_argument("--total-timeout", type=float, metavar="S", help="seconds for one submission, all cases")
-    ap.add_argument("--timeout", type=float, metavar="S", help="seconds per case (default: the exercise's)")
+    ap.add_argument("--timeout", type=float, metavar="S", help="CPU seconds per case (default: the exercise's)")
     ap.add_argument("--memory", type=int, metavar="MB", help="memory limit of the grading process")
     ap.add_argument("--case", action="append", metavar="NAME", help="run only the cases whose name contains NAME")
     ap.add_argument("--model", metavar="DIR", help="checkpoint for end-to-end cases (default: the embedded model)")
