@@ -366,4 +366,4 @@ def start(chapter: str) -> None:
     from . import notebook
 
     USED_YOURS.clear()
-    notebook.install(chapter)
+    notebook.install(chapter, USED_YOURS, (NotPassedYet, NotInThisCopy))

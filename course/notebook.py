@@ -26,8 +26,6 @@ import re
 import sys
 from pathlib import Path
 
-import course
-
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 MARK = "(stored output: "
 UNCOMPARED_TAGS = ("timing", "unchecked")
@@ -64,7 +62,8 @@ class _Tee(io.TextIOBase):
 
 
 class ChapterSession:
-    def __init__(self, shell, chapter: str) -> None:
+    def __init__(self, shell, chapter: str, yours: set[str], stops: tuple[type[Exception], ...]) -> None:
+        self.yours, self.stops = yours, stops  # course.USED_YOURS; course.NotPassedYet and course.NotInThisCopy
         self.shell, self.chapter = shell, chapter
         path = CHAPTERS / f"{chapter}.ipynb"
         cells = json.loads(path.read_text())["cells"] if path.is_file() else []
@@ -75,10 +74,6 @@ class ChapterSession:
         self.cell: str = ""
         self.names_before: dict = {}
         self.tee: _Tee | None = None
-
-    @property
-    def yours(self) -> set[str]:
-        return course.USED_YOURS
 
     def install(self) -> None:
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
@@ -179,7 +174,7 @@ def _republish(outputs: list[dict]) -> None:
 
 def _handler(session: ChapterSession):
     def handle(shell, etype, value, tb, tb_offset=None):
-        if isinstance(value, (course.NotPassedYet, course.NotInThisCopy)):
+        if isinstance(value, session.stops):
             session.reason = value.line()
             session.skip(session.reason)
         elif isinstance(value, NameError) and session.reason:
@@ -190,8 +185,9 @@ def _handler(session: ChapterSession):
     return handle
 
 
-def install(chapter: str) -> ChapterSession | None:
-    """Install the hooks in the running IPython kernel (nothing outside IPython)."""
+def install(chapter: str, yours: set[str], stops: tuple[type[Exception], ...]) -> ChapterSession | None:
+    """Install the hooks in the running IPython kernel (nothing outside IPython). `yours`: the names of the learner's
+    modules in use, which the course fills; `stops`: the exceptions that show a cell's stored output instead."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -202,7 +198,7 @@ def install(chapter: str) -> ChapterSession | None:
     global _active
     if _active is not None:  # a second start() in the same kernel replaces the first
         _active.uninstall()
-    _active = ChapterSession(shell, chapter)
+    _active = ChapterSession(shell, chapter, yours, stops)
     _active.install()
     return _active
 
