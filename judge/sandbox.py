@@ -165,7 +165,7 @@ def _system_binds() -> list[str]:
 def missing_references(ex: Exercise, root: Path = ROOT) -> list[str]:
     """The references of the parts the exercise runs on (`part_references`, run by the grader) that this copy does
     not hold (a student edition): the learner's own practice module of the same name runs in their place
-    (judge/_worker.py, PracticeStandIns)."""
+    (judge/practice_finder.py)."""
     return [m for m in ex.part_references if m != ex.reference
             and not (root / (m.replace(".", "/") + ".py")).is_file()]
 

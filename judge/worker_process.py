@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 from . import sandbox, wire
 from .registry import Exercise
-from .remote import Session, WorkerLost
+from .remote import Session
+from .wire import WorkerLost
 
 STARTUP_TIMEOUT = 120.0  # seconds for the worker to start Python and import the course (none of the learner's code)
 OUTPUT_LIMIT = 1_000_000  # bytes of learner output before the worker is stopped
@@ -184,7 +185,7 @@ class WorkerProcess(Session):
 
     def _serve_callback(self, msg: dict) -> None:
         """Answer a stand-in's call of a part the grader runs; a malformed one is a violation."""
-        from .drivers import CallbackRefused, serve_callback
+        from .drivers.hosts import CallbackRefused, serve_callback
 
         if self.callback_depth >= MAX_CALLBACK_DEPTH:
             raise self.violation(f"callbacks nested more than {MAX_CALLBACK_DEPTH} deep")
