@@ -332,12 +332,16 @@ class WorkerProcess(Session):
     def _timeout_message(self, cpu: bool = False) -> str:
         if self.phase == "start":
             return f"the grading process did not start within {STARTUP_TIMEOUT:g}s"
-        used = (f"more than {self.limit:g}s of CPU time" if cpu else
-                f"no result after {WALL_FACTOR * self.limit:g}s of wall-clock time, {WALL_FACTOR}x the limit of "
-                f"{self.limit:g}s of CPU time")
+        if cpu:
+            used = f"more than {self.limit:g}s of CPU time"
+        else:
+            spent = cpu_seconds(self.proc.pid) - (self.cpu_deadline or 0) + self.limit
+            used = (f"no result after {WALL_FACTOR * self.limit:g}s of wall-clock time, {WALL_FACTOR}x the limit of "
+                    f"{self.limit:g}s of CPU time, of which it used {max(spent, 0):.1f}s")
         if self.phase == "import":
             return f"time limit exceeded while importing your module ({used}): code at module level loops or waits?"
-        why = "an infinite loop? a very slow implementation?" if cpu else "does your code sleep, wait or block?"
+        why = ("an infinite loop? a very slow implementation?" if cpu else
+               "does your code sleep, wait or block? or is this machine very busy?")
         return f"time limit exceeded: {used} ({why})"
 
     def _death(self) -> tuple[str, str]:
