@@ -1,5 +1,5 @@
 """Verdicts do not depend on how loaded the machine is. The honest fixtures of 128, 129 and 130 pass while busy loops
-hold every core twice over and another process streams a large file through the page cache (dropping the
+hold every core five times over and another process streams a large file through the page cache (dropping the
 interpreter's libraries from it, as streaming does on a machine with less memory, so that every new process reads
 them from a busy disk): graded as a class (under bubblewrap; there the grader runs the reference in lockstep beside
 129's random workloads), and in a student edition's public path on the student's own modules (there the grader
@@ -76,8 +76,8 @@ def student_copy(tmp_path_factory) -> tuple[Path, dict]:
 
 @pytest.fixture
 def loaded(tmp_path):
-    """Two busy loops per core and a process streaming a 512 MB file through the page cache, while the test runs."""
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2 * (os.cpu_count() or 1))]
+    """Five busy loops per core and a process streaming a 512 MB file through the page cache, while the test runs."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(5 * (os.cpu_count() or 1))]
     procs.append(subprocess.Popen([sys.executable, "-c", STREAM, str(tmp_path / "big"),
                                    sysconfig.get_paths()["purelib"]]))
     try:
