@@ -27,8 +27,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.measure import DTYPES, checkpoint_folder, load_hf_model  # noqa: E402
 from benchmarks.shapes import SHAPES  # noqa: E402
-from benchmarks.throughput import DTYPES, checkpoint_folder, load_hf_model  # noqa: E402
 from mini_llm import load_transformer, pick_device  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
 

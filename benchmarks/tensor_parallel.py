@@ -16,8 +16,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from benchmarks.throughput import (SystemResult, Workload, checkpoint_folder, make_workload, mismatches,
-                                   prompt_vocab, run_engine, summarize)
+from benchmarks.measure import (SystemResult, Workload, checkpoint_folder, make_workload, mismatches, prompt_vocab,
+                                run_engine, summarize)
 from framework.executor import start_tensor_parallel
 from framework.kv_cache_manager import blocks_needed
 from mini_llm import load_transformer

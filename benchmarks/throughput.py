@@ -32,12 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -45,99 +41,27 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.shapes import SHAPES, write_shape_checkpoint  # noqa: E402
-from mini_llm import generate, load_transformer, model_path, pick_device  # noqa: E402
+from benchmarks.measure import (DTYPES, Stopwatch, SystemResult, Workload, checkpoint_folder,  # noqa: E402
+                                left_padded, load_hf_model, make_workload, mismatches, prompt_vocab, result_from,
+                                run_engine, summarize, sync)
+from benchmarks.repetitive import repetitive_prompts  # noqa: E402
+from benchmarks.shapes import SHAPES  # noqa: E402
 from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.model_runner import ModelRunnerBase  # noqa: E402
-from framework.sampling import SamplingParams  # noqa: E402
-from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
+from framework.spec_decode import SpeculativeConfig  # noqa: E402
+from mini_llm import generate, load_transformer, pick_device  # noqa: E402
+from solutions.engine import LLMEngine  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
 from solutions.paged_attention import GatherWorkspace  # noqa: E402
 from solutions.spec_decode import SpecDecodeEngine  # noqa: E402
-from framework.spec_decode import SpeculativeConfig  # noqa: E402
-from benchmarks.repetitive import repetitive_prompts  # noqa: E402
 
 SYSTEMS = ("engine", "hf", "hf-cb", "sequential")
 # With --shape, a model where a step costs arithmetic: one request at a time would take most of the run.
 SHAPE_SYSTEMS = ("engine", "hf", "hf-cb")
 SHAPE_PROMPT_LENS, SHAPE_OUTPUT_LENS = (16, 128), (16, 48)  # every pass costs seconds on a CPU
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass
-class Workload:
-    prompts: list[list[int]]
-    output_lens: list[int]
 
-    @property
-    def max_len(self) -> int:
-        return max(len(p) + n for p, n in zip(self.prompts, self.output_lens))
-
-
-@dataclass
-class SystemResult:
-    outputs: list[list[int]]
-    seconds: float  # wall clock
-    cpu_seconds: float  # this process's CPU time: more robust than wall time on a machine shared with other jobs
-    page_faults: int | None  # memory touched for the first time (fresh allocations), where the OS counts it
-    forward_passes: int  # model forward passes (engine steps; generate's prefills and decode steps)
-    # Per request: seconds from submission to its first token, and between its consecutive tokens (may be empty).
-    ttft: list[float] = field(default_factory=list)
-    tbt: list[float] = field(default_factory=list)
-    # Speculative systems, per request: drafts proposed, drafts accepted, steps (forward passes) that emitted.
-    drafts: dict[str, list[int]] | None = None
-
-
-def make_workload(num_requests: int, seed: int, vocab: list[int], prompt_lens: tuple[int, int] = (16, 256),
-                  output_lens: tuple[int, int] = (16, 128)) -> Workload:
-    """Prompt and output lengths uniform in the inclusive ranges; prompt tokens uniform over `vocab`."""
-    rng = np.random.default_rng(seed)
-    p_lens = rng.integers(prompt_lens[0], prompt_lens[1] + 1, num_requests)
-    o_lens = rng.integers(output_lens[0], output_lens[1] + 1, num_requests)
-    vocab_arr = np.asarray(vocab)
-    prompts = [vocab_arr[rng.integers(0, len(vocab_arr), n)].tolist() for n in p_lens]
-    return Workload(prompts, o_lens.tolist())
-
-
-def prompt_vocab(folder, vocab_size: int) -> list[int]:
-    """Ordinary token ids to draw prompts from: the tokenizer's vocabulary without special tokens when the
-    checkpoint has one (Qwen3's embedding matrix has unused rows past it), else every id the model knows."""
-    try:
-        from mini_llm import load_tokenizer
-        tok = load_tokenizer(folder)
-    except Exception:  # a bare checkpoint without tokenizer files
-        return list(range(vocab_size))
-    special = set(tok.all_special_ids)
-    return [i for i in range(min(len(tok), vocab_size)) if i not in special]
-
-
-class Stopwatch:
-    """Wall clock, this process's CPU time and its minor page faults, from `start()` to `stop()`."""
-
-    def start(self, device: torch.device) -> float:
-        sync(device)
-        self.wall, self.cpu, self.faults = time.perf_counter(), time.process_time(), page_faults()
-        return self.wall
-
-    def stop(self, device: torch.device) -> tuple[float, float, int | None]:
-        sync(device)
-        faults = page_faults()
-        return (time.perf_counter() - self.wall, time.process_time() - self.cpu,
-                None if faults is None else faults - self.faults)
-
-
-def page_faults() -> int | None:
-    try:
-        import resource
-    except ImportError:  # Windows has no getrusage
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def sync(device: torch.device) -> None:
-    """Wait for queued device work, so that a timestamp means the work is done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class PerRequestRunner(ModelRunner):
@@ -174,43 +98,6 @@ ENGINE_VARIANTS = {"engine-per-request-attention": PerRequestEngine, "engine-fre
 # speculative decoding, the engine's and transformers' prompt lookup.
 EXTRA_SYSTEMS = ("hf-cb-defaults", *ENGINE_VARIANTS, "engine-ngram", "hf-lookup")
 WORKLOADS = ("default", "repetitive")
-
-
-def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
-               engine_cls: type[LLMEngine] = LLMEngine, speculative: SpeculativeConfig | None = None
-               ) -> tuple[SystemResult, dict]:
-    """(a) The engine (`engine_cls`, e.g. `course.use("engine").LLMEngine`); also returns its KV-memory figures."""
-    blocks_per_seq = blocks_needed(workload.max_len, block_size)
-    config = EngineConfig(num_blocks=max_batch * blocks_per_seq, block_size=block_size, token_budget=token_budget,
-                          max_num_seqs=max_batch, speculative=speculative)
-    engine = engine_cls(model, config)
-    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.output_lens]
-    requests = engine.add_requests(workload.prompts, params)
-    index = {r.request_id: i for i, r in enumerate(requests)}
-    stamps: list[list[float]] = [[] for _ in requests]
-    pool, peak_blocks = engine.kv_cache_manager.block_pool, 0
-    watch = Stopwatch()
-    start = watch.start(model.device)
-    while engine.has_unfinished_requests():
-        outputs = engine.step()
-        now = time.perf_counter()  # the sampled tokens are Python ints: the step's device work is done
-        peak_blocks = max(peak_blocks, pool.num_blocks - pool.num_free_blocks)
-        for out in outputs:  # a speculative step emits several tokens at once
-            stamps[index[out.request_id]] += [now - start] * len(out.new_token_ids)
-    clocks = watch.stop(model.device)
-    cache = engine.runner.kv_cache
-    block_bytes = cache.bytes // cache.num_blocks
-    kv = {"block_size": block_size, "block_bytes": block_bytes, "peak_blocks": peak_blocks,
-          "paged_peak_bytes": peak_blocks * block_bytes,
-          # A contiguous cache reserves max_len slots for each of max_batch sequences, whatever they use.
-          "contiguous_bytes": max_batch * workload.max_len * block_bytes // block_size,
-          "used_token_slots_peak": peak_blocks * block_size}
-    result = _result([list(r.output_token_ids) for r in requests], clocks, stamps, engine.runner.num_forward_passes)
-    if speculative is not None:
-        result.drafts = {"proposed": [r.num_draft_tokens for r in requests],
-                         "accepted": [r.num_accepted_tokens for r in requests],
-                         "steps": [len(set(s)) for s in stamps]}
-    return result, kv
 
 
 def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> SystemResult:
@@ -254,17 +141,7 @@ def run_hf(hf_model, workload: Workload, max_batch: int, pad_token_id: int) -> S
         stamps += [token_times[:n] for n in lens]
     # A batch runs one prefill pass, then one pass per further token of its longest request.
     passes = sum(max(workload.output_lens[lo: lo + max_batch]) for lo in range(0, len(workload.prompts), max_batch))
-    return _result(outputs, watch.stop(device), stamps, passes)
-
-
-def left_padded(prompts: list[list[int]], pad_token_id: int, device: torch.device
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`generate`'s inputs for a static batch: token ids padded on the left to the longest prompt, and the
-    attention mask that hides the padding."""
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-    return ids, mask
+    return result_from(outputs, watch.stop(device), stamps, passes)
 
 
 def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,
@@ -309,7 +186,7 @@ def run_hf_cb(hf_model, workload: Workload, max_batch: int, token_budget: int, b
         hook.remove()
     outputs = [results[i] for i in ids]
     stamps = [[t - start for t in o.timestamps] for o in outputs]
-    return _result([list(o.generated_tokens) for o in outputs], clocks, stamps, passes[0])
+    return result_from([list(o.generated_tokens) for o in outputs], clocks, stamps, passes[0])
 
 
 def run_hf_lookup(hf_model, workload: Workload, num_speculative_tokens: int) -> SystemResult:
@@ -352,7 +229,7 @@ def run_hf_lookup(hf_model, workload: Workload, num_speculative_tokens: int) -> 
             steps.append(len(set(clock.times)))
     finally:
         hook.remove()
-    result = _result(outputs, watch.stop(device), stamps, passes[0])
+    result = result_from(outputs, watch.stop(device), stamps, passes[0])
     result.drafts = {"steps": steps}
     return result
 
@@ -371,74 +248,6 @@ def run_sequential(model, workload: Workload) -> SystemResult:
     # mini_llm.generate has no per-token hook: report each request's mean time per token as its "TBT".
     tbt = [(t[1] - t[0]) / n for t, n in zip(stamps, workload.output_lens)]
     return SystemResult(outputs, *clocks, forward_passes=sum(workload.output_lens), ttft=[], tbt=tbt)
-
-
-def _result(outputs: list[list[int]], clocks: tuple[float, float, int | None], stamps: list[list[float]],
-            forward_passes: int) -> SystemResult:
-    return SystemResult(outputs, *clocks, forward_passes=forward_passes, ttft=[s[0] for s in stamps],
-                        tbt=[b - a for s in stamps for a, b in zip(s, s[1:])])
-
-
-def mismatches(reference: list[list[int]], other: list[list[int]]) -> list[dict]:
-    """Requests whose tokens differ, with the first differing position."""
-    found = []
-    for i, (a, b) in enumerate(zip(reference, other, strict=True)):
-        if a != b:
-            pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            found.append({"request": i, "position": pos, "lengths": (len(a), len(b))})
-    return found
-
-
-def summarize(result: SystemResult) -> dict:
-    tokens = sum(len(o) for o in result.outputs)
-    stat = lambda xs, q: float(np.percentile(xs, q)) if xs else None  # noqa: E731
-    summary = {"output_tokens": tokens, "seconds": result.seconds, "tokens_per_s": tokens / result.seconds,
-               "cpu_seconds": result.cpu_seconds, "tokens_per_cpu_s": tokens / result.cpu_seconds,
-               "ttft_median_s": stat(result.ttft, 50), "ttft_p99_s": stat(result.ttft, 99),
-               "tbt_median_s": stat(result.tbt, 50), "tbt_p99_s": stat(result.tbt, 99),
-               "tbt_mean_s": float(np.mean(result.tbt)) if result.tbt else None, "page_faults": result.page_faults,
-               "forward_passes": result.forward_passes}
-    return summary | ({"speculation": speculation(result)} if result.drafts else {})
-
-
-def speculation(result: SystemResult) -> dict:
-    """Per request: acceptance rate (accepted / proposed drafts; None without any) and mean accepted length
-    (tokens emitted per step that emitted some); and the same over all requests."""
-    d, lens = result.drafts, [len(o) for o in result.outputs]
-    per_step = [n / s for n, s in zip(lens, d["steps"])]
-    out = {"mean_accepted_length": per_step, "mean_accepted_length_all": sum(lens) / sum(d["steps"])}
-    if "proposed" in d:
-        out["acceptance_rate"] = [a / p if p else None for a, p in zip(d["accepted"], d["proposed"])]
-        out["acceptance_rate_all"] = sum(d["accepted"]) / max(sum(d["proposed"]), 1)
-        out["proposed"], out["accepted"] = d["proposed"], d["accepted"]
-    return out
-
-
-def load_hf_model(folder: str | Path, dtype: torch.dtype, device: torch.device):
-    """transformers' Qwen3ForCausalLM on the same folder, dtype and device, without its loading progress bar."""
-    from transformers import Qwen3ForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        return Qwen3ForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device).eval()
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()
-
-
-@contextmanager
-def checkpoint_folder(model: str | None, shape: str | None, shape_overrides: dict | None = None) -> Iterator[Path]:
-    """The checkpoint to load: `model` (default: $MINI_LLM_MODEL, else the embedded one), or a random-initialised
-    checkpoint of `shape` written to a temporary folder that lives as long as the context."""
-    if shape is None:
-        yield model_path(model)
-        return
-    if model is not None:
-        raise ValueError(f"give a checkpoint folder ({model}) or a shape ({shape}), not both")
-    with tempfile.TemporaryDirectory(prefix=f"{shape}-random-") as tmp:
-        yield write_shape_checkpoint(shape, tmp, **(shape_overrides or {}))
 
 
 def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, token_budget: int = 256,

@@ -52,10 +52,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _shipped(module: str) -> bool:
-    """Whether this copy holds the file of `module` (e.g. "solutions.batch"). A file check, not an import lookup:
-    while the judge grades in this process, the finder that lends a student's practice module the name of a
-    reference the copy lacks is on sys.meta_path (judge/_worker.py, PracticeStandIns; withdrawn after grading)."""
-    return (ROOT / (module.replace(".", "/") + ".py")).is_file()
+    """Whether this copy holds the file of `module` (e.g. "solutions.batch"): the judge's one check."""
+    from judge.registry import shipped
+
+    return shipped(module)
 
 
 def every_reference_shipped() -> bool:
@@ -438,4 +438,4 @@ def start(chapter: str) -> None:
     from . import notebook
 
     USED_YOURS.clear()
-    notebook.install(chapter)
+    notebook.install(chapter, USED_YOURS, (NotPassedYet, NotInThisCopy))

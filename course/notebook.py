@@ -30,8 +30,6 @@ import sys
 import threading
 from pathlib import Path
 
-import course
-
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 MARK = "(stored output: "
 UNCOMPARED_TAGS = ("timing", "unchecked")
@@ -68,7 +66,8 @@ class _Tee(io.TextIOBase):
 
 
 class ChapterSession:
-    def __init__(self, shell, chapter: str) -> None:
+    def __init__(self, shell, chapter: str, yours: set[str], stops: tuple[type[Exception], ...]) -> None:
+        self.yours, self.stops = yours, stops  # course.USED_YOURS; course.NotPassedYet and course.NotInThisCopy
         self.shell, self.chapter = shell, chapter
         path = CHAPTERS / f"{chapter}.ipynb"
         cells = json.loads(path.read_text())["cells"] if path.is_file() else []
@@ -84,10 +83,6 @@ class ChapterSession:
         self.cell: str = ""
         self.names_before: dict = {}
         self.tee: _Tee | None = None
-
-    @property
-    def yours(self) -> set[str]:
-        return course.USED_YOURS
 
     def install(self) -> None:
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
@@ -241,7 +236,7 @@ def _republish(outputs: list[dict]) -> None:
 
 def _handler(session: ChapterSession):
     def handle(shell, etype, value, tb, tb_offset=None):
-        if isinstance(value, (course.NotPassedYet, course.NotInThisCopy)):
+        if isinstance(value, session.stops):
             session.reason = value.line()
             session.waiting_for = _waiting_for(value)
             session.skip(session.reason)
@@ -256,15 +251,15 @@ def _handler(session: ChapterSession):
 def _waiting_for(stop: Exception) -> str | None:
     """What a stopped cell waits for: "paged_attention (exercise 127)", or a file this copy lacks,
     "benchmarks/repetitive.py"; None for an exercise this copy does not release."""
-    if isinstance(stop, course.NotInThisCopy):
-        return stop.path
-    if isinstance(stop, course.NotPassedYet) and stop.choice.exercise:
-        return f"{stop.choice.module} (exercise {stop.choice.exercise})"
-    return None
+    choice = getattr(stop, "choice", None)  # course.NotPassedYet's; course.NotInThisCopy has a path instead
+    if choice is None:
+        return getattr(stop, "path", None)
+    return f"{choice.module} (exercise {choice.exercise})" if choice.exercise else None
 
 
-def install(chapter: str) -> ChapterSession | None:
-    """Install the hooks in the running IPython kernel (nothing outside IPython)."""
+def install(chapter: str, yours: set[str], stops: tuple[type[Exception], ...]) -> ChapterSession | None:
+    """Install the hooks in the running IPython kernel (nothing outside IPython). `yours`: the names of the learner's
+    modules in use, which the course fills; `stops`: the exceptions that show a cell's stored output instead."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -275,7 +270,7 @@ def install(chapter: str) -> ChapterSession | None:
     global _active
     if _active is not None:  # a second start() in the same kernel replaces the first
         _active.uninstall()
-    _active = ChapterSession(shell, chapter)
+    _active = ChapterSession(shell, chapter, yours, stops)
     _active.install()
     return _active
 

@@ -5,7 +5,7 @@ this function of a public driver, judge/drivers/) with plain data: the grader co
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import importlib
 import json
 import os
 import resource
@@ -18,42 +18,13 @@ import judge
 from judge import drivers, harness, wire
 from judge.drivers import learner_error
 from judge.loader import SetupError, check_api, load_file
+from judge.practice_finder import PracticeFinder
 from judge.registry import get_exercise
 
 
 def _cannot_grade(exc: Exception) -> dict:
     return {"ok": False, "error": {"type": "TypeError", "module": "builtins",
                                    "message": f"your code returned a value that cannot be graded: {exc}"}}
-
-
-class PracticeStandIns:
-    """An import finder, last on sys.meta_path: a `solutions.<name>` module that is not here (the graded
-    exercise's own answer, or an unreleased reference in a student edition) is the file practice/<name>.py, loaded
-    under that name so that its relative imports resolve the same way."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        package, _, name = fullname.rpartition(".")
-        file = os.path.join(self.root, "practice", name + ".py")
-        if package != "solutions" or not name.isidentifier() or not os.path.isfile(file):
-            return None
-        return importlib.util.spec_from_file_location(fullname, file)
-
-    @staticmethod
-    def withdraw() -> None:
-        """Take the finder off sys.meta_path and forget the modules it lent, so that a process that goes on after
-        grading (a notebook's kernel) finds `solutions.<name>` only where it is."""
-        finders = [f for f in sys.meta_path if isinstance(f, PracticeStandIns)]
-        sys.meta_path[:] = [f for f in sys.meta_path if f not in finders]
-        practice = {os.path.join(f.root, "practice") for f in finders}
-        package = sys.modules.get("solutions")
-        for name, module in list(sys.modules.items()):
-            if name.startswith("solutions.") and os.path.dirname(getattr(module, "__file__", None) or "") in practice:
-                del sys.modules[name]
-                if getattr(package, name.rpartition(".")[2], None) is module:
-                    delattr(package, name.rpartition(".")[2])
 
 
 def _set_limits(memory_mb: int | None) -> None:
@@ -165,7 +136,7 @@ def main() -> None:
             data = data[os.write(rep_fd, data):]
 
     _set_limits(cfg.get("memory_mb"))
-    sys.meta_path.append(PracticeStandIns(os.path.dirname(os.path.dirname(os.path.abspath(judge.__file__)))))
+    sys.meta_path.append(PracticeFinder(os.path.dirname(os.path.dirname(os.path.abspath(judge.__file__)))))
     with suppress(ImportError):  # the course's dependency, loaded before the learner's code: the import limit is theirs
         import torch  # noqa: F401
     send({"t": "hello"})  # nothing of the learner's has run yet

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib
-import importlib.util
 import os
 import signal
 import sys
@@ -13,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from . import cache, sandbox
-from .registry import Exercise, get_exercise, load_exercises
+from .registry import Exercise, get_exercise, load_exercises, shipped
 from .report import CaseResult, Report
 from .runner import IsolationUnavailable, grade
 
@@ -27,15 +26,11 @@ python practice/judge.py 128 --reference      grade the reference solution in so
 --impl and --csv grade a class: the learner's code runs under bubblewrap, or not at all unless --unisolated."""
 
 
-def has_reference(ex: Exercise) -> bool:
-    return importlib.util.find_spec(ex.reference) is not None
-
-
 def holdings() -> str:
     """What this copy of the course grades with, for --help."""
     exercises = load_exercises().values()
-    refs = [str(ex.id) for ex in exercises if has_reference(ex)]
-    cases = ("the hidden test cases" if importlib.util.find_spec("judge.hidden") else
+    refs = [str(ex.id) for ex in exercises if shipped(ex.reference)]
+    cases = ("the hidden test cases" if shipped("judge.hidden") else
              "the public cases of this copy (a worked example and a few basic cases per exercise; your instructor "
              "grades the hidden ones)")
     return (f"Grade the practice exercises ({', '.join(str(ex.id) for ex in exercises)}) with {cases}. References "
@@ -52,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--unisolated", action="store_true",
                     help="grade --impl/--csv submissions without bubblewrap (only for code you trust)")
     ap.add_argument("--total-timeout", type=float, metavar="S", help="seconds for one submission, all cases")
-    ap.add_argument("--timeout", type=float, metavar="S", help="seconds per case (default: the exercise's)")
+    ap.add_argument("--timeout", type=float, metavar="S", help="CPU seconds per case (default: the exercise's)")
     ap.add_argument("--memory", type=int, metavar="MB", help="memory limit of the grading process")
     ap.add_argument("--case", action="append", metavar="NAME", help="run only the cases whose name contains NAME")
     ap.add_argument("--model", metavar="DIR", help="checkpoint for end-to-end cases (default: the embedded model)")
@@ -182,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.impl and args.reference:
         print("--impl and --reference exclude each other", file=sys.stderr)
         return 2
-    missing = [ex for ex in exercises if args.reference and not has_reference(ex)]
+    missing = [ex for ex in exercises if args.reference and not shipped(ex.reference)]
     if missing:
         print(f"this copy of the course has no reference of exercise {', '.join(str(ex.id) for ex in missing)} "
               f"({', '.join(ex.reference.replace('.', '/') + '.py' for ex in missing)}): --reference grades only the "

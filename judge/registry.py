@@ -19,6 +19,15 @@ ENGINE_PARTS = ("solutions.engine", "solutions.scheduler", "solutions.kv_cache_m
                 "solutions.paged_attention", "solutions.paged_kv_cache")
 
 
+def shipped(module: str, root: Path = ROOT) -> bool:
+    """Whether this copy (`root`) holds the file of `module` (e.g. "solutions.batch", or the package
+    "judge.hidden"): the one answer to "is this reference here" of the judge and the course. A file check, not an
+    import lookup: while the judge grades in this process, the finder that lends a student's practice module the
+    name of a reference the copy lacks is on sys.meta_path (judge/practice_finder.py; withdrawn after grading)."""
+    path = root / module.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 @dataclass(frozen=True)
 class Exercise:
     id: int  # stable number, e.g. 128
@@ -49,8 +58,7 @@ class Exercise:
 
     @property
     def reference_path(self) -> Path:
-        mod = importlib.util.find_spec(self.reference)
-        return Path(mod.origin) if mod and mod.origin else ROOT / (self.reference.replace(".", "/") + ".py")
+        return ROOT / (self.reference.replace(".", "/") + ".py")
 
     def needs(self, where: str = "a case") -> str | None:
         """The exercises that must pass before all this one's cases can, where the copy lacks their references (a

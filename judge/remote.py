@@ -7,15 +7,13 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import sys
 from typing import Any, Callable
 
 from . import drivers, wire
+from .wire import WorkerLost
 from .harness import CaseFailure, context, is_memory_error, short, trimmed_traceback
 from .registry import ROOT, load_exercises
-
-
-class WorkerLost(BaseException):
-    """The worker died, hung or flooded its output while the case waited for it (the runner gives the verdict)."""
 
 
 class LearnerError(Exception):
@@ -66,6 +64,9 @@ def forget() -> None:
     (the runner calls it after each submission)."""
     _classes.clear()
     drivers.forget()
+    hosts = sys.modules.get("judge.drivers.hosts")  # loaded only where a submission used them (it imports torch)
+    if hosts is not None:
+        hosts.forget()
 
 
 class Session:
@@ -120,6 +121,7 @@ class Driver:
     def begin(self, fn: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
         """Start `fn`; the function returned waits for its answer (the grader works meanwhile)."""
         if not isinstance(self._impl, RemoteModule):  # code of this process: the driver's function called here
+            from .drivers import hosts  # noqa: F401 - its stand-ins call the hosts directly
             value = getattr(importlib.import_module(f"judge.drivers.{self._name}"), fn)(self._impl, *args, **kwargs)
             return lambda: value
         session = object.__getattribute__(self._impl, "_session")

@@ -20,8 +20,9 @@ from . import harness, public, remote, sandbox
 from .loader import SetupError, check_api
 from .notebooks import solution_source
 from .registry import Exercise, get_exercise
-from .remote import RemoteModule, WorkerLost
+from .remote import RemoteModule
 from .report import CaseResult, Report
+from .wire import WorkerLost
 from .worker_process import ENDS_SUBMISSION, OUTPUT_LIMIT, STARTUP_TIMEOUT, WorkerProcess, _Output, memory_ceiling
 
 __all__ = ["STARTUP_TIMEOUT", "IsolationUnavailable", "another_process", "check", "grade", "grade_inprocess"]

@@ -23,6 +23,10 @@ class WireError(ValueError):
     """A message the grader cannot receive: too long, too deep, not JSON of the protocol, or a malformed value."""
 
 
+class WorkerLost(BaseException):
+    """The worker died, hung or flooded its output while the case waited for it (the runner gives the verdict)."""
+
+
 def _float(x: float) -> Any:
     return x if math.isfinite(x) else {"__float__": repr(x)}
 

@@ -18,16 +18,19 @@ from typing import Any, Callable
 
 from . import sandbox, wire
 from .registry import Exercise
-from .remote import Session, WorkerLost
+from .remote import Session
+from .wire import WorkerLost
 
 STARTUP_TIMEOUT = 120.0  # seconds for the worker to start Python and import the course (none of the learner's code)
 OUTPUT_LIMIT = 1_000_000  # bytes of learner output before the worker is stopped
 KEEP_OUTPUT = 1500  # bytes kept from the start and from the end of the learner's output
 GRADER_MEMORY_MB = 768  # growth of the grader's resident memory one submission may cause
 ENDS_SUBMISSION = ("protocol", "grader memory")  # verdicts after which the submission's other cases are not run
+WALL_FACTOR = 4  # a case's wall-clock bound, in multiples of its CPU limit (a loop that sleeps or blocks uses none)
 MAX_CALLBACK_DEPTH = 4  # callbacks served while serving one (a host calling the learner's code, which calls back)
 _POLL = 0.05  # seconds between checks of the deadline and of the process while nothing arrives
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
 class _Output:
@@ -73,6 +76,24 @@ def memory_ceiling() -> int | None:
     return None if now is None else now + (GRADER_MEMORY_MB << 20)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) used so far by process `pid` and its descendants, those still running and those
+    already waited for (bubblewrap, then the worker under it); 0 where /proc is not there."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime, in clock ticks
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children", "rb") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue  # it ended meanwhile (its time is then in its parent's cutime once waited for)
+    return total / _TICK
+
+
 def _signal_name(num: int) -> str:
     try:
         name = signal.Signals(num).name
@@ -94,7 +115,9 @@ class WorkerProcess(Session):
         self.ex, self.output, self.output_limit, self.memory_mb = ex, output, output_limit, memory_mb
         self.ceiling = ceiling
         self.output_start = output.total  # the limit is per worker, hence per case
-        self.deadline = time.monotonic() + STARTUP_TIMEOUT
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT  # wall clock
+        self.cpu_deadline: float | None = None  # the worker's CPU time at which the import or the case times out
+        self.cpu_checked = 0.0
         self.phase = "start"  # start (until "hello") | import (until "ready") | case
         self.lost: tuple[str, str] | None = None  # (verdict, message)
         self.status: int | None = None
@@ -162,7 +185,7 @@ class WorkerProcess(Session):
 
     def _serve_callback(self, msg: dict) -> None:
         """Answer a stand-in's call of a part the grader runs; a malformed one is a violation."""
-        from .drivers import CallbackRefused, serve_callback
+        from .drivers.hosts import CallbackRefused, serve_callback
 
         if self.callback_depth >= MAX_CALLBACK_DEPTH:
             raise self.violation(f"callbacks nested more than {MAX_CALLBACK_DEPTH} deep")
@@ -204,8 +227,11 @@ class WorkerProcess(Session):
         return WorkerLost(self.lost[1])
 
     def set_deadline(self, seconds: float, cap: float | None = None) -> None:
+        """From now on: at most `seconds` of the worker's CPU time, and WALL_FACTOR times that of wall-clock time
+        (never past `cap`), so that neither the grader's own work nor a loaded machine counts against the learner."""
         self.limit = seconds
-        self.deadline = time.monotonic() + seconds
+        self.cpu_deadline = cpu_seconds(self.proc.pid) + seconds
+        self.deadline = time.monotonic() + WALL_FACTOR * seconds
         if cap is not None:
             self.deadline = min(self.deadline, cap)
 
@@ -298,14 +324,25 @@ class WorkerProcess(Session):
             self._stop(*self._death())
         elif wait <= 0 and b"\n" not in self.buf:
             self._stop("timeout", self._timeout_message())
+        elif self.cpu_deadline is not None and b"\n" not in self.buf and time.monotonic() >= self.cpu_checked + _POLL:
+            self.cpu_checked = time.monotonic()
+            if cpu_seconds(self.proc.pid) >= self.cpu_deadline:
+                self._stop("timeout", self._timeout_message(cpu=True))
 
-    def _timeout_message(self) -> str:
+    def _timeout_message(self, cpu: bool = False) -> str:
         if self.phase == "start":
             return f"the grading process did not start within {STARTUP_TIMEOUT:g}s"
+        if cpu:
+            used = f"more than {self.limit:g}s of CPU time"
+        else:
+            spent = cpu_seconds(self.proc.pid) - (self.cpu_deadline or 0) + self.limit
+            used = (f"no result after {WALL_FACTOR * self.limit:g}s of wall-clock time, {WALL_FACTOR}x the limit of "
+                    f"{self.limit:g}s of CPU time, of which it used {max(spent, 0):.1f}s")
         if self.phase == "import":
-            return (f"time limit exceeded while importing your module (no result after {self.limit:g}s): code at "
-                    "module level loops?")
-        return f"time limit exceeded: no result after {self.limit:g}s (an infinite loop? a very slow implementation?)"
+            return f"time limit exceeded while importing your module ({used}): code at module level loops or waits?"
+        why = ("an infinite loop? a very slow implementation?" if cpu else
+               "does your code sleep, wait or block? or is this machine very busy?")
+        return f"time limit exceeded: {used} ({why})"
 
     def _death(self) -> tuple[str, str]:
         rc = os.waitstatus_to_exitcode(self.status)

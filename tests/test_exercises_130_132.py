@@ -90,7 +90,7 @@ def test_130_grades_step_and_generate_on_reference_components(model_dir):
                                    cases=["several requests"], options={"model": model_dir})
     assert report.ok, report.text()
     from judge import drivers
-    from judge.drivers import engine as engine_driver, stand_ins
+    from judge.drivers import engine as engine_driver, hosts, stand_ins
     from solutions.kv_cache_manager import KVCacheManager
     from solutions.model_runner import ModelRunner
     from solutions.scheduler import Scheduler
@@ -101,7 +101,7 @@ def test_130_grades_step_and_generate_on_reference_components(model_dir):
     assert isinstance(engine.scheduler, stand_ins.RemoteScheduler)
     assert isinstance(engine.runner, stand_ins.RemoteModelRunner)
     assert isinstance(engine.kv_cache_manager, stand_ins.RemoteKVCacheManager)
-    host = drivers._hosts[engine.scheduler.link.host]  # the grader's side (here, in this process)
+    host = hosts._hosts[engine.scheduler.link.host]  # the grader's side (here, in this process)
     assert type(host.scheduler) is Scheduler and type(host.kv) is KVCacheManager
     engine.add_request([1, 2, 3, 4, 5], engine_driver.params_of({"max_tokens": 2}))
     engine.step()

@@ -102,16 +102,16 @@ def test_the_practice_modules_lent_for_missing_references_are_withdrawn_after_gr
     import sys
 
     from judge import drivers
-    from judge._worker import PracticeStandIns
+    from judge.practice_finder import PracticeFinder
 
     (tmp_path / "practice").mkdir()
     (tmp_path / "practice" / "lent_part.py").write_text("WHO = 'the practice module'\n")
-    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, PracticeStandIns(str(tmp_path))])
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, PracticeFinder(str(tmp_path))])
     import solutions.lent_part  # noqa: F401 - lent by the finder
 
     assert sys.modules["solutions.lent_part"].WHO == "the practice module"
     drivers.forget()
     assert "solutions.lent_part" not in sys.modules and not hasattr(sys.modules["solutions"], "lent_part")
-    assert not any(isinstance(f, PracticeStandIns) for f in sys.meta_path)
+    assert not any(isinstance(f, PracticeFinder) for f in sys.meta_path)
     with pytest.raises(ModuleNotFoundError):
         import solutions.lent_part  # noqa: F401,F811

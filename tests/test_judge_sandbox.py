@@ -98,7 +98,17 @@ def test_ctypes_segfault_is_a_crash():
 def test_infinite_loop_times_out():
     t0 = time.monotonic()
     r = grade_bad("infinite_loop", time_limit=2)
-    assert verdicts(r) == ["timeout"] and "time limit" in r.results[0].message
+    assert verdicts(r) == ["timeout"] and "time limit" in r.results[0].message  # CPU time, or on a very busy
+    # machine the wall-clock bound
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_case_that_sleeps_is_stopped_by_the_wall_clock_bound():
+    """Sleeping uses no CPU time: the wall-clock bound (WALL_FACTOR times the limit) stops it."""
+    code = "import time\n\n\ndef build_batch(items, block_size):\n    time.sleep(3600)\n"
+    t0 = time.monotonic()
+    r = judge.grade(128, source=code, cases=["single prefill"], time_limit=1)
+    assert verdicts(r) == ["timeout"] and "wall-clock" in r.results[0].message, r.text()
     assert time.monotonic() - t0 < 60
 
 

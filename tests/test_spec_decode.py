@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mini_llm  # noqa: E402
 from benchmarks.repetitive import repetitive_prompts  # noqa: E402
-from benchmarks.throughput import make_workload  # noqa: E402
+from benchmarks.measure import make_workload  # noqa: E402
 from framework.engine import EngineConfig  # noqa: E402
 from framework.ngram_proposer import NgramProposer  # noqa: E402
 from framework.sampling import SamplingParams, sampling_probs  # noqa: E402

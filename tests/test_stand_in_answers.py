@@ -10,7 +10,7 @@ import pytest
 
 import judge.drivers as drivers
 from judge import harness
-from judge.drivers import host_call, stand_ins
+from judge.drivers import host_call, hosts, stand_ins
 from judge.drivers import scheduler as drv
 from judge.hidden import scheduler as hidden
 from judge.hidden.lockstep import Config, Workload, random_workloads, spec_new
@@ -57,8 +57,8 @@ def test_answers_given_in_the_worker_are_the_graders(monkeypatch):
 @pytest.mark.parametrize("prefix", [False, True])
 def test_most_allocations_do_not_cross(monkeypatch, prefix):
     crossed, asked = Counter(), Counter()
-    serve = drivers.serve_callback
-    monkeypatch.setattr(drivers, "serve_callback", lambda host, name, args, allowed=None: (
+    serve = hosts.serve_callback
+    monkeypatch.setattr(hosts, "serve_callback", lambda host, name, args, allowed=None: (
         crossed.update([name]), serve(host, name, args, allowed))[1])
     for cls, op in ((stand_ins.RemoteKVCacheManager, "allocate_slots"),
                     (stand_ins.RemotePreemption, "allocate_or_preempt")):

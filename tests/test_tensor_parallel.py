@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.throughput import make_workload, prompt_vocab
+from benchmarks.measure import make_workload, prompt_vocab
 from framework.engine import StepError
 from framework.sampling import SamplingParams
 from mini_llm.settings import EMBEDDED_MODEL

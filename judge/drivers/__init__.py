@@ -6,16 +6,14 @@ later calls reuse is kept in its process under a name the grader chooses (`keep`
 
 from __future__ import annotations
 
-import contextvars
 import functools
-import itertools
-import json
 import operator
 import os
 import traceback
 from typing import Any, Callable
 
 from judge import wire
+from judge.practice_finder import PracticeFinder
 from judge.harness import context, int_values, is_memory_error, option, trimmed_traceback
 
 
@@ -122,78 +120,23 @@ def kept(name: str) -> Any:
 # Callbacks: the stand-ins in the worker calling the parts the grader runs
 
 
-class CallbackRefused(Exception):
-    """A callback the grader does not serve (no such host or operation, arguments that are not the plain data the
-    stand-ins send): whoever sent it forged it, and it is the submission's `protocol` verdict."""
-
-
-_hosts: dict[int, Any] = {}  # host number -> an object whose `ops` maps operation names to functions
-_numbers = itertools.count(1)
-OPENER = 0  # the host that makes the others (judge/drivers/hosts.py, Opener), for the drivers that ask
-# The references the hosts may use while serving a callback: the graded exercise's `part_references`, so that no
-# submission can use the grader's parts to run its own answer (None: the grader's own call, or trusted code).
-allowed_references: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
-    "allowed_references", default=None)
-
-
-def register_host(host: Any) -> int:
-    """In the grader: make `host.ops` callable by the stand-ins; the number to give the driver (or that the
-    opener, host 0, answers a driver that asked for a host)."""
-    number = next(_numbers)
-    _hosts[number] = host
-    return number
-
-
-def drop_host(number: int) -> None:
-    _hosts.pop(number, None)
-
-
 def forget() -> None:
-    """Drop the hosts, the kept objects and the practice modules lent for missing references (after each
-    submission)."""
-    from judge._worker import PracticeStandIns
-
-    _hosts.clear()
+    """Drop the kept objects and the practice modules lent for missing references (after each submission)."""
     _kept.clear()
-    PracticeStandIns.withdraw()
+    PracticeFinder.withdraw()
 
 
-def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | None = None) -> dict:
-    """In the grader: run operation `name` of host number `host` on `args` (JSON as received: the host checks
-    every value before a reference sees it), using only the references `allowed` (None: any). {"value": its
-    result, JSON} or {"error": the exception it raised} (bad values of the right kinds: the learner's error);
-    CallbackRefused for anything the stand-ins never send, or a part the graded exercise does not run on."""
-    if host == OPENER and type(host) is int and OPENER not in _hosts:
-        from judge.drivers.hosts import Opener
-
-        _hosts[OPENER] = Opener()
-    target = _hosts.get(host) if type(host) is int else None
-    op = target.ops.get(name) if target is not None and type(name) is str else None
-    if op is None or not isinstance(args, list):
-        raise CallbackRefused(f"no operation {str(name)[:40]!r} of host {str(host)[:20]}")
-    if len(args) != op.__code__.co_argcount - 1:  # a host's operations are methods without defaults
-        raise CallbackRefused(f"{name} called with {len(args)} argument(s)")
-    token = allowed_references.set(allowed)
-    try:
-        value = op(*args)
-    except CallbackRefused:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the part's own error on the learner's values, raised in their code
-        relayed = getattr(exc, "record", None)  # the learner's code, called back by the part, raised it
-        if isinstance(relayed, dict):
-            return {"error": {**relayed, "relayed": True}}
-        return {"error": wire.error_record(exc, None)}
-    finally:
-        allowed_references.reset(token)
-    return {"value": value}
+OPENER = 0  # the host that makes the others (judge/drivers/hosts.py, Opener), for the drivers that ask
 
 
-def _in_process(host: int, name: str, args: list) -> dict:
-    """The channel in the grader: the host called directly, on the JSON that would have crossed."""
-    return json.loads(json.dumps(serve_callback(host, name, json.loads(json.dumps(args)))))
+def no_channel(host: int, name: str, args: list) -> dict:
+    raise RuntimeError("no channel to the grader's parts: the worker sets its pipes'; in the grader's process, "
+                       "importing judge.drivers.hosts sets its own")
 
 
-channel: Callable[[int, str, list], dict] = _in_process  # the worker sets its pipes' (judge/_worker.py)
+# The stand-ins' way to the grader's parts: the worker's pipes (judge/_worker.py), or in the grader's own process
+# the hosts called directly (judge.drivers.hosts.in_process, set when that module is imported).
+channel: Callable[[int, str, list], dict] = no_channel
 
 
 def host_call(host: int, name: str, *args: Any) -> Any:

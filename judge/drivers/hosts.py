@@ -5,7 +5,8 @@ driver asks for it (`Opener`, host 0), its operations called with plain JSON.
 Whatever arrives is the learner's to forge, so every value is checked before a reference sees it: of the kinds the
 stand-ins send, else CallbackRefused (the submission's protocol verdict); in range, else a ValueError raised in
 the learner's code. What one submission can make here is bounded (`MAX_HOSTS` hosts at once, caches of at most
-`MAX_TOKENS` tokens) and dropped after it (`judge.drivers.forget`).
+`MAX_TOKENS` tokens) and dropped after it (`forget`). Callbacks are served here (`serve_callback`): from the
+worker's pipes (judge/worker_process.py), or, for code graded in this process, through `in_process`.
 
 The references are imported by name (`reference`), so that a student edition's own practice/ modules stand in for
 the unreleased ones. Shipped to students: it holds no answer.
@@ -13,7 +14,10 @@ the unreleased ones. Shipped to students: it holds no answer.
 
 from __future__ import annotations
 
+import contextvars
 import importlib
+import itertools
+import json
 import sys
 from collections import deque
 from typing import Any, Callable, Iterator
@@ -25,14 +29,83 @@ from framework.model_runner import BATCH_FIELDS, as_runner_batch
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams, make_generator
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
-from judge import wire
-from judge.drivers import CallbackRefused, allowed_references, drop_host, load_model, register_host
+from judge import drivers, wire
+from judge.drivers import OPENER, load_model
 from judge.drivers.async_engine import InjectedFailure
 from judge.drivers.engine import BracketTokenizer
 from judge.drivers.stand_ins import Mirror
+from judge.practice_finder import PracticeFinder
 from judge.registry import ROOT
 
 MAX_HOSTS = 64  # hosts the drivers asked for kept at once: opening another drops the oldest
+class CallbackRefused(Exception):
+    """A callback the grader does not serve (no such host or operation, arguments that are not the plain data the
+    stand-ins send): whoever sent it forged it, and it is the submission's `protocol` verdict."""
+
+
+_hosts: dict[int, Any] = {}  # host number -> an object whose `ops` maps operation names to functions
+_numbers = itertools.count(1)
+# The references the hosts may use while serving a callback: the graded exercise's `part_references`, so that no
+# submission can use the grader's parts to run its own answer (None: the grader's own call, or trusted code).
+allowed_references: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "allowed_references", default=None)
+
+
+def register_host(host: Any) -> int:
+    """In the grader: make `host.ops` callable by the stand-ins; the number to give the driver (or that the
+    opener, host 0, answers a driver that asked for a host)."""
+    number = next(_numbers)
+    _hosts[number] = host
+    return number
+
+
+def drop_host(number: int) -> None:
+    _hosts.pop(number, None)
+
+
+def forget() -> None:
+    """Drop the hosts (after each submission)."""
+    _hosts.clear()
+
+
+def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | None = None) -> dict:
+    """In the grader: run operation `name` of host number `host` on `args` (JSON as received: the host checks
+    every value before a reference sees it), using only the references `allowed` (None: any). {"value": its
+    result, JSON} or {"error": the exception it raised} (bad values of the right kinds: the learner's error);
+    CallbackRefused for anything the stand-ins never send, or a part the graded exercise does not run on."""
+    if host == OPENER and type(host) is int and OPENER not in _hosts:
+        _hosts[OPENER] = Opener()
+    target = _hosts.get(host) if type(host) is int else None
+    op = target.ops.get(name) if target is not None and type(name) is str else None
+    if op is None or not isinstance(args, list):
+        raise CallbackRefused(f"no operation {str(name)[:40]!r} of host {str(host)[:20]}")
+    if len(args) != op.__code__.co_argcount - 1:  # a host's operations are methods without defaults
+        raise CallbackRefused(f"{name} called with {len(args)} argument(s)")
+    token = allowed_references.set(allowed)
+    try:
+        value = op(*args)
+    except CallbackRefused:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the part's own error on the learner's values, raised in their code
+        relayed = getattr(exc, "record", None)  # the learner's code, called back by the part, raised it
+        if isinstance(relayed, dict):
+            return {"error": {**relayed, "relayed": True}}
+        return {"error": wire.error_record(exc, None)}
+    finally:
+        allowed_references.reset(token)
+    return {"value": value}
+
+
+def in_process(host: int, name: str, args: list) -> dict:
+    """The stand-ins' channel for code graded in the grader's process (`judge.drivers.channel`): the host called
+    directly, on the JSON that would have crossed."""
+    return json.loads(json.dumps(serve_callback(host, name, json.loads(json.dumps(args)))))
+
+
+if drivers.channel is drivers.no_channel:  # this is the grader's process: its own stand-ins call its hosts
+    drivers.channel = in_process
+
+
 MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, a host accepts
 MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it (the model's vocabulary for 130)
 _STATUSES = {s.value: s for s in RequestStatus}
@@ -41,13 +114,11 @@ _STATUSES = {s.value: s for s in RequestStatus}
 def reference(part: str) -> Any:
     """The module `solutions.<part>`; in a student edition without it, the student's practice/<part>.py.
     CallbackRefused while serving a submission's callback if it is not one of the graded exercise's parts."""
-    from judge._worker import PracticeStandIns
-
     allowed = allowed_references.get()
     if allowed is not None and f"solutions.{part}" not in allowed:
         raise CallbackRefused(f"solutions.{part} is not a part the graded exercise runs on")
-    if not any(isinstance(f, PracticeStandIns) for f in sys.meta_path):
-        sys.meta_path.append(PracticeStandIns(str(ROOT)))
+    if not any(isinstance(f, PracticeFinder) for f in sys.meta_path):
+        sys.meta_path.append(PracticeFinder(str(ROOT)))
     return importlib.import_module(f"solutions.{part}")
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from judge.drivers import OPENER, host_call, keep, kept, learner_error
 from judge.drivers.stand_ins import Link, RemoteKVCacheManager, RemotePreemption, bound
-from judge.remote import WorkerLost
+from judge.wire import WorkerLost
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator
 
 from framework.kv_cache_manager import blocks_needed
 from judge.drivers.scheduler import Config, Spec, Workload, World, plan_of, script, snapshot
-from judge.drivers import keep, register_host
+from judge.drivers import keep
+from judge.drivers.hosts import register_host
 from judge.drivers.hosts import RequestHost
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import LocalDriver, driver, learner_failure

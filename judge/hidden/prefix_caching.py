@@ -124,7 +124,7 @@ def hash_values(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
 
 def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
     """hash_values in another process, the learner's code loaded afresh."""
-    from judge.remote import WorkerLost
+    from judge.wire import WorkerLost
     from judge.runner import another_process
 
     try:
