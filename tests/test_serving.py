@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
-import threading
 import time
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import openai
 import pytest
 import torch
 
-from course.serve import build_engine, create_app
+import live_server
 from framework.sampling import SamplingParams
 from solutions.engine import LLM
 
@@ -41,26 +39,8 @@ def rss_mb() -> float:
 
 def serve(**engine_config):
     """(state, base URL) of a server on the reference engine, live until the generator is closed."""
-    import uvicorn
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    llm, async_llm = build_engine("solutions", None, **engine_config)
-    app = create_app(llm, async_llm, "tiny-qwen3", max_pending=256)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    yield app.state.server, f"http://127.0.0.1:{port}/v1"
-    srv.should_exit = True
-    thread.join(10)
-    torch.set_num_threads(saved)
+    for state, port in live_server.serve(**engine_config):
+        yield state, f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.fixture(scope="module")

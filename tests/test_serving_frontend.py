@@ -9,51 +9,26 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from course.serve import MAX_BODY_BYTES, build_engine, create_app
+from course.serve import MAX_BODY_BYTES
+from live_server import free_port, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {"num_blocks": 200, "block_size": 16, "enable_prefix_caching": True}
 MODEL = "tiny-qwen3"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    import uvicorn
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    llm, async_llm = build_engine("solutions", None, **CONFIG)
-    app = create_app(llm, async_llm, MODEL)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    yield app.state.server, port
-    srv.should_exit = True
-    thread.join(10)
-    torch.set_num_threads(saved)
+    yield from serve(**CONFIG)
 
 
 def wait_idle(state, timeout: float) -> float:
