@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from . import cache, sandbox
-from .registry import Exercise, get_exercise, load_exercises, shipped
+from .registry import Exercise, exercises_of, get_exercise, load_exercises, shipped, span
 from .report import CaseResult, Report
 from .runner import IsolationUnavailable, grade
 
@@ -120,11 +120,9 @@ def needs_cell(ex: Exercise) -> str:
     """`list`'s short form of the exercises this one needs where the copy has no reference of them (its statement's
     "Needs" line says it in words): "125–129 (131, 132)", the ones in brackets only for cases that preempt or
     cache prefixes; "e2e:" where only its end-to-end case needs them."""
-    import course
-
-    needed, optional = course.exercises_of([Path(ex.practice_file).stem])
+    needed, optional = exercises_of([Path(ex.practice_file).stem])
     needed, optional = [i for i in needed if i != ex.id], [i for i in optional if i != ex.id]
-    cell = " ".join(part for part in (course.span(needed), f"({course.span(optional)})" if optional else "") if part)
+    cell = " ".join(part for part in (span(needed), f"({span(optional)})" if optional else "") if part)
     return "-" if not cell else f"e2e: {cell}" if ex.parts_run_by else cell
 
 

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .registry import ROOT, Exercise, load_exercises
+from .registry import ROOT, Exercise, exercises_of, load_exercises, span
 from .sandbox import student_files
 from .public import diagnostic, public_path
 from .remote import Session
@@ -95,11 +95,9 @@ def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, lis
 def student_readme(released: list[Exercise], with_solutions: list[Exercise]) -> str:
     """The edition's README: what the copy holds and the commands a student runs (the course's README speaks of
     the hidden tests, the references and the instructors' tools, which the copy does not have)."""
-    import course
-
     from .cli import needs_cell
 
-    served = sorted({i for ids in course.exercises_of(["engine", "async_engine"]) for i in ids}
+    served = sorted({i for ids in exercises_of(["engine", "async_engine"]) for i in ids}
                     & {ex.id for ex in released})
     solved = {ex.id for ex in with_solutions}
     rows = "\n".join(f"| {ex.id} | {ex.title} | `{ex.practice_file}` | `{ex.statement}` | {needs_cell(ex)} |"
@@ -146,7 +144,7 @@ every chapter says which module is which, the second which exercises its live ce
 
 ## Serve your engine
 
-Once exercises {course.span(served)} pass, `.venv/bin/python -m course.serve` serves your engine and online loop as an
+Once exercises {span(served)} pass, `.venv/bin/python -m course.serve` serves your engine and online loop as an
 OpenAI-compatible server on 127.0.0.1:8000 (chapter 10 shows how to call it); until then it says which exercises
 are missing and exits.
 """

@@ -8,6 +8,7 @@ import importlib.util
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from . import exercises as pkg
 
@@ -17,6 +18,12 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository root
 ENGINE_PARTS = ("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
                 "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
                 "solutions.paged_attention", "solutions.paged_kv_cache")
+OPTIONAL = {"prefix_cache": "caches prefixes", "preemption": "preempts"}  # needed only where something does that
+# The exercise modules each assembled module (course.use) is built from: a chapter or case using it runs them all.
+PARTS = {"kv_cache_manager": ("block_pool", "prefix_cache"),
+         "model_runner": ("batch", "paged_kv_cache", "paged_attention"),
+         "scheduler": ("scheduler", "preemption")}
+PARTS["engine"] = ("engine", *PARTS["kv_cache_manager"], *PARTS["model_runner"], *PARTS["scheduler"])
 
 
 def shipped(module: str, root: Path = ROOT) -> bool:
@@ -63,10 +70,8 @@ class Exercise:
     def needs(self, where: str = "a case") -> str | None:
         """The exercises that must pass before all this one's cases can, where the copy lacks their references (a
         student edition: your practice/ modules run in their place), in words; None for none. Derived from
-        `part_references` (course.exercises_of)."""
-        import course
-
-        return course.needs_text([Path(self.practice_file).stem], skip=self.id, where=where)
+        `part_references` (exercises_of)."""
+        return needs_text([Path(self.practice_file).stem], skip=self.id, where=where)
 
     def needs_line(self) -> str:
         """The statement's "Needs" line."""
@@ -119,3 +124,46 @@ def get_exercise(key: int | str | Exercise) -> Exercise:
             return ex
     known = ", ".join(f"{e.id} ({e.slug})" for e in exercises.values())
     raise KeyError(f"no exercise {key!r}; known exercises: {known}")
+
+
+def exercises_of(modules: Iterable[str]) -> tuple[list[int], dict[int, str]]:
+    """The exercises whose code runs where `modules` (e.g. "engine", "async_engine") run: the exercise writing each
+    exercise module an assembled module is built from (PARTS), and for an exercise module, the parts its own
+    exercise runs on (its `part_references`). Returns (always needed, {exercise: what needs it} for the OPTIONAL
+    modules, needed only where something preempts or caches prefixes). Exercises this copy does not release are
+    left out."""
+    by_module = {Path(ex.practice_file).stem: ex for ex in load_exercises().values()}
+    names = set()
+    for module in modules:
+        names.update(PARTS.get(module, (module,)))
+        if module in by_module:
+            names.update(ref.removeprefix("solutions.") for ref in by_module[module].part_references)
+    parts = {part for name in names for part in PARTS.get(name, (name,))}
+    found = {by_module[part].id: part for part in parts if part in by_module}
+    return (sorted(i for i, part in found.items() if part not in OPTIONAL),
+            {i: OPTIONAL[found[i]] for i in sorted(found) if found[i] in OPTIONAL})
+
+
+def needs_text(modules: Iterable[str], skip: int | None = None, where: str = "a cell") -> str | None:
+    """The exercises `modules` need, in words ("exercises 125–130, and 131, 132 where a cell preempts or caches
+    prefixes"), without exercise `skip` (the one that writes them); None for none."""
+    needed, optional = exercises_of(modules)
+    needed, optional = [i for i in needed if i != skip], {i: use for i, use in optional.items() if i != skip}
+    if not needed and not optional:
+        return None
+    text = f"exercise{'s' if len(needed) > 1 else ''} {span(needed)}" if needed else ""
+    if optional:
+        lead = ", and" if text else "exercise" + "s" * (len(optional) > 1)
+        text += f"{lead} {span(list(optional))} where {where} {' or '.join(optional.values())}"
+    return text
+
+
+def span(ids: list[int]) -> str:
+    """125, 126, 127, 129 as "125–127, 129"."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from . import harness, public, remote, sandbox
 from .loader import SetupError, check_api
 from .notebooks import solution_source
-from .registry import Exercise, get_exercise
+from .registry import ROOT as COURSE_ROOT, Exercise, get_exercise
 from .remote import RemoteModule
 from .report import CaseResult, Report
 from .wire import WorkerLost
@@ -96,7 +96,9 @@ def _target_for(ex: Exercise, impl: Any, source: str | None, reference: bool) ->
 
 
 def _display(path: Path) -> str:
-    return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
+    """The file as a report names it: relative to the current folder or, as from a chapter, to the course's."""
+    base = next((b for b in (Path.cwd(), COURSE_ROOT) if path.is_relative_to(b)), None)
+    return str(path if base is None else path.relative_to(base))
 
 
 def _case_list(ex: Exercise, cases: list[str] | None) -> list:
