@@ -99,3 +99,17 @@ def test_another_exercises_stub_is_named_first():
     with harness.grading(harness.Context(exercise=judge.get_exercise(125))):
         own = public.replay(Stubbed(), [[request, {"ok": True, "value": {}}]])
     assert own.startswith("not implemented yet: "), own
+
+
+def test_130s_hint_says_which_way_num_computed_tokens_went_wrong():
+    """The hint follows what the learner's count shows: not advanced, too little, or too much."""
+    from judge.hidden.inference_loop import _advance_hint
+
+    assert "was not advanced" in _advance_hint(0, 8, 0)
+    assert "not by the 8 tokens" in _advance_hint(0, 8, 1)
+    assert "more than the 1 tokens" in _advance_hint(5, 1, 7)
+    ex = judge.get_exercise(130)
+    path = ROOT / "tests" / "judge_cases" / "inference_loop" / "wrong_num_computed_plus_one.py"
+    hints = [str(out.details.get("hint", "")) for case in judge.runner._case_list(ex, None)
+             for out in [harness.run_case(case, RemoteModule(InProcess(ex, {"impl": str(path)})))] if not out.passed]
+    assert any("add s.num_new_tokens, not 1" in h for h in hints), hints

@@ -81,6 +81,18 @@ ITEM_HINTS = {
 }
 
 
+def _advance_hint(before: int, num_new: int, got: int) -> str:
+    """What the learner's num_computed_tokens says they did: not advanced, too little, or too much."""
+    if got == before:
+        return ("num_computed_tokens was not advanced: after the pass, every scheduled request (a prompt chunk or a "
+                "decode) does num_computed_tokens += num_new_tokens")
+    if got < before + num_new:
+        return (f"advanced by {got - before}, not by the {num_new} tokens the pass computed: add "
+                "s.num_new_tokens, not 1")
+    return (f"advanced by {got - before}, more than the {num_new} tokens the pass computed: add s.num_new_tokens "
+            "once per step (the token sampled now is computed in the next step)")
+
+
 def _fail(step: int, message: str, hint: str = "", **kw: Any) -> CaseFailure:
     return CaseFailure(f"step {step}: {message}", hint=hint or None, **kw)
 
@@ -282,8 +294,7 @@ class Engine:
                 raise _fail(k, f"request {rid} has num_computed_tokens {a['num_computed']} after a step that "
                                f"computed {s['num_new']} token(s) from {s['num_computed']}",
                             field="num_computed_tokens", expected=s["num_computed"] + s["num_new"],
-                            got=a["num_computed"], hint="every scheduled request: num_computed_tokens += "
-                                                        "num_new_tokens")
+                            got=a["num_computed"], hint=_advance_hint(s["num_computed"], s["num_new"], a["num_computed"]))
             new = a["outputs"][s["num_outputs"]:]
             if not completes(s):
                 if new:
