@@ -34,12 +34,10 @@ import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
 
-from course.notebook import normalised
+from course.notebook import TIMING_TAG, VARIES_TAG, normalised
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
-TIMING_TAG = "timing"
-VARIES_TAG = "varies"
 GRADE_TAG = "grade"
 PROBE_TAG = "test-probe"
 CELL_TIMEOUT = int(os.environ.get("NOTEBOOK_CELL_TIMEOUT", "300"))
