@@ -1,0 +1,132 @@
+"""Every vLLM / SGLang pointer in the course names a file and symbols of the pinned release (docs/upstream.json).
+
+A pointer is a source path of vLLM (`vllm/...py`) or SGLang (`python/sglang/...py`) in a chapter (markdown, code
+and outputs), a doc, a statement or a docstring. The sentence that holds it is checked: each path is a file of a
+pin, each commit named in the sentence is that pin's commit, and each backticked name is a symbol listed under one
+of the sentence's files (or one of `other_names`). Commits named anywhere else ("commit X", "at X", "@X") must be a
+pin's or one of `other_commits`. Offline: the list is refreshed by hand (docs/upstream.json says how).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+UPSTREAM = json.loads((ROOT / "docs" / "upstream.json").read_text())
+PATH_RE = re.compile(r"(?<![\w/.])(vllm/[\w/]+\.py|(?:python/)?sglang/[\w/]+\.py)")
+HEX_RE = re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z])")
+CITED_COMMIT_RE = re.compile(r"(?:commit|\bat|@)\s*`?([0-9a-f]{7,40})\b")
+NAME_RE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\(\))?$")
+# docs/review.md is a log of what was read when; its commits are history, not pointers.
+SKIPPED = {"docs/review.md"}
+
+
+@functools.cache
+def documents() -> list[tuple[str, str]]:
+    """(name, text) of every place a pointer may be: notebook cells and outputs, docs, statements, Python files."""
+    found = []
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            found.append((f"{path.name} cell {i}", cell.source))
+            for out in cell.get("outputs", []):
+                if isinstance(out.get("text"), str):
+                    found.append((f"{path.name} cell {i} output", out["text"]))
+    paths = [*(ROOT / "docs").glob("*.md"), *(ROOT / "practice" / "exercises").glob("*.md"),
+             ROOT / "README.md", ROOT / "chapters" / "README.md"]
+    for folder in ("framework", "solutions", "practice", "course", "benchmarks", "mini_llm", "chapters", "scripts"):
+        paths += (ROOT / folder).rglob("*.py")
+    for path in sorted(paths):
+        name = path.relative_to(ROOT).as_posix()
+        if name not in SKIPPED and ".ipynb_checkpoints" not in name:
+            text = path.read_text(encoding="utf-8")
+            found.append((name, re.sub(r"(?m)^\s*# ?", "", text) if path.suffix == ".py" else text))
+    return found
+
+
+def sentences(text: str) -> list[str]:
+    """Paragraphs, list items and table rows, cut into sentences, each on one line."""
+    units = []
+    for block in re.split(r"\n\s*\n|\n(?=\s*(?:[*-] |\d+\. |\||#|>|\"\"\"))", text):
+        units += re.split(r"(?<=[.!?])\s+(?=[A-Z*(\"`])", " ".join(block.split()))
+    return units
+
+
+def pin_of(path: str) -> tuple[str, str] | None:
+    """(pin name, repository path) of a cited path, or None if no pin lists it."""
+    path = "python/" + path if path.startswith("sglang/") else path
+    for name, pin in UPSTREAM["pins"].items():
+        if path in pin["files"]:
+            return name, path
+    return None
+
+
+def problems(where: str, sentence: str) -> list[str]:
+    """What is wrong with the pointers of one sentence (nothing if it cites no upstream file)."""
+    paths = PATH_RE.findall(sentence)
+    if not paths:
+        return []
+    found, cited = [], []
+    for path in paths:
+        owner = pin_of(path)
+        if owner is None:
+            found.append(f"{where}: {path} is not a file of any pin in docs/upstream.json")
+        else:
+            cited.append(owner)
+    commits = {UPSTREAM["pins"][name]["commit"] for name, _ in cited}
+    for commit in HEX_RE.findall(sentence):
+        if not any(full.startswith(commit) for full in commits):
+            found.append(f"{where}: commit {commit} beside {', '.join(paths)} is not the pinned one")
+    symbols = set(UPSTREAM["other_names"])
+    for name, path in cited:
+        symbols.update(UPSTREAM["pins"][name]["files"][path])
+    for token in re.findall(r"`([^`\n]+)`", sentence):
+        if NAME_RE.match(token) and not HEX_RE.fullmatch(token) and token.removesuffix("()") not in symbols:
+            found.append(f"{where}: `{token}` is not a listed symbol of {', '.join(p for _, p in cited)}")
+    return found
+
+
+def stray_commits(where: str, text: str) -> list[str]:
+    allowed = [pin["commit"] for pin in UPSTREAM["pins"].values()] + list(UPSTREAM["other_commits"].values())
+    return [f"{where}: commit {c} is neither a pin nor in other_commits" for c in CITED_COMMIT_RE.findall(text)
+            if HEX_RE.fullmatch(c) and not any(a.startswith(c) or c.startswith(a) for a in allowed)]
+
+
+@functools.cache
+def all_pointer_sentences() -> list[tuple[str, str]]:
+    return [(where, s) for where, text in documents() for s in sentences(text) if PATH_RE.search(s)]
+
+
+def test_every_pointer_is_pinned_and_listed():
+    pointers = all_pointer_sentences()
+    assert len(pointers) >= 90, f"only {len(pointers)} pointer sentences found: is the extraction broken?"
+    errors = [e for where, s in pointers for e in problems(where, s)]
+    errors += [e for where, text in documents() for e in stray_commits(where, text)]
+    assert not errors, "\n".join(errors)
+
+
+def test_every_pinned_file_is_cited():
+    cited = {pin_of(p) for _, s in all_pointer_sentences() for p in PATH_RE.findall(s)}
+    listed = {(name, path) for name, pin in UPSTREAM["pins"].items() for path in pin["files"]}
+    assert listed <= cited, f"listed but cited nowhere (drop them): {sorted(listed - cited)}"
+
+
+def test_the_check_fails_on_a_wrong_pointer():
+    vllm = UPSTREAM["pins"]["vllm"]["commit"]
+    good = f"`Scheduler.schedule` (`vllm/v1/core/sched/scheduler.py`, commit {vllm[:10]}) schedules."
+    assert problems("x", good) == []
+    assert problems("x", good.replace(vllm[:10], "00024d3145")), "another commit must fail"
+    assert problems("x", good.replace("Scheduler.schedule", "Scheduler.schedule_all")), "an unknown symbol must fail"
+    assert problems("x", good.replace("scheduler.py", "scheduler2.py")), "an unknown file must fail"
+    assert stray_commits("x", "eagle.py at f7eef1b6987f"), "a commit of no pin must fail"
+    assert not stray_commits("x", f"at {vllm}")
+
+
+def test_the_pins_are_stated_for_readers():
+    readme = (ROOT / "chapters" / "README.md").read_text()
+    for pin in UPSTREAM["pins"].values():
+        assert pin["commit"][:10] in readme and pin["release"] in readme, pin["release"]
