@@ -48,12 +48,22 @@ def documents() -> list[tuple[str, str]]:
     return found
 
 
-def sentences(text: str) -> list[str]:
-    """Paragraphs, list items and table rows, cut into sentences, each on one line."""
-    units = []
-    for block in re.split(r"\n\s*\n|\n(?=\s*(?:[*-] |\d+\. |\||#|>|\"\"\"))", text):
-        units += re.split(r"(?<=[.!?])\s+(?=[A-Z*(\"`])", " ".join(block.split()))
-    return units
+BLOCK_RE = re.compile(r"\n\s*\n|\n(?=\s*(?:[*-] |\d+\. |\||#|>|\"\"\"))")
+
+
+def blocks(text: str) -> list[str]:
+    """Paragraphs, list items and table rows, each on one line."""
+    return [" ".join(block.split()) for block in BLOCK_RE.split(text)]
+
+
+def sentences(block: str) -> list[str]:
+    return re.split(r"(?<=[.!?])\s+(?=[A-Z*(\"`])", block)
+
+
+def names(block: str) -> list[str]:
+    """The backticked names of a block: identifiers, dotted or called, not paths or commits."""
+    return [token.removesuffix("()") for token in re.findall(r"`([^`\n]+)`", block)
+            if NAME_RE.match(token) and not HEX_RE.fullmatch(token)]
 
 
 def pin_of(path: str) -> tuple[str, str] | None:
@@ -65,28 +75,28 @@ def pin_of(path: str) -> tuple[str, str] | None:
     return None
 
 
-def problems(where: str, sentence: str) -> list[str]:
-    """What is wrong with the pointers of one sentence (nothing if it cites no upstream file)."""
-    paths = PATH_RE.findall(sentence)
-    if not paths:
+def problems(where: str, text: str) -> list[str]:
+    """What is wrong with the pointers of one text (a cell, a doc, a Python file); nothing if it cites no upstream
+    file. Paths and commits are checked sentence by sentence; the names of every paragraph or list item that cites a
+    file must be symbols listed under one of the files the text cites (a pointer's sentences often go on to name more
+    of the same file), or `other_names`."""
+    cited = {p: pin_of(p) for p in PATH_RE.findall(text)}
+    if not cited:
         return []
-    found, cited = [], []
-    for path in paths:
-        owner = pin_of(path)
-        if owner is None:
-            found.append(f"{where}: {path} is not a file of any pin in docs/upstream.json")
-        else:
-            cited.append(owner)
-    commits = {UPSTREAM["pins"][name]["commit"] for name, _ in cited}
-    for commit in HEX_RE.findall(sentence):
-        if not any(full.startswith(commit) for full in commits):
-            found.append(f"{where}: commit {commit} beside {', '.join(paths)} is not the pinned one")
+    found = [f"{where}: {path} is not a file of any pin in docs/upstream.json" for path, o in cited.items() if o is None]
     symbols = set(UPSTREAM["other_names"])
-    for name, path in cited:
-        symbols.update(UPSTREAM["pins"][name]["files"][path])
-    for token in re.findall(r"`([^`\n]+)`", sentence):
-        if NAME_RE.match(token) and not HEX_RE.fullmatch(token) and token.removesuffix("()") not in symbols:
-            found.append(f"{where}: `{token}` is not a listed symbol of {', '.join(p for _, p in cited)}")
+    for owner in filter(None, cited.values()):
+        symbols.update(UPSTREAM["pins"][owner[0]]["files"][owner[1]])
+    for block in blocks(text):
+        if not PATH_RE.search(block):
+            continue
+        for sentence in sentences(block):
+            owners = [cited[p] for p in PATH_RE.findall(sentence) if cited[p]]
+            commits = {UPSTREAM["pins"][name]["commit"] for name, _ in owners}
+            found += [f"{where}: commit {c} beside {', '.join(p for _, p in owners)} is not the pinned one"
+                      for c in HEX_RE.findall(sentence) if not any(full.startswith(c) for full in commits)]
+        found += [f"{where}: `{name}` is not a listed symbol of {', '.join(sorted(cited))}"
+                  for name in names(block) if name not in symbols]
     return found
 
 
@@ -96,31 +106,28 @@ def stray_commits(where: str, text: str) -> list[str]:
             if HEX_RE.fullmatch(c) and not any(a.startswith(c) or c.startswith(a) for a in allowed)]
 
 
-@functools.cache
-def all_pointer_sentences() -> list[tuple[str, str]]:
-    return [(where, s) for where, text in documents() for s in sentences(text) if PATH_RE.search(s)]
-
-
 def test_every_pointer_is_pinned_and_listed():
-    pointers = all_pointer_sentences()
-    assert len(pointers) >= 90, f"only {len(pointers)} pointer sentences found: is the extraction broken?"
-    errors = [e for where, s in pointers for e in problems(where, s)]
-    errors += [e for where, text in documents() for e in stray_commits(where, text)]
+    pointers = [p for _, text in documents() for p in PATH_RE.findall(text)]
+    assert len(pointers) >= 100, f"only {len(pointers)} pointers found: is the extraction broken?"
+    errors = [e for where, text in documents() for e in problems(where, text) + stray_commits(where, text)]
     assert not errors, "\n".join(errors)
 
 
-def test_every_pinned_file_is_cited():
-    cited = {pin_of(p) for _, s in all_pointer_sentences() for p in PATH_RE.findall(s)}
+def test_every_pinned_file_and_other_name_is_used():
+    cited = {pin_of(p) for _, text in documents() for p in PATH_RE.findall(text)}
     listed = {(name, path) for name, pin in UPSTREAM["pins"].items() for path in pin["files"]}
     assert listed <= cited, f"listed but cited nowhere (drop them): {sorted(listed - cited)}"
+    used = {n for _, text in documents() for block in blocks(text) if PATH_RE.search(block) for n in names(block)}
+    assert set(UPSTREAM["other_names"]) <= used, f"unused other_names: {set(UPSTREAM['other_names']) - used}"
 
 
 def test_the_check_fails_on_a_wrong_pointer():
     vllm = UPSTREAM["pins"]["vllm"]["commit"]
-    good = f"`Scheduler.schedule` (`vllm/v1/core/sched/scheduler.py`, commit {vllm[:10]}) schedules."
+    good = f"`Scheduler.schedule` (`vllm/v1/core/sched/scheduler.py`, commit {vllm[:10]}) schedules. Then `token_budget`."
     assert problems("x", good) == []
     assert problems("x", good.replace(vllm[:10], "00024d3145")), "another commit must fail"
-    assert problems("x", good.replace("Scheduler.schedule", "Scheduler.schedule_all")), "an unknown symbol must fail"
+    assert problems("x", good.replace("Scheduler.schedule`", "Scheduler.schedule_all`")), "an unknown symbol must fail"
+    assert problems("x", good.replace("token_budget", "token_budget_left")), "so must one later in the paragraph"
     assert problems("x", good.replace("scheduler.py", "scheduler2.py")), "an unknown file must fail"
     assert stray_commits("x", "eagle.py at f7eef1b6987f"), "a commit of no pin must fail"
     assert not stray_commits("x", f"at {vllm}")
