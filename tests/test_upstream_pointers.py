@@ -1,10 +1,11 @@
 """Every vLLM / SGLang pointer in the course names a file and symbols of the pinned release (docs/upstream.json).
 
 A pointer is a source path of vLLM (`vllm/...py`) or SGLang (`python/sglang/...py`) in a chapter (markdown, code
-and outputs), a doc, a statement or a docstring. The sentence that holds it is checked: each path is a file of a
-pin, each commit named in the sentence is that pin's commit, and each backticked name is a symbol listed under one
-of the sentence's files (or one of `other_names`). Commits named anywhere else ("commit X", "at X", "@X") must be a
-pin's or one of `other_commits`. Offline: the list is refreshed by hand (docs/upstream.json says how).
+and outputs), a doc, a statement, a docstring or a comment. Each path must be a file of a pin; each commit named in
+its sentence must be that pin's commit; each backticked name of its paragraph (or list item) must be a symbol
+listed under one of the files its text cites, or one of `other_names`. Commits named anywhere else ("commit X",
+"at X", "@X") must be a pin's or one of `other_commits`. Offline: the list is refreshed by hand (docs/upstream.json
+says how), never read from the network.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def blocks(text: str) -> list[str]:
 
 
 def sentences(block: str) -> list[str]:
+    """A block's sentences (a commit is checked against the files of its own sentence)."""
     return re.split(r"(?<=[.!?])\s+(?=[A-Z*(\"`])", block)
 
 
@@ -93,7 +95,8 @@ def problems(where: str, text: str) -> list[str]:
             continue
         for sentence in sentences(block):
             owners = [cited[p] for p in PATH_RE.findall(sentence) if cited[p]]
-            commits = {UPSTREAM["pins"][name]["commit"] for name, _ in owners}
+            pins = [UPSTREAM["pins"][name] for name, _ in owners] or UPSTREAM["pins"].values()
+            commits = {pin["commit"] for pin in pins}
             found += [f"{where}: commit {c} beside {', '.join(p for _, p in owners)} is not the pinned one"
                       for c in HEX_RE.findall(sentence) if not any(full.startswith(c) for full in commits)]
         found += [f"{where}: `{name}` is not a listed symbol of {', '.join(sorted(cited))}"
