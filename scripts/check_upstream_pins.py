@@ -19,6 +19,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def occurs(symbol: str, text: str) -> bool:
+    """Whether `symbol` is in a file's text: `Class.member` needs the class and a def, assignment or annotation of
+    the member; another dotted name (`np.repeat`, `self.running.pop`) must occur as written; a plain name as a word."""
+    head, _, member = symbol.partition(".")
+    if member and head[:1].isupper():
+        return bool(re.search(rf"\bclass {re.escape(head)}\b", text)) and all(
+            re.search(rf"(def |self\.|^\s*){re.escape(part)}\b\s*[(:=]?", text, re.M) for part in member.split("."))
+    if member:
+        return re.search(rf"\b{re.escape(symbol)}\b", text) is not None
+    return re.search(rf"\b{re.escape(symbol)}\b", text) is not None
+
+
 def missing(pin: dict, source: Path, strip: str = "") -> list[str]:
     found = []
     for path, symbols in pin["files"].items():
@@ -27,8 +39,7 @@ def missing(pin: dict, source: Path, strip: str = "") -> list[str]:
             found.append(f"{path}: no such file")
             continue
         text = local.read_text(encoding="utf-8")
-        found += [f"{path}: {s} not found" for s in symbols
-                  if not all(re.search(rf"\b{re.escape(part)}\b", text) for part in s.split("."))]
+        found += [f"{path}: {s} not found" for s in symbols if not occurs(s, text)]
     return found
 
 
