@@ -34,7 +34,6 @@ def paged_attention(query, key_cache, value_cache, query_start_loc, seq_lens, bl
         k = _context(key_cache, block_tables[i], length, block_size).float().repeat_interleave(group, dim=1)
         v = _context(value_cache, block_tables[i], length, block_size).float().repeat_interleave(group, dim=1)
         scores = torch.einsum("thd,lhd->htl", q, k) * scale
-        allowed = torch.arange(length, device=q.device)[None, :] <= (length - t + torch.arange(t, device=q.device))[:, None]
         weights = torch.softmax(scores, dim=-1)
         pieces.append(torch.einsum("htl,lhd->thd", weights, v))
     if not pieces:

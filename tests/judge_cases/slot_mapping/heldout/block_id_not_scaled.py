@@ -1,8 +1,5 @@
 # VIOLATES: `compute_slot_mapping` returns the slots of positions `start .. end-1`
 """A slot is block id + row, without multiplying the block id by block_size."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

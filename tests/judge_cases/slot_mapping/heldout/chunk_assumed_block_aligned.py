@@ -1,8 +1,5 @@
 # VIOLATES: Positions are absolute: a chunk may start mid-table, mid-block
 """Walks rows from 0 from the block of `start`: right only when start is a multiple of block_size."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

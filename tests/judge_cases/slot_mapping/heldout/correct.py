@@ -1,8 +1,5 @@
 """Held-out correct solution, written from the statement alone: a loop over positions for the slots, and write_kv
 through (block, row) index tensors, which writes into any view it is given."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

@@ -1,8 +1,5 @@
 # VIOLATES: An empty list when `start == end`
 """Returns None, not an empty list, for an empty range."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

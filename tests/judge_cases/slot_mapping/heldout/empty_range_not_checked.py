@@ -1,8 +1,5 @@
 # VIOLATES: A range that ends past the table raises `ValueError`, even when it is empty
 """Returns [] for an empty range before checking the table."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

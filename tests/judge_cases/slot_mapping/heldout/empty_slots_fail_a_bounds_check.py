@@ -1,8 +1,5 @@
 # VIOLATES: No tokens changes nothing
 """Checks the largest slot against the cache size, which raises on an empty slot_mapping."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

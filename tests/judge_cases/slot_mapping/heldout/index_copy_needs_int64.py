@@ -1,8 +1,5 @@
 # VIOLATES: `slot_mapping` may be `int64` or `int32`; caches `float32`, `bfloat16` or `float16`
 """Writes with index_copy_, which takes int64 indices only, on the slot_mapping as given."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

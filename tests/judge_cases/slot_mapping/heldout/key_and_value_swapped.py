@@ -1,9 +1,6 @@
 # VIOLATES: Plugged into the model runner, every request's logits equal running it alone
 """Writes the values into key_cache and the keys into value_cache. The sentence states what the other rules give together,
 so no write_kv breaks it alone: this one is checked to fail the end-to-end case its row names."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

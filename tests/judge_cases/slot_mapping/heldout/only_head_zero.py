@@ -1,8 +1,5 @@
 # VIOLATES: `write_kv` stores token i's key and value, all heads, at slot `slot_mapping[i]`
 """Writes head 0 of each token only."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

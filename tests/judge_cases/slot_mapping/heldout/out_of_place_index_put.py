@@ -1,8 +1,5 @@
 # VIOLATES: In place, into the tensors passed (one layer of a multi-layer cache); nothing else in the caches changes
 """Uses the out-of-place index_put, so the caller's caches never change."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

@@ -1,8 +1,5 @@
 # VIOLATES: `key`, `value` and `slot_mapping` are not modified; it returns `None`
 """Returns the caches it wrote into."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

@@ -1,8 +1,5 @@
 # VIOLATES: Return a list of ints (a 1-D integer tensor or array is accepted)
 """Returns the slots as floats."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

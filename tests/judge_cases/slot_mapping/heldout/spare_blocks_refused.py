@@ -1,8 +1,5 @@
 # VIOLATES: Extra blocks at the end of the table are fine
 """Requires the table to hold exactly the blocks the range needs."""
-import torch
-
-
 class TableTooShort(ValueError):
     pass
 

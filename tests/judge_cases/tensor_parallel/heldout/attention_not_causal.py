@@ -50,7 +50,6 @@ def _attention(q, k, v):
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     scores = torch.einsum("thd,shd->hts", q.float(), k.float()) / math.sqrt(hd)
-    future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
     return torch.einsum("hts,shd->thd", scores.softmax(-1), v.float()).to(q.dtype)
 
 
