@@ -1,5 +1,5 @@
-# VIOLATES: While idle the loop waits on an `asyncio.Event`: no engine call at all, not even `has_unfinished_requests`, and at most 25 % of a CPU; `add_request` wakes it
-"""While idle, spins on asyncio.sleep(0) without calling the engine."""
+# VIOLATES: The last output has `finished=True` and a `finish_reason`; after it the iterator stops; every stream ends exactly once
+"""The iterator does not stop after the final output: the next read waits."""
 import asyncio
 import contextlib
 
@@ -27,8 +27,6 @@ class Stream:
         except asyncio.CancelledError:
             self.owner.abort(self.rid)
             raise
-        if out.finished:
-            self.done = True
         return out
 
     async def aclose(self):
@@ -97,7 +95,8 @@ class AsyncLLM:
     async def _loop(self):
         while True:
             if not self.streams:
-                await asyncio.sleep(0)
+                self.wake.clear()
+                await self.wake.wait()
                 continue
             failure = None
             async with self.lock:

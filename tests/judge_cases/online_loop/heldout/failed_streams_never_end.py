@@ -1,5 +1,5 @@
-# VIOLATES: The engine is called by one thread at a time: requests are added and aborts applied only between steps
-"""Applies an abort at once, even while a step runs in its thread."""
+# VIOLATES: The last output has `finished=True` and a `finish_reason`; after it the iterator stops; every stream ends exactly once
+"""Drops a failing step's error: the streams of its requests never end."""
 import asyncio
 import contextlib
 
@@ -61,7 +61,10 @@ class AsyncLLM:
         stream = self.streams.get(request_id)
         if stream is None or stream.ended:
             return
-        self._abort_now(request_id)
+        if self.stepping:
+            self.aborts.append(request_id)
+        else:
+            self._abort_now(request_id)
 
     def _abort_now(self, request_id):
         stream = self.streams.get(request_id)
@@ -109,7 +112,7 @@ class AsyncLLM:
             for out in outputs:
                 self._deliver(out)
             if failure is not None:
-                for rid in failure.request_ids:
+                for rid in []:
                     stream = self.streams.get(rid)
                     if stream is not None:
                         request = self.engine.requests.get(rid)
