@@ -8,7 +8,12 @@ the table writes it>`. Every row must have its file, so a new row without one fa
 
 A sentence that states what the other rules give together (an end-to-end row: "plugged into the model runner,
 every request's logits equal running it alone") cannot be broken alone: its file breaks another rule, and is
-checked to fail the end-to-end case that row names."""
+checked to fail the end-to-end case that row names.
+
+Each file differs from its folder's correct.py by one small edit (`diff heldout/correct.py heldout/<file>.py`
+shows the broken sentence). Only the row's cases run, in this process. A break the judge sees only by timing or
+under a given machine load (an abort applied while a step runs; an idle loop that spins) has no file here: its
+verdict would vary from run to run."""
 
 from __future__ import annotations
 
