@@ -15,16 +15,12 @@ The workload is benchmarks/throughput.py's default one on the embedded model, or
 requests on random weights of Qwen3-0.6B's shape (prompts 16-128 tokens, outputs 4-8: a bounded number of steps,
 each of which costs seconds on a CPU).
 
-`--before-after N` also runs the workload N times each with mini_llm's thin-batch matmul path (`THIN_ROWS` in
-mini_llm/model.py) off and on, alternating, and places both on the roofline: the engine before and after the
-change this roofline motivated, side by side in one run, with the tokens compared.
-
 `--trace-cost N` also measures what tracing costs on the default workload: the engine untraced, with a tracer
 attached then closed ("off": what `tracing()` leaves behind) and traced ("on"), N runs each in alternating order;
 medians and their ratios.
 
     python benchmarks/roofline.py --threads 1                         # embedded model, 64 requests
-    python benchmarks/roofline.py --threads 1 --shape qwen3-0.6b --before-after 2   # 8 requests, Qwen3-0.6B's shape
+    python benchmarks/roofline.py --threads 1 --shape qwen3-0.6b      # 8 requests, Qwen3-0.6B's shape
     python benchmarks/roofline.py --threads 1 --num-requests 16 --trace-cost 3 --json roofline.json
 """
 
@@ -49,7 +45,6 @@ from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.sampling import SamplingParams  # noqa: E402
 from framework.trace import StepRecord, StepTracer, step_cost, tracing  # noqa: E402
 from mini_llm import load_transformer, model_path, pick_device  # noqa: E402
-from mini_llm import model as model_module  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
 
 SHAPE_WORKLOAD = {"num_requests": 8, "prompt_lens": (16, 128), "output_lens": (4, 8)}
@@ -229,28 +224,8 @@ def traced_run(model, vocab: list[int], sizes: dict) -> tuple[list[StepRecord], 
     return tracer.steps, [o.outputs[0].token_ids for o in outputs]
 
 
-def thin_rows_before_after(model, vocab: list[int], sizes: dict, machine: Machine, repeats: int) -> dict:
-    """The workload with mini_llm's thin-batch matmul path off ("before", `THIN_ROWS = 0`) and on ("after"),
-    alternating, `repeats` runs each: each kind of step placed on the roofline over the pooled runs, the CPU-time
-    ratio before/after per kind, and whether the tokens are identical."""
-    default, steps, tokens = model_module.THIN_ROWS, {"before": [], "after": []}, {}
-    try:
-        for r in range(repeats):
-            for variant in ("before", "after") if r % 2 == 0 else ("after", "before"):
-                model_module.THIN_ROWS = 0 if variant == "before" else default
-                run_steps, tokens[variant] = traced_run(model, vocab, sizes)
-                steps[variant] += run_steps
-    finally:
-        model_module.THIN_ROWS = default
-    placed = {v: {kind: place(chosen, machine) for kind, chosen in split_steps(s).items() if chosen}
-              for v, s in steps.items()}
-    return {**placed, "repeats": repeats, "tokens_identical": tokens["before"] == tokens["after"],
-            "before_over_after_cpu": {kind: placed["before"][kind]["cpu_seconds"] / p["cpu_seconds"]
-                                      for kind, p in placed["after"].items()}}
-
-
 def run(num_requests: int | None = None, shape: str | None = None, trace_repeats: int = 0,
-        device: str | None = None, dtype: str = "float32", before_after: int = 0) -> dict:
+        device: str | None = None, dtype: str = "float32") -> dict:
     dev, torch_dtype = pick_device(device), DTYPES[dtype]
     machine = measure_machine(dev, torch_dtype)
     sizes = SHAPE_WORKLOAD if shape else {"num_requests": 64, "prompt_lens": (16, 256), "output_lens": (16, 128)}
@@ -264,8 +239,6 @@ def run(num_requests: int | None = None, shape: str | None = None, trace_repeats
     report |= {name: place(chosen, machine) for name, chosen in split_steps(steps).items() if chosen}
     report["steps"] = [{"rows": s.rows, "flops": s.flops, "bytes": s.bytes, "seconds": s.end - s.start,
                         "cpu_seconds": s.cpu_end - s.cpu_start} for s in steps]
-    if before_after:
-        report["thin_rows"] = thin_rows_before_after(model, vocab, sizes, machine, before_after)
     if trace_repeats:  # on the default benchmark's workload: the embedded model
         if shape:
             model = load_transformer(dtype=torch_dtype, device=dev)
@@ -301,16 +274,6 @@ def format_report(r: dict) -> str:
                      f"{p['intensity_flop_per_byte']:>8.1f}{p['gflops']:>9.1f}{p['gbps']:>7.1f}{p['bound']:>9}"
                      f"{p['fraction_of_bound']:>10.0%}{p['forward_share']:>9.0%}{p['cpu_seconds']:>8.2f}"
                      f"{cpu(p['fraction_of_bound_cpu']):>10}")
-    if "thin_rows" in r:
-        t = r["thin_rows"]
-        lines.append(f"thin-batch matmul path off (before) and on (after), pooled over {t['repeats']} run(s) each, "
-                     f"tokens identical: {t['tokens_identical']}")
-        for kind, after in t["after"].items():
-            before = t["before"][kind]
-            lines.append(f"  {kind:<14}of bound, wall: {before['fraction_of_bound']:.0%} -> "
-                         f"{after['fraction_of_bound']:.0%}; per CPU-s: {cpu(before['fraction_of_bound_cpu'])} -> "
-                         f"{cpu(after['fraction_of_bound_cpu'])}; CPU time before/after "
-                         f"{t['before_over_after_cpu'][kind]:.2f}x")
     if "trace_cost" in r:
         c = r["trace_cost"]
         med, ratio = c["medians"], c["ratios"]
@@ -329,8 +292,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default=None, choices=sorted(SHAPES), help="random weights of this model's shape")
     ap.add_argument("--trace-cost", type=int, default=0, metavar="N",
                     help="also time the default workload untraced, tracer closed and traced, N runs each")
-    ap.add_argument("--before-after", type=int, default=0, metavar="N",
-                    help="also run the workload N times each with mini_llm's thin-batch matmul path off and on")
     ap.add_argument("--device", default=None, help="default: $MINI_LLM_DEVICE, else CUDA if available, else CPU")
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -338,9 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.num_requests is not None and args.num_requests < 1 or min(args.trace_cost, args.before_after) < 0:
-        ap.error("--num-requests must be at least 1, --trace-cost and --before-after at least 0")
-    report = run(args.num_requests, args.shape, args.trace_cost, args.device, args.dtype, args.before_after)
+    if args.num_requests is not None and args.num_requests < 1 or args.trace_cost < 0:
+        ap.error("--num-requests must be at least 1 and --trace-cost at least 0")
+    report = run(args.num_requests, args.shape, args.trace_cost, args.device, args.dtype)
     print(format_report(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

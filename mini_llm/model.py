@@ -70,36 +70,15 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return out.transpose(1, 2)
 
 
-# A product of a few rows (a decode step's) with a weight larger than the caches is bound by reading the weight.
-# On CPU, MKL streams it markedly faster as weight @ x.T than as x @ weight.T, the layout nn.Linear asks for
-# (docs/performance.md measures both): `Linear` takes that path for 2 to THIN_ROWS rows. Same product, rounded
-# differently. 0 turns it off (benchmarks/roofline.py compares the two).
-THIN_ROWS, THIN_MIN_WEIGHT = 32, 1 << 20
-
-
-class Linear(nn.Linear):
-    """nn.Linear without bias, with the thin-batch path above on CPU."""
-
-    def __init__(self, in_features: int, out_features: int) -> None:
-        super().__init__(in_features, out_features, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1]
-        if 1 < rows <= THIN_ROWS and x.device.type == "cpu" and self.weight.numel() >= THIN_MIN_WEIGHT:
-            out = torch.mm(self.weight, x.reshape(rows, -1).t()).t().contiguous()
-            return out.view(*x.shape[:-1], self.out_features)
-        return F.linear(x, self.weight)
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: Qwen3Config, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.n_heads, self.n_kv_heads, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.q_proj = Linear(cfg.hidden_size, self.n_heads * self.hd)
-        self.k_proj = Linear(cfg.hidden_size, self.n_kv_heads * self.hd)
-        self.v_proj = Linear(cfg.hidden_size, self.n_kv_heads * self.hd)
-        self.o_proj = Linear(self.n_heads * self.hd, cfg.hidden_size)
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.hd, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.hd, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.hd, cfg.hidden_size, bias=False)
         # QK-norm: RMSNorm over each head's query and key vector, before RoPE.
         self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
@@ -119,9 +98,9 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: Qwen3Config) -> None:
         super().__init__()
-        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -155,7 +134,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.model = Qwen3Body(cfg)
-        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 

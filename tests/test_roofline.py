@@ -87,20 +87,3 @@ def test_roofline_run_places_the_steps(one_thread, monkeypatch):
     assert report["decode"]["bound"] in ("memory", "compute") and report["prefill_heavy"]["steps"] > 0
     assert set(report["trace_cost"]["ratios"]) == {"off/untraced", "on/untraced"}
 
-
-def test_thin_batch_linear_is_the_same_product(monkeypatch):
-    """mini_llm's Linear, on the path this roofline motivated (a few rows, a large weight, CPU): nn.Linear's
-    product up to fp32 rounding, for 2-D and flat-batch shapes; with THIN_ROWS = 0 it is F.linear exactly."""
-    from mini_llm import model as mm
-
-    g = torch.Generator().manual_seed(0)
-    layer = mm.Linear(1024, 1024)
-    torch.nn.init.normal_(layer.weight, std=0.02, generator=g)
-    for shape in ((8, 1024), (2, 3, 1024), (1, 1024), (40, 1024)):
-        x = torch.randn(shape, generator=g)
-        want = torch.nn.functional.linear(x, layer.weight)
-        got = layer(x)
-        assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-5), shape
-    monkeypatch.setattr(mm, "THIN_ROWS", 0)
-    x = torch.randn(8, 1024, generator=g)
-    assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight))
