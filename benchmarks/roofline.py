@@ -215,13 +215,13 @@ def split_steps(steps: list[StepRecord]) -> dict[str, list[StepRecord]]:
             "decode": [s for s in steps if s.rows["prefill"] == 0], "all_steps": steps}
 
 
-def traced_run(model, vocab: list[int], sizes: dict) -> tuple[list[StepRecord], list[list[int]]]:
-    """The workload of `sizes` through the reference engine, traced: its steps and every request's tokens."""
+def traced_run(model, vocab: list[int], sizes: dict) -> list[StepRecord]:
+    """The steps of the workload of `sizes` through the reference engine, traced."""
     engine, prompts, params = workload_engine(model, sizes["num_requests"], vocab, sizes["prompt_lens"],
                                               sizes["output_lens"])
     with tracing(engine) as tracer:
-        outputs = engine.generate(prompts, params)
-    return tracer.steps, [o.outputs[0].token_ids for o in outputs]
+        engine.generate(prompts, params)
+    return tracer.steps
 
 
 def run(num_requests: int | None = None, shape: str | None = None, trace_repeats: int = 0,
@@ -233,7 +233,7 @@ def run(num_requests: int | None = None, shape: str | None = None, trace_repeats
     with checkpoint_folder(None, shape) as folder:
         model = load_transformer(folder, dtype=torch_dtype, device=dev)
         vocab = prompt_vocab(folder, model.cfg.vocab_size)
-    steps, _ = traced_run(model, vocab, sizes)
+    steps = traced_run(model, vocab, sizes)
     report = {"machine": machine.as_dict(),
               "workload": {"model": f"random {shape}" if shape else "embedded", **sizes, "steps": len(steps)}}
     report |= {name: place(chosen, machine) for name, chosen in split_steps(steps).items() if chosen}
