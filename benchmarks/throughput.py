@@ -474,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--systems {args.systems}: give each system once, from {', '.join(SYSTEMS + EXTRA_SYSTEMS)}")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.num_requests is not None and args.num_requests < 1:
+        ap.error("--num-requests must be at least 1")
     if args.shape and args.model:
         ap.error("--model and --shape both name the weights: give one")
     if args.shape_layers is not None and (not args.shape or args.shape_layers < 1):
