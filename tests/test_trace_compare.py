@@ -1,0 +1,129 @@
+"""Your engine against the reference (framework/trace_compare.py, course/traces.py): two traces of one workload
+agree where the engines plan alike; a scheduler that puts prompt chunks before decodes (a wrong fixture of
+exercise 129) differs at the step chapter 05's comparison names, with the rows it prints; the figures draw; a
+chapter cell says so when your part is not written yet."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")  # before pyplot: the figures are drawn, not shown
+
+import course  # noqa: E402
+from benchmarks.repetitive import repetitive_prompts  # noqa: E402
+import mini_llm  # noqa: E402
+import solutions.engine  # noqa: E402
+import solutions.preemption  # noqa: E402
+from course import figures, traces  # noqa: E402
+from framework.engine import EngineConfig  # noqa: E402
+from framework.sampling import SamplingParams  # noqa: E402
+from framework.spec_decode import SpeculativeConfig  # noqa: E402
+from framework.trace_compare import Row, first_difference  # noqa: E402
+from solutions import spec_decode  # noqa: E402
+
+WRONG = Path(__file__).parent / "judge_cases" / "scheduler" / "wrong_prefills_before_decodes.py"
+CONFIG = EngineConfig(token_budget=64, max_num_seqs=8, num_blocks=4096, block_size=16)  # chapter 05's timeline
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return mini_llm.load_transformer(dtype=torch.float32)
+
+
+def decode_last_engine() -> type:
+    """The reference engine behind the wrong scheduler: running prompt chunks before the decodes."""
+    spec = importlib.util.spec_from_file_location("wrong_prefills_before_decodes", WRONG)
+    wrong = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wrong)
+    scheduler = type("Scheduler", (wrong.Scheduler,), {"preemption": solutions.preemption})
+    return type("LLMEngine", (solutions.engine.LLMEngine,), {"scheduler_cls": scheduler})
+
+
+def chapter_05_drive(engine) -> None:
+    """Chapter 05's timeline workload: twelve chat requests arriving over 40 steps, documents of 300 and 500
+    tokens at steps 8 and 20 (`timeline_workload` and `run_timeline` there, on the engine)."""
+    rng = random.Random(1)
+    work = [(rng.randrange(0, 40), rng.randrange(10, 61), rng.randrange(10, 61)) for _ in range(12)]
+    pending = sorted(work + [(8, 300, 20), (20, 500, 20)])
+    step = 0
+    while pending or engine.has_unfinished_requests():
+        while pending and pending[0][0] <= step:
+            arrival, prompt, max_tokens = pending.pop(0)
+            engine.add_request(list(range(1, prompt + 1)), SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+        engine.step()
+        step += 1
+
+
+def test_identical_plans_have_no_difference(model, tmp_path):
+    """Two runs of one engine, and a run against its own saved trace read back: no difference."""
+    one, _ = traces.traced(solutions.engine.LLMEngine(model, CONFIG), chapter_05_drive, 1000)
+    two, _ = traces.traced(solutions.engine.LLMEngine(model, CONFIG), chapter_05_drive, 1000)
+    assert first_difference(one, two) is None
+    one.save(tmp_path / "one.json")
+    assert first_difference(tmp_path / "one.json", two) is None
+
+
+def test_decode_last_scheduler_differs_where_chapter_05_says(model):
+    """At step 10 (index 9) the 300-token document is running: the reference decodes the five running requests
+    first and gives the document the 59 tokens left; decode-last gives it all 64 and skips the decodes."""
+    reference, _ = traces.traced(solutions.engine.LLMEngine(model, CONFIG), chapter_05_drive, 1000)
+    yours, error = traces.traced(decode_last_engine()(model, CONFIG), chapter_05_drive, 1000)
+    assert error is None
+    diff = first_difference(yours, reference)
+    assert diff.step == 9 and diff.what[0] == "scheduled requests"
+    assert diff.rows[0] == [Row("#5", "prefill", 64, 0, 5)]
+    assert diff.rows[1] == [Row(f"#{i}", "decode", 1, 0, b) for i, b in enumerate((4, 2, 3, 2, 3))] + \
+        [Row("#5", "prefill", 59, 0, 5)]
+    assert [len(s) for s in diff.steps] == [10, 10]
+    table = diff.table().splitlines()
+    assert table[0] == "first difference at step 10 (trace index 9): scheduled requests"
+    assert table[-1].split() == ["#5", "prefill", "64", "5", "prefill", "59", "5", "<"]
+    assert table[3].split() == ["#0", "-", "decode", "1", "4", "<"]
+    figures.trace_comparison(diff, "decode-last against the reference")
+    figures.step_timeline(reference.steps, list(reference.requests.values()), "the reference")
+
+
+def test_chapter_cell_with_your_wrong_scheduler(model, monkeypatch, capsys):
+    """The chapter's cell with COURSE_IMPL=practice: your scheduler (here the wrong fixture) against the reference,
+    the table printed; with your practice/scheduler.py as shipped (a stub), a line saying it is not written yet."""
+    monkeypatch.setattr(course, "IMPL", "practice")
+    monkeypatch.setattr(traces, "your_modules", lambda part: type("M", (), {"LLMEngine": decode_last_engine()}))
+    diff = traces.against_reference("scheduler", lambda m: m.LLMEngine(model, CONFIG), chapter_05_drive, "ch05")
+    assert diff.step == 9 and "first difference at step 10" in capsys.readouterr().out
+    monkeypatch.undo()
+    monkeypatch.setattr(course, "IMPL", "practice")
+    config = EngineConfig(token_budget=16, block_size=4)
+    assert traces.against_reference("scheduler", lambda m: m.LLMEngine(model, config),
+                                    lambda e: e.generate([[1, 2, 3]], SamplingParams(max_tokens=2)), "stub") is None
+    assert "practice/scheduler.py is not written yet" in capsys.readouterr().out
+
+
+def test_speculation_drafts_in_the_comparison(model):
+    """With speculation on, the rows carry the drafts: the same workload with and without it first differs at the
+    first step that drafted, and its table has a drafts column."""
+    prompts, _ = repetitive_prompts(model, mini_llm.load_tokenizer(), 2, 0, (8, 12))  # text that repeats itself
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    config = dict(token_budget=64, block_size=4, num_blocks=64)
+    plain, _ = traces.traced(solutions.engine.LLMEngine(model, EngineConfig(**config)),
+                             lambda e: e.generate(prompts, params), 100)
+    spec, _ = traces.traced(spec_decode.SpecDecodeEngine(model, EngineConfig(**config,
+                                                                             speculative=SpeculativeConfig())),
+                            lambda e: e.generate(prompts, params), 100)
+    diff = first_difference(spec, plain, labels=("speculative", "plain"))
+    first_draft = next(s.index for s in spec.steps if s.rows["draft"])
+    assert diff.step == first_draft and "drafts" in diff.what
+    assert "drafts" in diff.table().splitlines()[2]
