@@ -781,16 +781,21 @@ def _draw_steps(ax_rows, ax_requests, steps, requests, label: str = "") -> None:
             ax_rows.bar(x, values, bottom=bottom, width=0.85, color=c, label=f"{kind} rows")
             bottom += values
     top = max(bottom.max(initial=1), 1)
-    if steps:
-        ax_rows.axhline(steps[0].token_budget, color="black", ls="--", lw=0.8, label="token budget")
-        top = max(top, steps[0].token_budget)
+    budget = steps[0].token_budget if steps else 0
+    if budget <= 2 * top:
+        ax_rows.axhline(budget, color="black", ls="--", lw=0.8, label="token budget")
+        top = max(top, budget)
+    elif budget:  # a budget far above every step would flatten the bars
+        ax_rows.plot([], [], ls="none", label=f"token budget {budget}\n(above the scale)")
     for s, height in zip(steps, bottom):
         if s.preempted:
             ax_rows.plot(s.index + 1, height + 0.06 * top, "x", color="tab:red", mew=2, ms=7)
         if s.prefix_hit_tokens:
             ax_rows.plot(s.index + 1, height + 0.06 * top, "v", color="tab:purple", ms=7)
-    ax_rows.plot([], [], "x", color="tab:red", mew=2, label="preemption")
-    ax_rows.plot([], [], "v", color="tab:purple", label="prefix hit")
+    if any(s.preempted for s in steps):
+        ax_rows.plot([], [], "x", color="tab:red", mew=2, label="preemption")
+    if any(s.prefix_hit_tokens for s in steps):
+        ax_rows.plot([], [], "v", color="tab:purple", label="prefix hit")
     ax_rows.set_ylim(0, 1.2 * top)
     ax_rows.set_ylabel(f"{label}\nrows (tokens)" if label else "rows (tokens)")
     kv = ax_rows.twinx()
@@ -800,7 +805,7 @@ def _draw_steps(ax_rows, ax_requests, steps, requests, label: str = "") -> None:
     kv.set_ylim(0, 1.2 * max(used + [1]))
     kv.set_ylabel("KV blocks used")
     handles = [h for ax in (ax_rows, kv) for h in ax.get_legend_handles_labels()[0]]
-    ax_rows.legend(handles, [h.get_label() for h in handles], loc="upper left", bbox_to_anchor=(1.1, 1.0),
+    ax_rows.legend(handles, [h.get_label() for h in handles], loc="upper left", bbox_to_anchor=(1.12, 1.0),
                    fontsize=7, frameon=False)
     starts, ends = [s.start for s in steps], [s.end for s in steps]
     where = {r.request_id: i for i, r in enumerate(requests)}
@@ -828,7 +833,7 @@ def _draw_steps(ax_rows, ax_requests, steps, requests, label: str = "") -> None:
     ax_requests.set_yticks(range(len(requests)), [f"#{i}" for i in range(len(requests))], fontsize=7)
     ax_requests.set_ylim(len(requests) - 0.5, -0.5)
     ax_requests.set_ylabel("request")
-    ax_requests.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), fontsize=7, frameon=False)
+    ax_requests.legend(loc="upper left", bbox_to_anchor=(1.12, 1.0), fontsize=7, frameon=False)
 
 
 def _trace_figure(panels: int, num_requests: int, num_steps: int):

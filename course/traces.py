@@ -36,7 +36,7 @@ def reference_modules(part: str) -> Any:
     names = dict(vars(engine), LLMEngine=engine.LLMEngine)  # NotInThisCopy here, where it is not shipped
     if part in course.ON_THE_ENGINE:
         own = course.reference(f"solutions.{part}")
-        names.update({k: getattr(own, k) for k in dir(own) if not k.startswith("_")})
+        names = {**{k: getattr(own, k) for k in dir(own)}, **names}  # the engine's LLMEngine, not one it imports
     return SimpleNamespace(**{k: v for k, v in names.items() if not k.startswith("_")})
 
 
@@ -53,7 +53,8 @@ def your_modules(part: str) -> Any:
     if part not in course.ON_THE_ENGINE:
         return engine
     own: ModuleType = importlib.import_module(f"practice.{part}")
-    return SimpleNamespace(**{k: v for base in (engine, own) for k, v in vars(base).items() if not k.startswith("_")})
+    # the part's names, then the engine's (its LLMEngine, not one the part's file imports)
+    return SimpleNamespace(**{k: v for base in (own, engine) for k, v in vars(base).items() if not k.startswith("_")})
 
 
 def traced(engine: Any, drive: Callable[[Any], Any], max_steps: int) -> tuple[StepTracer, BaseException | None]:
