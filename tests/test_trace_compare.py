@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib
 import pytest
@@ -53,14 +54,15 @@ def decode_last_engine() -> type:
     return type("LLMEngine", (solutions.engine.LLMEngine,), {"scheduler_cls": scheduler})
 
 
-def chapter_05_drive(engine) -> None:
+def chapter_05_drive(engine, num_steps: int | None = None) -> None:
     """Chapter 05's timeline workload: twelve chat requests arriving over 40 steps, documents of 300 and 500
-    tokens at steps 8 and 20 (`timeline_workload` and `run_timeline` there, on the engine)."""
+    tokens at steps 8 and 20 (`timeline_workload` and `run_timeline` there, on the engine); its first `num_steps`
+    steps only, if given (the plans up to a step do not depend on the steps after it)."""
     rng = random.Random(1)
     work = [(rng.randrange(0, 40), rng.randrange(10, 61), rng.randrange(10, 61)) for _ in range(12)]
     pending = sorted(work + [(8, 300, 20), (20, 500, 20)])
     step = 0
-    while pending or engine.has_unfinished_requests():
+    while (pending or engine.has_unfinished_requests()) and step != num_steps:
         while pending and pending[0][0] <= step:
             arrival, prompt, max_tokens = pending.pop(0)
             engine.add_request(list(range(1, prompt + 1)), SamplingParams(max_tokens=max_tokens, ignore_eos=True))
@@ -68,20 +70,33 @@ def chapter_05_drive(engine) -> None:
         step += 1
 
 
-def test_identical_plans_have_no_difference(model, tmp_path):
-    """Two runs of one engine, and a run against its own saved trace read back: no difference."""
-    one, _ = traces.traced(solutions.engine.LLMEngine(model, CONFIG), chapter_05_drive, 1000)
-    two, _ = traces.traced(solutions.engine.LLMEngine(model, CONFIG), chapter_05_drive, 1000)
-    assert first_difference(one, two) is None
-    one.save(tmp_path / "one.json")
-    assert first_difference(tmp_path / "one.json", two) is None
+def first_12(engine) -> None:
+    chapter_05_drive(engine, 12)
 
 
-def test_decode_last_scheduler_differs_where_chapter_05_says(model):
+@pytest.fixture(scope="module")
+def reference(model):
+    """The reference's trace of the whole workload."""
+    return traces.traced(solutions.engine.LLMEngine(model, CONFIG), chapter_05_drive, 1000)[0]
+
+
+def test_identical_plans_have_no_difference(model, reference, tmp_path):
+    """Two runs of one engine, and a run against its own saved trace read back: no difference; a run cut short
+    differs where it stopped."""
+    again, _ = traces.traced(solutions.engine.LLMEngine(model, CONFIG), chapter_05_drive, 1000)
+    assert first_difference(again, reference) is None
+    reference.save(tmp_path / "reference.json")
+    assert first_difference(tmp_path / "reference.json", again) is None
+    short, _ = traces.traced(solutions.engine.LLMEngine(model, CONFIG), first_12, 1000)
+    diff = first_difference(short, reference)
+    assert diff.step == len(short.steps) and diff.what == ["scheduled requests", "number of steps"]
+    assert "yours had no such step" in diff.table().splitlines()[0]
+
+
+def test_decode_last_scheduler_differs_where_chapter_05_says(model, reference):
     """At step 10 (index 9) the 300-token document is running: the reference decodes the five running requests
     first and gives the document the 59 tokens left; decode-last gives it all 64 and skips the decodes."""
-    reference, _ = traces.traced(solutions.engine.LLMEngine(model, CONFIG), chapter_05_drive, 1000)
-    yours, error = traces.traced(decode_last_engine()(model, CONFIG), chapter_05_drive, 1000)
+    yours, error = traces.traced(decode_last_engine()(model, CONFIG), first_12, 1000)
     assert error is None
     diff = first_difference(yours, reference)
     assert diff.step == 9 and diff.what[0] == "scheduled requests"
@@ -97,19 +112,48 @@ def test_decode_last_scheduler_differs_where_chapter_05_says(model):
     figures.step_timeline(reference.steps, list(reference.requests.values()), "the reference")
 
 
-def test_chapter_cell_with_your_wrong_scheduler(model, monkeypatch, capsys):
+@pytest.fixture()
+def stored(tmp_path, monkeypatch) -> Path:
+    """Where the chapters' cells store the reference's traces: a temporary folder."""
+    monkeypatch.setattr(traces, "STORED", tmp_path)
+    return tmp_path
+
+
+def test_chapter_cell_with_your_wrong_scheduler(model, monkeypatch, capsys, stored):
     """The chapter's cell with COURSE_IMPL=practice: your scheduler (here the wrong fixture) against the reference,
     the table printed; with your practice/scheduler.py as shipped (a stub), a line saying it is not written yet."""
     monkeypatch.setattr(course, "IMPL", "practice")
-    monkeypatch.setattr(traces, "your_modules", lambda part: type("M", (), {"LLMEngine": decode_last_engine()}))
-    diff = traces.against_reference("scheduler", lambda m: m.LLMEngine(model, CONFIG), chapter_05_drive, "ch05")
+    make = lambda m: m.LLMEngine(model, CONFIG)  # noqa: E731
+    with monkeypatch.context() as m:
+        m.setattr(traces, "your_modules", lambda part: SimpleNamespace(LLMEngine=decode_last_engine()))
+        diff = traces.against_reference("scheduler", make, first_12, "ch05")
     assert diff.step == 9 and "first difference at step 10" in capsys.readouterr().out
-    monkeypatch.undo()
-    monkeypatch.setattr(course, "IMPL", "practice")
-    config = EngineConfig(token_budget=16, block_size=4)
-    assert traces.against_reference("scheduler", lambda m: m.LLMEngine(model, config),
-                                    lambda e: e.generate([[1, 2, 3]], SamplingParams(max_tokens=2)), "stub") is None
+    assert traces.against_reference("scheduler", make, first_12, "stub") is None
     assert "practice/scheduler.py is not written yet" in capsys.readouterr().out
+
+
+def test_reference_trace_stored_for_a_copy_without_the_reference(model, monkeypatch, stored):
+    """Where the reference engine runs, its trace is stored timed by steps (the same file on every run); a copy
+    without it (a student edition) compares with the stored trace, which plans as the live one."""
+    make = lambda m: m.LLMEngine(model, CONFIG)  # noqa: E731
+    live = traces.reference_trace("scheduler", make, first_12)
+    text = (stored / "scheduler.json").read_text()
+    assert traces.reference_trace("scheduler", make, first_12) and (stored / "scheduler.json").read_text() == text
+    steps, requests = live
+    assert [(s.start, s.end) for s in steps[:2]] == [(0.0, 1.0), (1.0, 2.0)]
+    assert [r.request_id for r in requests] == [f"#{i}" for i in range(len(requests))]
+    assert all(r.arrival <= r.steps[0] < (r.first_token or 1e9) for r in requests if r.steps)
+    assert [r.first_token for r in requests[:4]] == [1.0, 2.0, 2.0, 5.0]  # as chapter 05's timeline draws them
+
+    def absent(part):
+        raise course.NotInThisCopy("LLMEngine", "solutions/engine.py")
+
+    monkeypatch.setattr(traces, "reference_modules", absent)
+    loaded = traces.reference_trace("scheduler", make, first_12)
+    assert first_difference(loaded, live) is None and loaded[1] == live[1]
+    (stored / "scheduler.json").unlink()
+    with pytest.raises(course.NotInThisCopy):
+        traces.reference_trace("scheduler", make, first_12)
 
 
 def test_speculation_drafts_in_the_comparison(model):
