@@ -5,6 +5,7 @@ chapter cell says so when your part is not written yet."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import random
 from pathlib import Path
@@ -171,3 +172,15 @@ def test_speculation_drafts_in_the_comparison(model):
     first_draft = next(s.index for s in spec.steps if s.rows["draft"])
     assert diff.step == first_draft and "drafts" in diff.what
     assert "drafts" in diff.table().splitlines()[2]
+
+
+def test_a_part_neither_yours_nor_shipped_stops_the_cell(monkeypatch):
+    """In a student edition, the engine around your part needs the other parts: one that is neither passed nor
+    shipped stops the cell as every chapter cell stops (course.NotPassedYet: the stored output, under one line)."""
+    picked = course.choices()
+    picked["block_pool"] = dataclasses.replace(picked["block_pool"], yours=False, has_reference=False)
+    monkeypatch.setattr(course, "choices", lambda: dict(picked))
+    with pytest.raises(course.NotPassedYet) as stop:
+        traces.your_modules("scheduler")
+    assert stop.value.line() == ("this cell runs your scheduler in the engine, which needs block_pool (exercise 125), "
+                                 "which you have not passed yet")
