@@ -159,6 +159,9 @@ def against_reference(part: str, make: Callable[[Any], Any], drive: Callable[[An
         return None
     if error is not None:
         print(f"your engine stopped after {len(yours.steps)} traced steps: {type(error).__name__}: {error}")
+    elif not yours.steps:  # the tracer sees the steps that LLMEngine.step runs
+        print("no step of your engine was traced: the trace records each call of LLMEngine.step, which generate "
+              "must call for every step")
     diff = first_difference(yours, reference)
     if diff is None:
         print(f"your {where} plans all {len(ref_steps)} steps as the reference does: the same requests, "
