@@ -773,6 +773,11 @@ def _step_of(times: Sequence[float], t: float | None) -> int | None:
 def _draw_steps(ax_rows, ax_requests, steps, requests, label: str = "") -> None:
     """Rows by kind per step, KV blocks used, preemption and prefix-hit markers on `ax_rows`; each request's
     lifetime (queued, the steps it ran in by kind, first token, finish) on `ax_requests`. Step i is drawn at i + 1."""
+    _draw_rows(ax_rows, steps, label)
+    _draw_lifetimes(ax_requests, steps, requests)
+
+
+def _draw_rows(ax_rows, steps, label: str) -> None:
     x = np.array([s.index + 1 for s in steps])
     bottom = np.zeros(len(steps))
     for kind, c in _KINDS.items():
@@ -807,6 +812,9 @@ def _draw_steps(ax_rows, ax_requests, steps, requests, label: str = "") -> None:
     handles = [h for ax in (ax_rows, kv) for h in ax.get_legend_handles_labels()[0]]
     ax_rows.legend(handles, [h.get_label() for h in handles], loc="upper left", bbox_to_anchor=(1.12, 1.0),
                    fontsize=7, frameon=False)
+
+
+def _draw_lifetimes(ax_requests, steps, requests) -> None:
     starts, ends = [s.start for s in steps], [s.end for s in steps]
     where = {r.request_id: i for i, r in enumerate(requests)}
     for s in steps:
@@ -818,16 +826,19 @@ def _draw_steps(ax_rows, ax_requests, steps, requests, label: str = "") -> None:
         for rid in s.preempted:
             if rid in where:
                 ax_requests.plot(s.index + 1, where[rid], "x", color="tab:red", mew=2, ms=7)
+    queued = False
     for i, r in enumerate(requests):
         first = steps[r.steps[0]].index if r.steps and r.steps[0] < len(steps) else None
         arrival = _step_of(starts, r.arrival)
         if arrival is not None and first is not None and first > arrival:
             ax_requests.plot([arrival + 0.575, first + 0.575], [i, i], color="gray", lw=2, alpha=0.6)
+            queued = True
         for t, marker in ((r.first_token, "o"), (r.finish, "|")):
             at = _step_of(ends, t)
             if at is not None and at < len(steps):
                 ax_requests.plot(at + 1, i, marker, color="black", ms=5 if marker == "o" else 11, mew=2)
-    ax_requests.plot([], [], color="gray", lw=2, alpha=0.6, label="queued")
+    if queued:
+        ax_requests.plot([], [], color="gray", lw=2, alpha=0.6, label="queued")
     ax_requests.plot([], [], "o", color="black", ms=5, label="first token")
     ax_requests.plot([], [], "|", color="black", ms=11, mew=2, label="finished")
     ax_requests.set_yticks(range(len(requests)), [f"#{i}" for i in range(len(requests))], fontsize=7)
