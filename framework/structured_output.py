@@ -34,14 +34,11 @@ from .request import Request
 from .sampling import SamplingParams, StructuredOutputsParams
 from .scheduler import ScheduledRequest, SchedulerOutput
 
-MAX_ROLLBACK_TOKENS = 32  # the most tokens a matcher can roll back: more than any step's drafts
-
-
 class Grammar:
     """One request's matcher: the state of its grammar after the tokens it accepted (`token_ids`)."""
 
     def __init__(self, compiled: xgr.CompiledGrammar) -> None:
-        self.matcher = xgr.GrammarMatcher(compiled, max_rollback_tokens=MAX_ROLLBACK_TOKENS)
+        self.matcher = xgr.GrammarMatcher(compiled)
         self.token_ids: list[int] = []  # accepted and not rolled back
 
     def accept_token(self, token_id: int) -> bool:
@@ -53,16 +50,20 @@ class Grammar:
 
     def rollback(self, num_tokens: int) -> None:
         """Undo the last `num_tokens` accepted tokens."""
-        if not 0 <= num_tokens <= min(len(self.token_ids), MAX_ROLLBACK_TOKENS):
-            raise ValueError(f"cannot roll back {num_tokens} tokens: the grammar accepted {len(self.token_ids)} "
-                             f"and keeps the states of the last {MAX_ROLLBACK_TOKENS}")
+        if not 0 <= num_tokens <= len(self.token_ids):
+            raise ValueError(f"cannot roll back {num_tokens} tokens: the grammar holds {len(self.token_ids)}")
         if num_tokens:
             self.matcher.rollback(num_tokens)
             del self.token_ids[-num_tokens:]
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
-        """Write the tokens allowed next into row `row` of `bitmask` (int32 `[rows, ceil(vocab / 32)]`)."""
-        self.matcher.fill_next_token_bitmask(bitmask, row)
+        """Write the tokens allowed next into row `row` of `bitmask` (int32 `[rows, ceil(vocab / 32)]`). Once the
+        grammar has ended, the row is left as it is: only a draft's row can follow the end (its request stops at
+        the token that ended it), as vLLM's `grammar_bitmask` skips a terminated matcher."""
+        if not 0 <= row < bitmask.shape[0]:
+            raise IndexError(f"row {row} is outside the bitmask's {bitmask.shape[0]} rows (one per logits row)")
+        if not self.matcher.is_terminated():
+            self.matcher.fill_next_token_bitmask(bitmask, row)
 
     def is_terminated(self) -> bool:
         """Whether the grammar has reached its end (it accepted a stop token after a complete output)."""

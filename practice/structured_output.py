@@ -28,8 +28,7 @@ def apply_grammar_bitmask(logits: torch.Tensor, rows: Sequence, bitmask: torch.T
     with its grammar as it is, row 1 + i after the grammar accepted draft i (`grammar.accept_token`; leave it
     advanced). Then apply the whole bitmask to `logits` in one call (`apply_token_bitmask`).
     """
-    raise NotImplementedError("exercise 136: apply_grammar_bitmask is not implemented yet "
-                              "(practice/structured_output.py)")
+    raise NotImplementedError("exercise 136: apply_grammar_bitmask is not implemented (practice/structured_output.py)")
 
 
 def update_grammar(grammar: Grammar, draft_token_ids: list[int], token_ids: list[int],
