@@ -7,21 +7,20 @@ xgrammar, vLLM's and SGLang's default backend: the compiled grammar knows, for e
 next. Each constrained request gets its own matcher (`Grammar`) when it is added. Every step, the rows of the
 logits that are sampled get one row each of a bitmask `[rows, ceil(vocab / 32)]` (bit t of a row: token t is
 allowed), filled by the matchers, and one call masks the forbidden tokens to -inf before sampling. After the
-step each matcher accepts the tokens its request emitted. vLLM's counterparts: `StructuredOutputManager`
-(`grammar_init`, `grammar_bitmask`) in vllm/v1/structured_output/__init__.py, `XgrammarBackend` and
-`XgrammarGrammar` in vllm/v1/structured_output/backend_xgrammar.py, and `apply_grammar_bitmask` in
-vllm/v1/structured_output/utils.py (at 00388f6573cc).
+step each matcher accepts the tokens its request emitted. vLLM's counterpart is `StructuredOutputManager` in
+vllm/v1/structured_output/__init__.py (at 8ae7ba4d4db4): `grammar_init` compiles a request's grammar in a thread
+pool, `grammar_bitmask` fills one row per sampled position.
 
 With speculation, a matcher must also give the masks of the draft positions: row i of a drafted request is the
 mask after its first i drafts, so the matcher advances through the drafts while it fills them, and after
 verification rolls back the drafts that were rejected. A draft the grammar forbids could never be accepted:
-drafts are cut before the forward pass at the first one the grammar refuses (vLLM's scheduler does so in
-`update_draft_token_ids` with the grammar's `validate_tokens`).
+drafts are cut before the forward pass at the first one the grammar refuses, so that no row is spent on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from typing import Callable, NamedTuple, Sequence
@@ -164,16 +163,24 @@ def constraint_key(params: StructuredOutputsParams) -> tuple[str, str]:
                 raise ValueError(f"structured_outputs.json is not valid JSON: {error}") from None
         if not isinstance(schema, (dict, bool)):
             raise ValueError(f"structured_outputs.json must be a JSON schema (an object), got {type(schema).__name__}")
-        try:
-            jsonschema.validators.validator_for(schema).check_schema(schema)
-        except jsonschema.SchemaError as error:
-            where = "/".join(str(p) for p in error.absolute_path) or "the top level"
-            raise ValueError(f"structured_outputs.json is not a valid JSON schema (at {where}): {error.message}") \
-                from None
-        return kind, json.dumps(schema, separators=(",", ":"))  # the order of properties is kept: it is the output's
+        text = json.dumps(schema, separators=(",", ":"))  # the order of properties is kept: it is the output's
+        _check_schema(text)
+        return kind, text
     if kind == "choice":
         return kind, json.dumps(list(value))
     return kind, "" if kind == "json_object" else value
+
+
+@functools.lru_cache(maxsize=256)
+def _check_schema(text: str) -> None:
+    """ValueError naming the problem if the schema (JSON text) is not valid against its metaschema; cached, as
+    requests tend to repeat a few schemas and a check costs milliseconds."""
+    schema = json.loads(text)
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as error:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        raise ValueError(f"structured_outputs.json is not a valid JSON schema (at {where}): {error.message}") from None
 
 
 # -----------------------------------------------------------------------------------------------------------------
