@@ -23,7 +23,7 @@ import judge
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
-EVERY = ",".join(str(i) for i in range(125, 136))
+EVERY = ",".join(str(i) for i in range(125, 137))
 
 # A student's Python: the edition alone on sys.path. This sitecustomize drops the import finder of this checkout's
 # editable install (pip install -e .), which would otherwise find solutions/ and judge/hidden/ here.
