@@ -1,7 +1,8 @@
 """Structured output on the engine (framework/structured_output.py with the reference of exercise 136), on the
 embedded model: every output that finishes with "stop" is JSON valid against its schema (jsonschema), one cut by
 max_tokens is a prefix the grammar accepts, with speculation off and on; a grammar that allows everything leaves
-greedy decoding as it was; bad constraints are refused at the door; compiling is cached."""
+greedy decoding as it was; bad constraints are refused at the door; compiling is cached; prompt chunks get no
+mask."""
 
 from __future__ import annotations
 
@@ -63,29 +64,22 @@ def check_meets(eng, out, constraint: StructuredOutputsParams) -> None:
 
 @pytest.mark.parametrize("speculative", [False, True], ids=["plain", "speculative"])
 def test_constrained_outputs_meet_their_schema_in_a_mixed_batch(parts, speculative):
-    eng = engine(parts, speculative)
+    """A token budget of 16: the long prompt is prefilled in chunks, which sample nothing and get no mask."""
+    eng = engine(parts, speculative, token_budget=16)
     constraint = StructuredOutputsParams(json=PERSON)
     params = [SamplingParams(max_tokens=40, structured_outputs=constraint),
               SamplingParams(max_tokens=8),  # unconstrained, in the same batch
               SamplingParams(max_tokens=40, temperature=1.0, seed=3, structured_outputs=constraint),
               SamplingParams(max_tokens=6, structured_outputs=constraint)]  # cut by max_tokens: a valid prefix
-    outs = generate(eng, PROMPTS + PROMPTS[:1], params)
+    outs = generate(eng, [" ".join(PROMPTS * 4)] + PROMPTS, params)
     for out, p in zip(outs, params):
         if p.structured_outputs is not None:
             check_meets(eng, out, p.structured_outputs)
     assert [o.outputs[0].finish_reason for o in outs] == ["stop", "length", "stop", "length"]
+    with pytest.raises(json.JSONDecodeError):  # the unconstrained request, free, tells a story
+        json.loads(output_text(eng, outs[1]))
     assert eng.grammar_compiler.num_compiled == 1  # one schema, compiled once for three requests
     assert not eng.grammars  # every matcher dropped with its finished request
-
-
-def test_the_model_fails_the_schema_freely_and_meets_it_constrained(parts):
-    eng = engine(parts)
-    free = generate(eng, PROMPTS[:1], SamplingParams(max_tokens=12))[0]
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(output_text(eng, free))
-    constrained = generate(eng, PROMPTS[:1], SamplingParams(max_tokens=40, structured_outputs=StructuredOutputsParams(
-        json=PERSON)))[0]
-    jsonschema.validate(json.loads(output_text(eng, constrained)), PERSON)
 
 
 def test_a_grammar_that_allows_everything_leaves_greedy_decoding_as_it_was(parts):
@@ -107,14 +101,14 @@ SCHEMAS = st.sampled_from([
 ])
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+@settings(max_examples=4, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(schema=SCHEMAS, seed=st.integers(0, 2**16), temperature=st.sampled_from([0.0, 1.0]),
        speculative=st.booleans())
 def test_small_schemas_any_seed_with_and_without_speculation(parts, schema, seed, temperature, speculative):
     eng = engine(parts, speculative)
     constraint = StructuredOutputsParams(json=schema)
-    params = SamplingParams(max_tokens=16, temperature=temperature, seed=seed, structured_outputs=constraint)
+    params = SamplingParams(max_tokens=12, temperature=temperature, seed=seed, structured_outputs=constraint)
     for out in generate(eng, PROMPTS[:2], params):
         check_meets(eng, out, constraint)
 
