@@ -115,10 +115,6 @@ class GrammarCompiler:
         """For a vocabulary given as the text of each token (token id = index), e.g. a toy one in a test."""
         return cls(xgr.TokenizerInfo(list(tokens), vocab_type=xgr.VocabType.RAW, stop_token_ids=[eos_token_id]))
 
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer_info.vocab_size
-
     def grammar(self, params: StructuredOutputsParams) -> Grammar:
         """A fresh matcher of `params`'s grammar (compiled on first use)."""
         return Grammar(self.compile(params))
@@ -252,7 +248,7 @@ class StructuredOutputEngineMixin:
             logits = execute(items)
             start = time.perf_counter()
             self.apply_grammar_bitmask(logits, rows, allocate_bitmask(logits.shape[0], logits.shape[-1]))
-            if logits.is_cuda:
+            if logits.is_cuda:  # the kernel is asynchronous: its time counts only once it has run
                 torch.cuda.synchronize(logits.device)
             self.mask_seconds += time.perf_counter() - start
             return logits
