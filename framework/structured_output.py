@@ -8,7 +8,7 @@ next. Each constrained request gets its own matcher (`Grammar`) when it is added
 logits that are sampled get one row each of a bitmask `[rows, ceil(vocab / 32)]` (bit t of a row: token t is
 allowed), filled by the matchers, and one call masks the forbidden tokens to -inf before sampling. After the
 step each matcher accepts the tokens its request emitted. vLLM's counterpart is `StructuredOutputManager` in
-vllm/v1/structured_output/__init__.py (at 8ae7ba4d4db4): `grammar_init` compiles a request's grammar in a thread
+vllm/v1/structured_output/__init__.py (at b31e9326a7d9): `grammar_init` compiles a request's grammar in a thread
 pool, `grammar_bitmask` fills one row per sampled position.
 
 With speculation, a matcher must also give the masks of the draft positions: row i of a drafted request is the

@@ -2,9 +2,8 @@
 matcher advanced, finished and rolled back after the step. The compiler, the matchers and the engine's plumbing
 are framework/structured_output.py; `LLM` is the reference engine with structured outputs.
 
-The shapes follow vLLM: one bitmask row per sampled row, filled by the matchers (`StructuredOutputManager.
-grammar_bitmask` in vllm/v1/structured_output/__init__.py at 8ae7ba4d4db4) and applied in one call before the
-sampler.
+The shapes follow vLLM: one bitmask row per sampled row, filled by the matchers and applied in one call before
+the sampler (`StructuredOutputManager.grammar_bitmask` in vllm/v1/structured_output/__init__.py at b31e9326a7d9).
 """
 
 from __future__ import annotations
