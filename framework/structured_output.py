@@ -4,7 +4,7 @@ module), is which logits rows get which mask, and advancing, finishing and rolli
 
 A grammar (a JSON schema, a regex, a choice, an EBNF grammar) is compiled against the tokenizer's vocabulary by
 xgrammar, vLLM's and SGLang's default backend: the compiled grammar knows, for each state, which tokens may come
-next. Each constrained request gets its own matcher (`Grammar`) when it is added. Every step, the rows of the
+next. Each constrained request gets its own matcher (a Grammar, below) when it is added. Every step, the rows of the
 logits that are sampled get one row each of a bitmask `[rows, ceil(vocab / 32)]` (bit t of a row: token t is
 allowed), filled by the matchers, and one call masks the forbidden tokens to -inf before sampling. After the
 step each matcher accepts the tokens its request emitted. vLLM's counterpart is `StructuredOutputManager` in
