@@ -57,6 +57,17 @@ def write(impl: ModuleType, spec: list) -> dict[str, Any]:
             "inputs changed": [k for k, v in inputs.items() if not torch.equal(t[k], v)]}
 
 
+def write_layer(impl: ModuleType, key_caches: torch.Tensor, value_caches: torch.Tensor, layer: int, key: torch.Tensor,
+                value: torch.Tensor, slot_mapping: torch.Tensor) -> dict[str, Any]:
+    """write_kv as the model runner calls it in an engine step (the grader runs the runner: 126's end-to-end case),
+    into layer `layer` of whole multi-layer caches: both caches after the call, or {"error": ...}."""
+    try:
+        impl.write_kv(key_caches[layer], value_caches[layer], key, value, slot_mapping)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": learner_error(exc)}
+    return {"key_caches": key_caches, "value_caches": value_caches}
+
+
 def write_text(spec: list) -> str:
     _, layers, layer, nb, bs, heads, hd, slot_list, dtype, idx_dtype = spec
     return (f"key_caches, value_caches = random {dtype} [layers={layers}, num_blocks={nb}, block_size={bs}, "

@@ -20,7 +20,7 @@ EXERCISE = Exercise(
         "write_kv: a prefill into a non-contiguous block table",
         "write_kv: in place into one layer of a multi-layer cache (the others must not change)",
     ),
-    # the pieces of its end-to-end case the grader runs (judge/drivers/hosts.py, KernelHost)
+    # the pieces of its end-to-end case the grader runs around the learner's kernel (judge/hidden/end_to_end.py)
     part_references=("solutions.batch", "solutions.paged_attention"),
     parts_run_by="its end-to-end case",
 )

@@ -10,7 +10,7 @@ EXERCISE = Exercise(
     tests="judge.hidden.paged_attention",
     api={"paged_attention": ("query", "key_cache", "value_cache", "query_start_loc", "seq_lens", "block_tables")},
     statement="practice/exercises/127-paged-attention.md",
-    # the pieces of its end-to-end case the grader runs (judge/drivers/hosts.py, KernelHost)
+    # the pieces of its end-to-end case the grader runs around the learner's kernel (judge/hidden/end_to_end.py)
     part_references=("solutions.batch", "solutions.paged_kv_cache"),
     parts_run_by="its end-to-end case",
     public_cases=(
