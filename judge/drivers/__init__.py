@@ -7,14 +7,13 @@ later calls reuse is kept in its process under a name the grader chooses (`keep`
 from __future__ import annotations
 
 import functools
-import operator
 import os
 import traceback
 from typing import Any, Callable
 
 from judge import wire
 from judge.practice_finder import PracticeFinder
-from judge.harness import context, int_values, is_memory_error, option, trimmed_traceback
+from judge.harness import context, is_memory_error, option, trimmed_traceback
 
 
 @functools.lru_cache(maxsize=2)
@@ -57,38 +56,6 @@ def _other_stub(exc: BaseException, learner_file: str | None) -> list[str] | Non
             os.path.basename(os.path.dirname(raiser.filename)) != "practice":
         return None
     return [f"practice/{os.path.basename(raiser.filename)}", raiser.name]
-
-
-def plain_ints(value: Any) -> list[int] | None:
-    """The integers of a list, tuple, deque, 1-D integer tensor or array, or of any other sequence of ints (an
-    `array.array`, a range, ...), as a list of ints; None if `value` is none of those. Imports torch only for a
-    tensor the learner made (pure-Python exercises stay quick to grade)."""
-    if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
-        return list(value)
-    if _array_module(value):
-        return int_values(value)
-    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
-        return None
-    try:
-        items = list(value)
-    except Exception:  # noqa: BLE001 - an iterable that fails is not a sequence of ints
-        return None
-    out = []
-    for x in items:
-        if _array_module(x):  # a 0-d tensor or a numpy integer
-            got = int_values([x])
-            if got is None:
-                return None
-            out += got
-        elif isinstance(x, bool) or not hasattr(x, "__index__"):
-            return None
-        else:
-            out.append(operator.index(x))
-    return out
-
-
-def _array_module(value: Any) -> bool:
-    return type(value).__module__.split(".")[0] in ("torch", "numpy")
 
 
 def load_model(path: str | None = None):

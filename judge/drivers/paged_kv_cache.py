@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from judge.drivers import learner_error, plain_ints
+from judge.drivers import learner_error
+from judge.harness import int_values
 
 
 def raised(exc: BaseException) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def slots(impl: ModuleType, table: list[int], start: int, end: int, block_size: 
         out = impl.compute_slot_mapping(list(table), start, end, block_size)
     except Exception as exc:  # noqa: BLE001
         return raised(exc)
-    got = plain_ints(out)
+    got = int_values(out)
     return {"returned": got} if got is not None else {"not a list of ints": f"{str(out)[:200]} ({type(out).__name__})"}
 
 

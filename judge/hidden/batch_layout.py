@@ -173,30 +173,30 @@ def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_
 # The cases
 
 
-@CASES("the worked example")
+@CASES("the worked example", public=True)
 def _(impl):
     check_batches(impl, [([([11, 12, 13, 14, 15], 0, [7, 2], True), ([21], 6, [3, 9], True),
                            ([31, 32, 33], 2, [5, 8], False)], 4)])
 
 
-@CASES("a prefill, a decode and a chunk in one batch, all needing logits")
+@CASES("a prefill, a decode and a chunk in one batch, all needing logits", public=True)
 def _(impl):
     check_batches(impl, [([([1, 2, 3], 0, [4], True), ([9], 5, [2, 6], True), ([7, 8], 3, [1, 0], True)], 4),
                          ([([5], 3, [8], True), ([6, 7, 8, 9, 10], 1, [3, 1], True), ([4], 9, [0, 2, 7], True)], 4)])
 
 
-@CASES("need_logits=False in the middle of a batch")
+@CASES("need_logits=False in the middle of a batch", public=True)
 def _(impl):
     check_batches(impl, [([([5, 6], 0, [3], True), ([7, 8, 9], 2, [1, 2], False), ([4], 7, [0, 5], True)], 4),
                          ([([1, 2, 3, 4, 5], 0, [6, 2], False), ([8], 4, [1, 3], True)], 4)])
 
 
-@CASES("single prefill")
+@CASES("single prefill", public=True)
 def _(impl):
     check_batches(impl, [([([11, 12, 13, 14, 15, 16, 17], 0, [3, 1], True)], 4)])
 
 
-@CASES("single decode")
+@CASES("single decode", public=True)
 def _(impl):
     check_batches(impl, [([([42], 9, [5, 2, 7], True)], 4)])
 
@@ -245,7 +245,7 @@ def _(impl):
                                        then=half_need_logits))
 
 
-@CASES("no request needs logits (empty logits_indices)")
+@CASES("no request needs logits (empty logits_indices)", public=True)
 def _(impl):
     check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4),
                          ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])

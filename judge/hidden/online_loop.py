@@ -240,7 +240,9 @@ class Run:
                               hint=f"apply an abort right after the running step ({ABORT_IN_STEP_RULE})")
 
 
-@CASES("one request streams the offline engine's tokens", timeout=30)
+# Public: the schedules whose replies are the same for every right loop (in the others, what a request got before an
+# abort, a close or a failing step depends on when the loop stepped).
+@CASES("one request streams the offline engine's tokens", timeout=30, public=True)
 def _(impl):
     s = Schedule(1)
     s.add("a", 7, 9, ignore_eos=False)
@@ -248,7 +250,7 @@ def _(impl):
     s.run(impl).check()
 
 
-@CASES("a stop string and max_tokens end their streams: finish_reason 'stop' and 'length'", timeout=30)
+@CASES("a stop string and max_tokens end their streams: finish_reason 'stop' and 'length'", timeout=30, public=True)
 def _(impl):
     s = Schedule(11, timeline=False)
     prompt = random_prompts(s.model, 1100, [6])[0]
@@ -259,7 +261,7 @@ def _(impl):
     s.run(impl).check()
 
 
-@CASES("aborting a finished request does nothing; the idle loop wakes for the next request", timeout=30)
+@CASES("aborting a finished request does nothing; the idle loop wakes for the next request", timeout=30, public=True)
 def _(impl):
     s = Schedule(13, timeline=False)
     s.add("a", 5, 4)
@@ -295,7 +297,7 @@ def _(impl):
                                                 "the engine admits new requests between any two steps")
 
 
-@CASES("many streams at once: each gets its own tokens", timeout=30)
+@CASES("many streams at once: each gets its own tokens", timeout=30, public=True)
 def _(impl):
     s = Schedule(3, timeline=False, max_num_seqs=3, token_budget=16)
     for i, (n, m) in enumerate([(5, 7), (12, 3), (3, 9), (8, 5), (6, 6), (10, 4)]):
@@ -373,7 +375,7 @@ def _(impl):
     run.check()
 
 
-@CASES("a refused request raises at add_request; the loop serves on", timeout=30)
+@CASES("a refused request raises at add_request; the loop serves on", timeout=30, public=True)
 def _(impl):
     s = Schedule(9)
     vocab = s.model.cfg.vocab_size

@@ -111,7 +111,7 @@ THREE = Workload(Config(4, 4, 64, 8), (spec_running("a", 4, 4, outputs=1, max_to
                                        spec_running("c", 12, 4, outputs=0, max_tokens=2, first=40)))
 
 
-@CASES("preempt: back to the head of the queue, blocks freed, outputs kept")
+@CASES("preempt: back to the head of the queue, blocks freed, outputs kept", public=True)
 def _(impl):
     check_call(impl, TWO, "preempt", "b")
     check_call(impl, THREE, "preempt", "b")  # a request with output tokens, from the middle of running
@@ -119,31 +119,31 @@ def _(impl):
     check_call(impl, w, "preempt", "c")  # ahead of a request already waiting
 
 
-@CASES("allocate_or_preempt: enough free blocks, nobody preempted")
+@CASES("allocate_or_preempt: enough free blocks, nobody preempted", public=True)
 def _(impl):
     check_call(impl, Workload(Config(8, 4, 64, 8), TWO.requests), "allocate_or_preempt", "a", 1)
     check_call(impl, Workload(Config(8, 4, 64, 8), THREE.requests), "allocate_or_preempt", "c", 8)
 
 
-@CASES("allocate_or_preempt: the most recently admitted request is the victim")
+@CASES("allocate_or_preempt: the most recently admitted request is the victim", public=True)
 def _(impl):
     check_call(impl, TWO, "allocate_or_preempt", "a", 1)
     check_call(impl, THREE, "allocate_or_preempt", "a", 1)
 
 
-@CASES("allocate_or_preempt: several victims until the blocks fit")
+@CASES("allocate_or_preempt: several victims until the blocks fit", public=True)
 def _(impl):
     check_call(impl, THREE, "allocate_or_preempt", "a", 9)  # a needs 3 more blocks: c, then b, go
 
 
-@CASES("allocate_or_preempt: a victim already scheduled this step leaves out.scheduled")
+@CASES("allocate_or_preempt: a victim already scheduled this step leaves out.scheduled", public=True)
 def _(impl):
     w = Workload(Config(2, 4, 64, 8), (spec_running("p", 6, 4, max_tokens=2),
                                        spec_running("d", 4, 3, outputs=0, max_tokens=2, first=20)))
     check_call(impl, w, "allocate_or_preempt", "p", 2, scheduled=("d",))
 
 
-@CASES("allocate_or_preempt: the request is its own victim, returns False", timeout=5)
+@CASES("allocate_or_preempt: the request is its own victim, returns False", timeout=5, public=True)
 def _(impl):
     check_call(impl, TWO, "allocate_or_preempt", "b", 2)
     check_call(impl, THREE, "allocate_or_preempt", "c", 5)  # c needs 2 more blocks: it is the newest

@@ -46,7 +46,7 @@ def reported(got: dict[str, Any], text: str) -> dict[str, Any]:
     return got
 
 
-@CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order")
+@CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order", public=True)
 def _(impl):
     tokens = [5, 17, 2, 9]
     variants = [[5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2]]
@@ -154,7 +154,7 @@ def _(impl):
                                        "turned into an int (int.from_bytes(digest[:8], 'big'))")
 
 
-@CASES("block_hashes: one chained hash per full block, from NONE_HASH")
+@CASES("block_hashes: one chained hash per full block, from NONE_HASH", public=True)
 def _(impl):
     check_each(block_hash_inputs(1, 30), lambda v: check_block_hashes(impl, *v), shrink_tokens)
 
@@ -226,7 +226,7 @@ def check_scenario(impl, ops: list[tuple], topic: str) -> None:
         raise failure
 
 
-@CASES("PrefixCache.lookup: the longest cached prefix, stopping at the first miss")
+@CASES("PrefixCache.lookup: the longest cached prefix, stopping at the first miss", public=True)
 def _(impl):
     check_scenario(impl, [("lookup", [11, 12])], "lookup")
     inserts = [("insert", 11, 4), ("insert", 12, 0), ("insert", 14, 2)]
@@ -234,14 +234,14 @@ def _(impl):
                                     ("lookup", [13, 11, 12]), ("lookup", [14]), ("lookup", [])], "lookup")
 
 
-@CASES("PrefixCache.insert: the first holder wins")
+@CASES("PrefixCache.insert: the first holder wins", public=True)
 def _(impl):
     check_scenario(impl, [("insert", 11, 3), ("insert", 11, 5), ("lookup", [11])], "insert")
     check_scenario(impl, [("insert", 11, 3), ("insert", 12, 3), ("lookup", [12]), ("lookup", [11])], "insert")
     check_scenario(impl, [("insert", 11, 3), ("insert", 11, 3), ("lookup", [11])], "insert")
 
 
-@CASES("PrefixCache.evict: the block is forgotten both ways")
+@CASES("PrefixCache.evict: the block is forgotten both ways", public=True)
 def _(impl):
     check_scenario(impl, [("insert", 11, 3), ("insert", 12, 4), ("evict", 3), ("lookup", [11]), ("lookup", [12])],
                    "evict")

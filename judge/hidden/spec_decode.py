@@ -89,18 +89,18 @@ def _hint(field: str, want: Any, got: Any) -> str:
     return HINTS[field]
 
 
-@CASES("greedy: every draft accepted, then the bonus token")
+@CASES("greedy: every draft accepted, then the bonus token", public=True)
 def _(impl):
     check_call(impl, greedy_case([3, 4, 5], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5]))
 
 
-@CASES("greedy: the first mismatch ends the run")
+@CASES("greedy: the first mismatch ends the run", public=True)
 def _(impl):
     check_call(impl, greedy_case([3, 4, 5], [6, 7, 8], [7, 8, 9], [7, 8, 4, 5], seed=1))
     check_call(impl, greedy_case([3, 4, 5], [6], [2, 8, 9], [7, 8, 9, 5], seed=2))
 
 
-@CASES("greedy: no drafts, one token")
+@CASES("greedy: no drafts, one token", public=True)
 def _(impl):
     check_call(impl, greedy_case([1, 2], [], [], [11], seed=3))
 
@@ -127,13 +127,13 @@ def _(impl):
                                      seed=100 + i))
 
 
-@CASES("stop: max_tokens inside an accepted run")
+@CASES("stop: max_tokens inside an accepted run", public=True)
 def _(impl):
     check_call(impl, greedy_case([3, 4], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5], max_tokens=5, seed=4))
     check_call(impl, greedy_case([3, 4], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5], max_tokens=7, seed=5))
 
 
-@CASES("stop: end of sequence inside an accepted run")
+@CASES("stop: end of sequence inside an accepted run", public=True)
 def _(impl):
     check_call(impl, greedy_case([3, 4], [6], [7, 2, 9], [7, 2, 9, 5], eos=2, seed=6))
     check_call(impl, greedy_case([3, 4], [6], [7, 8, 9], [7, 8, 2, 5], eos=2, seed=7))
@@ -178,7 +178,7 @@ def random_logits(seed: str, rows: int, vocab: int = 8) -> list[list[float]]:
     return [[round(r.gauss(0, 1.2), 2) for _ in range(vocab)] for _ in range(rows)]
 
 
-@CASES("random: acceptance with probability p(x), residual without the draft")
+@CASES("random: acceptance with probability p(x), residual without the draft", public=True)
 def _(impl):
     logits = probs_logits([[0.4, 0.4, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.1, 0.3]])
     check_distribution(impl, logits, [0, 2], temperature=1.0)

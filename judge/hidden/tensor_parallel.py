@@ -225,20 +225,20 @@ GQA = [(Shape(4, 2), 2), (Shape(8, 4, seed=1), 2), (Shape(8, 4, seed=2), 4), (Sh
        (Shape(4, 4, seed=4), 4), (Shape(4, 2, seed=5), 1), (Shape(8, 8, head_dim=4, seed=6, intermediate=64), 4)]
 
 
-@CASES("shard_layer: 4 query heads, 2 KV heads, 2 ranks")
+@CASES("shard_layer: 4 query heads, 2 KV heads, 2 ranks", public=True)
 def _(impl):
     s = Shape(4, 2)
     learner_shards(impl, random_layer(s), 2, s)
 
 
-@CASES("layer_forward on the judge's shards: 4 query heads, 2 KV heads, 2 ranks")
+@CASES("layer_forward on the judge's shards: 4 query heads, 2 KV heads, 2 ranks", public=True)
 def _(impl):
     s = Shape(4, 2)
     w = random_layer(s)
     run_forward(impl, [expected_shard(w, r, 2, 4, 2) for r in range(2)], w, s, 2)
 
 
-@CASES("shard_layer: grouped-query shapes on 1, 2 and 4 ranks")
+@CASES("shard_layer: grouped-query shapes on 1, 2 and 4 ranks", public=True)
 def _(impl):
     for s, ws in GQA:
         learner_shards(impl, random_layer(s), ws, s)
@@ -261,7 +261,7 @@ def check_refused(impl, s: Shape, world_sizes: tuple[int, ...], what: str) -> No
                                "num_kv_heads and the intermediate size")
 
 
-@CASES("shard_layer refuses a world_size that does not divide the heads")
+@CASES("shard_layer refuses a world_size that does not divide the heads", public=True)
 def _(impl):
     check_refused(impl, Shape(4, 2), (3, 4), "the heads (4 query heads, 2 KV heads)")
 
@@ -271,7 +271,7 @@ def _(impl):
     check_refused(impl, Shape(4, 4, intermediate=54), (4,), "the intermediate size (54)")
 
 
-@CASES("layer_forward on the judge's shards: grouped-query shapes on 1, 2 and 4 ranks, two all-reduces each")
+@CASES("layer_forward on the judge's shards: grouped-query shapes on 1, 2 and 4 ranks, two all-reduces each", public=True)
 def _(impl):
     for i, (s, ws) in enumerate(GQA):
         w = random_layer(s)
