@@ -70,8 +70,8 @@ def forget() -> None:
 
 
 class Session:
-    """What the drivers need from the runner: one request, one plain answer (or WorkerLost). A WorkerProcess
-    (judge/worker_process.py) also lets the grader work while the worker does (`send`), and stops on a violation."""
+    """What the drivers need from the runner: one request, one plain answer (or WorkerLost). A WorkerHandle
+    (judge/worker_handle.py) also lets the grader work while the worker does (`send`), and stops on a violation."""
 
     def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by every session
         raise NotImplementedError
@@ -106,7 +106,7 @@ def _encode(value: Any) -> Any:
 
 
 class Driver:
-    """The public driver `judge/drivers/<name>.py`, run where the learner's code is: `driver(impl, "scheduler")
+    """The public driver `judge/drivers/<name>.py`, run where the learner's code is: `Driver(impl, "scheduler")
     .step("world", 3)` calls `judge.drivers.scheduler.step(learner_module, "world", 3)` in the worker (or here, on
     code graded in this process) and returns its plain answer."""
 
@@ -138,9 +138,6 @@ class Driver:
                 raise session.violation(str(err)) from None
 
         return answer
-
-
-driver = LocalDriver = Driver  # judge/hidden's names: a driver on the learner's code, one on the reference here
 
 
 def learner_failure(err: dict, name: str, where: str) -> CaseFailure:

@@ -101,7 +101,7 @@ def no_channel(host: int, name: str, args: list) -> dict:
                        "importing judge.drivers.hosts sets its own")
 
 
-# The stand-ins' way to the grader's parts: the worker's pipes (judge/_worker.py), or in the grader's own process
+# The stand-ins' way to the grader's parts: the worker's pipes (judge/worker_main.py), or in the grader's own process
 # the hosts called directly (judge.drivers.hosts.in_process, set when that module is imported).
 channel: Callable[[int, str, list], dict] = no_channel
 

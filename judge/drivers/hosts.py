@@ -6,7 +6,7 @@ Whatever arrives is the learner's to forge, so every value is checked before a r
 stand-ins send, else CallbackRefused (the submission's protocol verdict); in range, else a ValueError raised in
 the learner's code. What one submission can make here is bounded (`MAX_HOSTS` hosts at once, caches of at most
 `MAX_TOKENS` tokens) and dropped after it (`forget`). Callbacks are served here (`serve_callback`): from the
-worker's pipes (judge/worker_process.py), or, for code graded in this process, through `in_process`.
+worker's pipes (judge/worker_handle.py), or, for code graded in this process, through `in_process`.
 
 The references are imported by name (`reference`), so that a student edition's own practice/ modules stand in for
 the unreleased ones. Shipped to students: it holds no answer.

@@ -11,7 +11,7 @@ from judge.secret import rng as seeded  # random cases drawn with the instructor
 from judge.harness import CaseFailure, Cases, check_each, short, shrink
 from judge.hidden.end_to_end import alone_logits, engine_steps, load_model
 from judge.drivers.batch import FIELDS, describe as build_text
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from solutions import batch as ref
 
 CASES = Cases()
@@ -76,7 +76,7 @@ def diff(items: list[Item], block_size: int, impl) -> CaseFailure | None:
     """None if the learner's build_batch agrees with the reference on this input, else the failure (with the input
     attached). It runs in the worker, through the public driver judge/drivers/batch.py."""
     text = build_text("build", items, block_size)
-    out = driver(impl, "batch").build([list(it) for it in items], block_size)
+    out = Driver(impl, "batch").build([list(it) for it in items], block_size)
     if "raised" in out:
         return learner_failure(out["_error"], "build_batch", text)
     if "problem" in out:
@@ -315,7 +315,7 @@ def diagnose(fn, labelled: list[tuple[str, Item]], bs: int) -> CaseFailure | Non
 
 def learner_batch(impl, items: list, block_size: int) -> SimpleNamespace:
     """The batch the learner's build_batch made in the worker, its fields as they made them (tensors, lists)."""
-    out = driver(impl, "batch").build([list(it) for it in items], block_size)
+    out = Driver(impl, "batch").build([list(it) for it in items], block_size)
     if "_raw" not in out:  # diagnosed with `diff` by the step that asked
         raise CaseFailure(out.get("problem") or f"build_batch raised {out.get('raised')}")
     return SimpleNamespace(**out["_raw"])

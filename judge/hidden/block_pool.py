@@ -15,7 +15,7 @@ from typing import Any
 
 from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE, op_text
 from judge.harness import CaseFailure, Cases, check_each, short
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 
 CASES = Cases()
@@ -139,7 +139,7 @@ def diff(num_blocks: int, ops: list[Op], impl: Any) -> CaseFailure | None:
 
 def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFailure | None, int]:
     """(failure or None, number of steps up to and including the failing one)."""
-    trace = driver(impl, "block_pool").run(num_blocks, ops)
+    trace = Driver(impl, "block_pool").run(num_blocks, ops)
     failure = state_failure(trace["created"], f"BlockPool({num_blocks})")
     if failure is not None:
         return failure, 0
@@ -269,7 +269,7 @@ def _(impl):
 @CASES("num_blocks must be positive")
 def _(impl):
     for nb in (0, -3):
-        created = driver(impl, "block_pool").run(nb, [])["created"]
+        created = Driver(impl, "block_pool").run(nb, [])["created"]
         got = created.get("raised")
         if got == "NotImplementedError":
             raise learner_failure(created["_error"], "BlockPool", f"BlockPool({nb})")
@@ -355,7 +355,7 @@ def _(impl):
 @CASES("two pools are independent")
 def _(impl):
     text = "a, b = BlockPool(3), BlockPool(3); a.allocate(2)"
-    got = driver(impl, "block_pool").two_pools(3, 2)
+    got = Driver(impl, "block_pool").two_pools(3, 2)
     failure = state_failure(got, text if "raised" in got else "the second pool")
     if failure is not None:
         raise failure

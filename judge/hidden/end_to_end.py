@@ -14,7 +14,7 @@ import torch
 from framework.kv_cache_manager import blocks_needed
 from judge.drivers import load_model as load_checkpoint
 from judge.harness import CaseFailure, option, rng as seeded
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from framework.sampling import SamplingParams
 
 
@@ -113,7 +113,7 @@ def _learner_kernels(impl, runner: Any) -> dict[str, Any]:
 
     def write_kv(key_cache, value_cache, key, value, slot_mapping) -> None:
         cache = runner.kv_cache
-        got = driver(impl, "paged_kv_cache").write_layer(cache.key_caches.cpu(), cache.value_caches.cpu(),
+        got = Driver(impl, "paged_kv_cache").write_layer(cache.key_caches.cpu(), cache.value_caches.cpu(),
                                                          layer_of(key_cache), key.cpu(), value.cpu(),
                                                          slot_mapping.cpu())
         if "error" in got:
@@ -123,7 +123,7 @@ def _learner_kernels(impl, runner: Any) -> dict[str, Any]:
 
     def paged_attention(query, key_cache, value_cache, query_start_loc, seq_lens, block_tables):
         cache = runner.kv_cache
-        got = driver(impl, "paged_attention").attend_layer(
+        got = Driver(impl, "paged_attention").attend_layer(
             query.cpu(), cache.key_caches.cpu(), cache.value_caches.cpu(), layer_of(key_cache),
             query_start_loc.cpu(), seq_lens.cpu(), [list(t) for t in block_tables])
         if "error" in got:

@@ -20,7 +20,7 @@ from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.hidden.end_to_end import alone, load_model, random_prompts
-from judge.remote import LocalDriver, driver, learner_failure
+from judge.remote import Driver, learner_failure
 from solutions import engine as ref
 
 _ENGINES: list["Engine"] = []  # the engines of the running case
@@ -153,7 +153,7 @@ class Engine:
     def __init__(self, impl, model, eos: int | None, chunks_first: bool = False, tokenizer: Any = None,
                  step_limit: int = 400, **config: Any) -> None:
         eos = model.cfg.eos_token_id if eos is None else eos  # as LLMEngineBase does
-        self.drv, self.model, self.eos, self.tokenizer, self.config = driver(impl, "engine"), model, eos, tokenizer, \
+        self.drv, self.model, self.eos, self.tokenizer, self.config = Driver(impl, "engine"), model, eos, tokenizer, \
             config
         self.params: list[SamplingParams] = []  # of each request, in order of arrival
         self.arrivals: list[str] = []  # request ids in order of arrival
@@ -165,7 +165,7 @@ class Engine:
                                                      "generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine(...)")
-        self.twin = LocalDriver(ref, "engine")  # the reference engine, here, driven the same way
+        self.twin = Driver(ref, "engine")  # the reference engine, here, driven the same way
         self.twin.new_engine(TWIN, *args)
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin

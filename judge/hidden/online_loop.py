@@ -16,7 +16,7 @@ from judge.drivers.async_engine import TIMELINE
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
@@ -78,7 +78,7 @@ class Schedule:
         return "; ".join(parts) + f" (EngineConfig({self.config}))"
 
     def run(self, impl, fail_at: int | None = None) -> Run:
-        reply = driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at, timeline=self.timeline)
+        reply = Driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at, timeline=self.timeline)
         return Run(self, reply, fail_at)
 
 

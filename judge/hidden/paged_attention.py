@@ -17,7 +17,7 @@ import torch
 
 from judge.drivers.paged_attention import Req, Spec, make_inputs, query_start_loc, show
 from judge.hidden.end_to_end import end_to_end
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, check_each
@@ -99,7 +99,7 @@ def diff(s: Spec, impl, explain: bool = False) -> CaseFailure | None:
     """None if the learner's paged_attention agrees with dense attention on this input, else the failure (with a
     diagnosis if `explain`: it costs a dozen reference runs, so shrinking goes without)."""
     text = show(s)
-    reply = driver(impl, "paged_attention").run(s.plain())
+    reply = Driver(impl, "paged_attention").run(s.plain())
     if "error" in reply:
         return learner_failure(reply["error"], "paged_attention", text)
     if reply["inputs changed"]:

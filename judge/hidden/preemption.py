@@ -17,7 +17,7 @@ from judge.hidden.end_to_end import alone, load_model
 from judge.hidden.lockstep import (Config, LearnerPreemption, LearnerRaised131, Plan, Workload, World, check_blocks,
                                    check_workloads, first_difference, plan_of, random_workloads, snapshot, spec_new,
                                    spec_running)
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from solutions import scheduler as ref
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerOutput
@@ -73,7 +73,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
         out.scheduled.append(ScheduledRequest(r, 1))
     text = call_text(w.plain(), fn, rid, n, list(scheduled))
     exp_ret = call_preemption(want.sched.preemption, fn, want.sched, want.requests[rid], n, out)
-    res = driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
+    res = Driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
     exp_plan, exp_pre = plan_of(out)
@@ -209,7 +209,7 @@ def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config
     embedded model, with a KV cache too small for every request at once. Each request's output tokens and
     preemptions, or the learner's error."""
     cfg = EngineConfig(**config)
-    preemption = LearnerPreemption(driver(impl, "scheduler"),
+    preemption = LearnerPreemption(Driver(impl, "scheduler"),
                                    Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs))
 
     class Engine(LLMEngine):

@@ -14,7 +14,7 @@ from framework.kv_cache_manager import blocks_needed
 from judge.drivers.paged_kv_cache import write_inputs, write_text
 from judge.harness import CaseFailure, Cases, check_each
 from judge.hidden.end_to_end import end_to_end
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 
 CASES = Cases()
@@ -48,7 +48,7 @@ def _slot_hint(table: list[int], start: int, end: int, bs: int, got: list[int]) 
 def slot_diff(table: list[int], start: int, end: int, bs: int, impl) -> CaseFailure | None:
     text = f"compute_slot_mapping(block_table={table}, start={start}, end={end}, block_size={bs})"
     exp = expected_slots(table, start, end, bs)
-    got = driver(impl, "paged_kv_cache").slots(table, start, end, bs)
+    got = Driver(impl, "paged_kv_cache").slots(table, start, end, bs)
     err = got.get("raised")
     if err == "ValueError" and exp is None:
         return None
@@ -193,7 +193,7 @@ def _write_hint(spec: list, got: dict) -> str:
 
 def write_diff(spec: list, impl) -> CaseFailure | None:
     text = write_text(spec)
-    got = driver(impl, "paged_kv_cache").write(spec)
+    got = Driver(impl, "paged_kv_cache").write(spec)
     if "raised" in got:
         return learner_failure(got["_error"], "write_kv", text)
     exp_k, exp_v = expected_caches(spec)

@@ -23,7 +23,7 @@ from judge.drivers import spec_decode as spec_driver
 from judge.drivers.engine import plain_params
 from judge.harness import CaseFailure, Cases
 from judge.hidden.end_to_end import load_model
-from judge.remote import LocalDriver, driver, learner_failure
+from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded
 from solutions import spec_decode as ref
 from solutions.engine import LLMEngine
@@ -65,10 +65,10 @@ def describe(case: dict[str, Any]) -> str:
 
 
 def check_call(impl, case: dict[str, Any]) -> dict[str, Any]:
-    got = driver(impl, "spec_decode").verify(case)
+    got = Driver(impl, "spec_decode").verify(case)
     if "error" in got:
         raise learner_failure(got["error"], NAME, describe(case))
-    want = LocalDriver(ref, "spec_decode").verify(case)
+    want = Driver(ref, "spec_decode").verify(case)
     for field in ("returned", "output_token_ids", "num_computed_tokens", "reason"):
         if got[field] != want[field]:
             past_stop = want["reason"] and field in ("returned", "output_token_ids") and \
@@ -159,7 +159,7 @@ def check_distribution(impl, logits: list[list[float]], drafts: list[int], tempe
     case = {"prompt": [1, 2, 3], "outputs": [], "drafts": drafts, "logits": logits, "eos": None,
             "params": {"max_tokens": 64, "temperature": temperature, **cut}}
     text = spec_driver.describe("distribution", case, TRIALS)
-    got = driver(impl, "spec_decode").distribution(case, TRIALS)
+    got = Driver(impl, "spec_decode").distribution(case, TRIALS)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
     failure = spec_driver.sampling_failure(case, got["_runs"])  # tested here, never trusting the worker's verdict
@@ -209,7 +209,7 @@ def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, 
              speculative: dict[str, Any]) -> dict[str, Any]:
     """Greedy outputs of the reference engine with speculation, run here, calling the learner's verify_and_update
     in the worker (the driver's `verify`, on a copy of the request) and taking back the request's new state."""
-    drv = driver(impl, "spec_decode")
+    drv = Driver(impl, "spec_decode")
 
     class Raised(Exception):
         def __init__(self, record: dict) -> None:

@@ -16,7 +16,7 @@ import torch
 from judge.drivers.tensor_parallel import describe
 from judge.harness import CaseFailure, Cases
 from judge.hidden.end_to_end import load_model
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from mini_llm import Qwen3Config, causal_attention, rope_cos_sin
 from mini_llm.model import DecoderLayer
 
@@ -119,7 +119,7 @@ def learner_shards(impl, w: dict, ws: int, s: Shape) -> list[dict]:
     shards = []
     for rank in range(ws):
         text = describe("shard", w, rank, ws, s.heads, s.kv_heads)
-        res = driver(impl, "tensor_parallel").shard(w, rank, ws, s.heads, s.kv_heads)
+        res = Driver(impl, "tensor_parallel").shard(w, rank, ws, s.heads, s.kv_heads)
         if "raised" in res:
             raise learner_failure(res["_error"], "shard_layer", f"{text}  # {s.text(ws)}")
         if "not a dict" in res:
@@ -179,7 +179,7 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
     want = dense_layer(w, cfg, x, positions)
     text = (f"layer_forward(shard[rank], x: random [{tokens}, {cfg.hidden_size}], positions={positions.tolist()}, "
             f"cfg, world_size={ws}, all_reduce) on {whose}  # {s.text(ws)}")
-    res = driver(impl, "tensor_parallel").forward(shards, x, positions, asdict(cfg), ws)
+    res = Driver(impl, "tensor_parallel").forward(shards, x, positions, asdict(cfg), ws)
     for rank, err in enumerate(res["errors"]):
         if err is not None:
             raise learner_failure(err, "layer_forward", f"{text}, rank {rank}")
@@ -249,7 +249,7 @@ def check_refused(impl, s: Shape, world_sizes: tuple[int, ...], what: str) -> No
     w = random_layer(s)
     for ws in world_sizes:
         text = describe("shard", w, 0, ws, s.heads, s.kv_heads) + f"  # {s.text(ws)}"
-        res = driver(impl, "tensor_parallel").shard(w, 0, ws, s.heads, s.kv_heads)
+        res = Driver(impl, "tensor_parallel").shard(w, 0, ws, s.heads, s.kv_heads)
         if res.get("raised") == "ValueError":
             continue
         if "raised" in res:
