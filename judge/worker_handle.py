@@ -16,7 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable
 
-from . import sandbox, wire
+from . import crossing, sandbox, wire
 from .registry import Exercise
 from .remote import Session
 from .wire import WorkerLost
@@ -181,6 +181,8 @@ class WorkerHandle(Session):
         problem = wire.reply_problem(msg)
         if problem:
             raise self.violation(problem)
+        if not msg["ok"]:
+            msg["error"] = crossing.received_error(msg["error"])
         self.pending[rid] = msg
 
     def _serve_callback(self, msg: dict) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import judge
 from judge import drivers, harness, wire
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 from judge.loader import SetupError, check_api, load_file
 from judge.practice_finder import PracticeFinder
 from judge.registry import get_exercise

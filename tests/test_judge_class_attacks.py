@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import judge
-from judge import cli, report, sandbox, wire, worker_handle
+from judge import cli, crossing, report, sandbox, wire, worker_handle
 from judge.runner import IsolationUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,7 +239,7 @@ def test_a_malformed_value_is_a_wire_error(value):
 
 
 def test_exception_records_are_received_bounded():
-    rec = wire.received_error({"type": "E" * 10**6, "module": ["x"], "message": "m" * 10**6, "traceback": 5})
+    rec = crossing.received_error({"type": "E" * 10**6, "module": ["x"], "message": "m" * 10**6, "traceback": 5})
     assert rec["type"] == "LearnerError" and len(rec["message"]) < 2 * wire.TEXT_LIMIT and "traceback" not in rec
 
 

@@ -7,13 +7,11 @@ later calls reuse is kept in its process under a name the grader chooses (`keep`
 from __future__ import annotations
 
 import functools
-import os
-import traceback
 from typing import Any, Callable
 
-from judge import wire
+from judge.crossing import known_class
 from judge.practice_finder import PracticeFinder
-from judge.harness import context, is_memory_error, option, trimmed_traceback
+from judge.harness import option
 
 
 @functools.lru_cache(maxsize=2)
@@ -23,39 +21,6 @@ def _model_at(path: str):
     from mini_llm import load_transformer
 
     return load_transformer(path, dtype=torch.float32, device="cpu")
-
-
-def learner_error(exc: BaseException, learner_file: str | None = None) -> dict:
-    """The learner's exception as plain data for the grader to show: its type, the classes of its MRO, their
-    traceback trimmed to `learner_file` (default: the context's), the other exercise's stub it came from."""
-    relayed = getattr(exc, "_judge_record", None)  # raised by the learner's code the grader's part called back
-    if isinstance(relayed, dict):
-        return relayed
-    learner_file = learner_file or context().learner_file
-    try:
-        tb = trimmed_traceback(exc, learner_file)
-    except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
-        tb = None
-    err = wire.error_record(exc, tb)
-    err["mro"] = [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]
-    err["stub"] = _other_stub(exc, learner_file)
-    if is_memory_error(exc):
-        err["memory"] = True
-    return err
-
-
-def _other_stub(exc: BaseException, learner_file: str | None) -> list[str] | None:
-    """[practice file, function] when the learner's own code called another exercise's untouched practice stub
-    directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
-    frames = traceback.extract_tb(exc.__traceback__)[-2:]
-    if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
-        return None
-    caller, raiser = frames
-    same = lambda a, b: os.path.realpath(a) == os.path.realpath(b)  # noqa: E731
-    if not same(caller.filename, learner_file) or same(raiser.filename, learner_file) or \
-            os.path.basename(os.path.dirname(raiser.filename)) != "practice":
-        return None
-    return [f"practice/{os.path.basename(raiser.filename)}", raiser.name]
 
 
 def load_model(path: str | None = None):
@@ -122,7 +87,7 @@ def host_call(host: int, name: str, *args: Any) -> Any:
 def _rebuilt(err: Any) -> Exception:
     err = err if isinstance(err, dict) else {}
     name, message = str(err.get("type")), str(err.get("message", ""))
-    cls = wire.known_class(str(err.get("module")), name)
+    cls = known_class(str(err.get("module")), name)
     if cls is not None and issubclass(cls, Exception):
         try:
             return cls(message)

@@ -12,7 +12,7 @@ import re
 from types import ModuleType
 from typing import Any
 
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 from judge.harness import int_values
 
 NO_FREE = "NoFreeBlocksError"

@@ -29,6 +29,7 @@ from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams, make_generator
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge import drivers, wire
+from judge.crossing import error_record
 from judge.drivers import OPENER, load_model
 from judge.drivers.async_engine import InjectedFailure
 from judge.drivers.engine import BracketTokenizer
@@ -89,7 +90,7 @@ def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | N
         relayed = getattr(exc, "record", None)  # the learner's code, called back by the part, raised it
         if isinstance(relayed, dict):
             return {"error": {**relayed, "relayed": True}}
-        return {"error": wire.error_record(exc, None)}
+        return {"error": error_record(exc, None)}
     finally:
         allowed_references.reset(token)
     return {"value": value}

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 from judge.harness import int_values
 
 
