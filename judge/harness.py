@@ -5,6 +5,7 @@ trimmed to their file."""
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import reprlib
 import sys
@@ -61,6 +62,7 @@ class Case:
     name: str
     fn: Callable[[Any], None]
     timeout: float | None = None  # seconds; None: the exercise's case_timeout
+    public: bool = False  # recorded into the student edition (judge/public.py replays it on a student's copy)
 
 
 class Cases:
@@ -72,7 +74,9 @@ class Cases:
         self._cases: list[Case] = []
         self.before_each, self.after_each = before_each, after_each
 
-    def __call__(self, name: str, *, timeout: float | None = None) -> Callable:
+    def __call__(self, name: str, *, timeout: float | None = None, public: bool = False) -> Callable:
+        """Register a case; `public`: a student can run it on their copy (the statement's worked examples and
+        cases that cover the whole contract, on inputs that are not secret)."""
         if any(c.name == name for c in self._cases):
             raise ValueError(f"duplicate case name {name!r}")
 
@@ -84,7 +88,7 @@ class Cases:
                 if self.after_each:
                     self.after_each()
 
-            self._cases.append(Case(name, case if self.before_each or self.after_each else fn, timeout))
+            self._cases.append(Case(name, case if self.before_each or self.after_each else fn, timeout, public))
             return fn
 
         return register
@@ -131,32 +135,51 @@ def short(value: Any) -> str:
 
 
 def int_values(value: Any) -> list[int] | None:
-    """The integers of a list / tuple / deque / array.array (of ints, numpy ints or 0-d integer tensors) or of a
-    1-D integer tensor or numpy array, as a list of ints; None if it is none of those. The one lenient reader of the
-    judge: the batch driver's diagnosing one (judge/drivers/batch.py, read_ints) and the other drivers build on it."""
-    from array import array
-    from collections import deque
+    """The integers of a list, tuple, deque, range, `array.array` or any other sequence of ints (numpy ints and 0-d
+    integer tensors too), or of a 1-D integer tensor or numpy array, as a list of ints; None if `value` is none of
+    those. The judge's one integer reader (the batch driver's `read_ints` only says why a value is not one). Imports
+    torch only for a value of torch or numpy (pure-Python exercises stay quick to grade)."""
+    if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
+        return list(value)
+    if _of_arrays(value):
+        return _array_ints(value, dims=1)
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
+        return None
+    try:
+        items = list(value)
+    except Exception:  # noqa: BLE001 - an iterable that fails is not a sequence of ints
+        return None
+    out = []
+    for x in items:
+        if _of_arrays(x):  # a 0-d tensor or a numpy integer
+            got = _array_ints(x, dims=0)
+            if got is None:
+                return None
+            out += got
+        elif isinstance(x, bool) or not hasattr(x, "__index__"):
+            return None
+        else:
+            out.append(operator.index(x))
+    return out
 
+
+def _of_arrays(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] in ("torch", "numpy")
+
+
+def _array_ints(value: Any, dims: int) -> list[int] | None:
+    """A torch tensor or numpy array (or scalar) of integers with `dims` dimensions, as a list of ints."""
     import numpy as np
     import torch
 
     if isinstance(value, torch.Tensor):
-        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            return None
-        return [int(x) for x in value.tolist()]
-    if isinstance(value, np.ndarray):
-        return [int(x) for x in value.tolist()] if value.ndim == 1 and np.issubdtype(value.dtype, np.integer) else None
-    if not isinstance(value, (list, tuple, deque, array)):
-        return None
-    out = []
-    for x in value:
-        if isinstance(x, torch.Tensor) and x.dim() == 0 and not (x.dtype.is_floating_point or x.dtype.is_complex
-                                                                 or x.dtype == torch.bool):
-            x = int(x)
-        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-            return None
-        out.append(int(x))
-    return out
+        bad = value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool
+        return None if bad or value.dim() != dims else [int(x) for x in value.reshape(-1).tolist()]
+    if isinstance(value, np.integer) and dims == 0:
+        return [int(value)]
+    if isinstance(value, np.ndarray) and value.ndim == dims and np.issubdtype(value.dtype, np.integer):
+        return [int(x) for x in value.reshape(-1).tolist()]
+    return None
 
 
 def is_memory_error(exc: BaseException) -> bool:

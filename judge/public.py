@@ -8,21 +8,15 @@ from __future__ import annotations
 import importlib
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 from . import wire
 from .compare import diagnostic, difference, plain
 from .harness import short
-from .registry import ROOT, Exercise
+from .registry import Exercise, public_path
 from .remote import Session, another_stub
 
-PUBLIC_DIR = ROOT / "judge" / "public"
 __all__ = ["diagnostic", "load", "public_path", "raised_as", "replay"]  # diagnostic: for judge/edition.py
-
-
-def public_path(ex: Exercise) -> Path:
-    return PUBLIC_DIR / f"{ex.slug.replace('-', '_')}.json"
 
 
 def load(ex: Exercise) -> dict[str, list] | None:

@@ -1,14 +1,16 @@
 """The exercise registry: one metadata module per exercise in judge/exercises/, found by scanning (judge/README.md).
-Metadata modules must stay light (no torch import): `list` reads them all."""
+Metadata modules must stay light (no torch import): `list` reads them all. Which cases are public is marked on
+the cases themselves (`@CASES(name, public=True)` in the hidden module)."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from . import exercises as pkg
 
@@ -56,8 +58,6 @@ class Exercise:
     part_references: tuple[str, ...] = ()
     # the cases that run those parts where not all of them do, e.g. "its end-to-end case" ("": every case)
     parts_run_by: str = ""
-    # the cases a student can run on their copy (the student edition); default: the first two (the worked example)
-    public_cases: tuple[str, ...] = ()
 
     @property
     def practice_path(self) -> Path:
@@ -82,17 +82,34 @@ class Exercise:
         return (f"**Needs:** {text}, passed first: {who} run{'s' * bool(self.parts_run_by)} your code of them where "
                 "your copy has no reference of them (a student edition).")
 
+    @property
+    def public_cases(self) -> tuple[str, ...]:
+        """The cases a student can run on their copy: those its hidden module marks `public=True`, or where that
+        is not installed (a student edition), the ones recorded there (judge/public/<slug>.json)."""
+        cases = self._hidden_cases()
+        if cases is not None:
+            return tuple(c.name for c in cases if c.public)
+        recorded = public_path(self)
+        return tuple(json.loads(recorded.read_text())["cases"]) if recorded.is_file() else ()
+
     def case_counts(self) -> tuple[int, int | None]:
-        """(public cases, all cases; None where the hidden tests are not installed), read from the hidden module's
-        source without importing it (`list` stays light)."""
+        """(public cases, all cases; None where the hidden tests are not installed)."""
+        cases = self._hidden_cases()
+        return len(self.public_cases), None if cases is None else len(cases)
+
+    def _hidden_cases(self) -> Any:
+        """The hidden module's CASES; None where judge.hidden is not installed (a student edition)."""
         try:
-            spec = importlib.util.find_spec(self.tests)
-        except ModuleNotFoundError:  # judge.hidden is not in a student edition
-            spec = None
-        total = None
-        if spec and spec.origin and Path(spec.origin).is_file():
-            total = sum(1 for line in Path(spec.origin).read_text().splitlines() if line.startswith("@CASES("))
-        return len(self.public_cases) or 2, total
+            return importlib.import_module(self.tests).CASES
+        except ModuleNotFoundError as exc:
+            if exc.name and self.tests.startswith(exc.name):
+                return None
+            raise
+
+
+def public_path(ex: Exercise) -> Path:
+    """Where the student edition keeps the recorded public cases of `ex` (judge/public.py)."""
+    return ROOT / "judge" / "public" / f"{ex.slug.replace('-', '_')}.json"
 
 
 def load_exercises() -> dict[int, Exercise]:

@@ -1,6 +1,6 @@
 """The learner's code as the grader sees it: public drivers run beside it in the worker, answering plain data
-(judge/README.md). Learner exceptions are rebuilt here from their records, as the same builtin or framework.errors
-class or a LearnerError named after it: nothing of the learner's runs here."""
+(judge/README.md). Learner exceptions are rebuilt from their records by judge/crossing.py: nothing of the learner's
+runs here."""
 
 from __future__ import annotations
 
@@ -10,59 +10,16 @@ import re
 import sys
 from typing import Any, Callable
 
-from . import drivers, wire
+from . import crossing, drivers, wire
 from .wire import WorkerLost
 from .harness import CaseFailure, context, is_memory_error, short, trimmed_traceback
 from .registry import ROOT, load_exercises
 
 
-class LearnerError(Exception):
-    """An exception of a class the grader does not know (defined in the learner's code, or a library's)."""
-
-
-# Classes made for names the worker sends: at most _MAX_CLASSES, dropped after every submission (`forget`).
-_MAX_CLASSES = 256
-_classes: dict[str, type] = {}
-
-
-def _exception(err: dict) -> BaseException:
-    """The learner's exception, rebuilt here: the very class when it is a builtin or framework.errors one, else a
-    LearnerError of the same name that also derives from the nearest known class of its bases, so that a
-    `class TableTooShort(ValueError)` is a ValueError here too (and a look-alike NoFreeBlocksError is not the real
-    one)."""
-    name, module, message = str(err.get("type")), str(err.get("module")), str(err.get("message", ""))
-    cls: Any = MemoryError if err.get("memory") else wire.known_class(module, name)
-    if cls is None:
-        mro = [m for m in err.get("mro") or [] if isinstance(m, list) and len(m) == 2]
-        base = next((k for k in (wire.known_class(str(m), str(n)) for m, n in mro[1:]) if k is not None), Exception)
-        cls = _learner_class(name, base)
-    try:
-        exc = cls(err.get("code")) if cls is SystemExit else cls(message)
-    except Exception:  # noqa: BLE001 - an exception class with a different constructor
-        exc = _learner_class(name, Exception)(message)
-    exc._judge_traceback = err.get("traceback")  # type: ignore[attr-defined]
-    return exc
-
-
-def _learner_class(name: str, base: type) -> type:
-    """A class named `name` deriving from LearnerError (and `base`); kept only while fewer than _MAX_CLASSES are,
-    so that a worker that invents names cannot grow the grader."""
-    key = f"{name}({base.__name__})"
-    cls = _classes.get(key)
-    if cls is None:
-        try:
-            cls = type(name, (LearnerError,) if base is Exception else (base, LearnerError), {})
-        except TypeError:  # a base whose layout cannot be mixed in
-            cls = type(name, (LearnerError,), {})
-        if len(_classes) < _MAX_CLASSES:
-            _classes[key] = cls
-    return cls
-
-
 def forget() -> None:
     """Drop the classes made for what a submission's worker sent, and the parts the grader ran for its stand-ins
     (the runner calls it after each submission)."""
-    _classes.clear()
+    crossing.forget()
     drivers.forget()
     hosts = sys.modules.get("judge.drivers.hosts")  # loaded only where a submission used them (it imports torch)
     if hosts is not None:
@@ -70,8 +27,8 @@ def forget() -> None:
 
 
 class Session:
-    """What the drivers need from the runner: one request, one plain answer (or WorkerLost). A WorkerProcess
-    (judge/worker_process.py) also lets the grader work while the worker does (`send`), and stops on a violation."""
+    """What the drivers need from the runner: one request, one plain answer (or WorkerLost). A WorkerHandle
+    (judge/worker_handle.py) also lets the grader work while the worker does (`send`), and stops on a violation."""
 
     def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by every session
         raise NotImplementedError
@@ -106,7 +63,7 @@ def _encode(value: Any) -> Any:
 
 
 class Driver:
-    """The public driver `judge/drivers/<name>.py`, run where the learner's code is: `driver(impl, "scheduler")
+    """The public driver `judge/drivers/<name>.py`, run where the learner's code is: `Driver(impl, "scheduler")
     .step("world", 3)` calls `judge.drivers.scheduler.step(learner_module, "world", 3)` in the worker (or here, on
     code graded in this process) and returns its plain answer."""
 
@@ -131,7 +88,7 @@ class Driver:
         def answer() -> Any:
             reply = wait()
             if not reply.get("ok"):
-                raise _exception(reply.get("error") or {})
+                raise crossing.rebuilt(reply.get("error") or {})
             try:
                 return wire.decode(reply.get("value"))
             except wire.WireError as err:
@@ -140,12 +97,9 @@ class Driver:
         return answer
 
 
-driver = LocalDriver = Driver  # judge/hidden's names: a driver on the learner's code, one on the reference here
-
-
 def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
     """The learner's exception (as the driver reported it) as a readable failure naming `name`."""
-    exc = _exception(err)
+    exc = crossing.rebuilt(err)
     if is_memory_error(exc):  # a driver caught it beside the learner's code: the verdict is 'memory limit'
         raise exc
     if err.get("stub"):

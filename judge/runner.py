@@ -1,5 +1,5 @@
 """Grading: the cases run here, in the grader, and observe the learner's code through a worker process
-(judge/worker_process.py, judge/README.md "How the sandbox works"); `grade_inprocess` runs them on objects of this
+(judge/worker_handle.py, judge/README.md "How the sandbox works"); `grade_inprocess` runs them on objects of this
 process instead. Nothing the worker does, prints or forges can pass a case: the grader computes every verdict.
 """
 
@@ -23,7 +23,7 @@ from .registry import ROOT as COURSE_ROOT, Exercise, get_exercise
 from .remote import RemoteModule
 from .report import CaseResult, Report
 from .wire import WorkerLost
-from .worker_process import ENDS_SUBMISSION, OUTPUT_LIMIT, STARTUP_TIMEOUT, WorkerProcess, _Output, memory_ceiling
+from .worker_handle import ENDS_SUBMISSION, OUTPUT_LIMIT, STARTUP_TIMEOUT, WorkerHandle, _Output, memory_ceiling
 
 __all__ = ["STARTUP_TIMEOUT", "IsolationUnavailable", "another_process", "check", "grade", "grade_inprocess"]
 
@@ -44,7 +44,7 @@ def another_process(impl: Any) -> Iterator[Any]:
         if not path or not os.path.isfile(path) or ex is None:
             raise RuntimeError("this case loads your code again in a fresh process, which needs it in a file: grade "
                                "the file (judge.check(ID, 'path/to/file.py')) rather than objects defined here")
-        w = WorkerProcess(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT).ready(
+        w = WorkerHandle(ex, {"impl": path}, False, ex.memory_limit_mb, {}, _Output(), OUTPUT_LIMIT).ready(
             ex.case_timeout)
     try:
         yield RemoteModule(w)
@@ -204,13 +204,13 @@ class _Run:
         self.ex, self.target, self.isolated, self.memory_mb = ex, target, isolated, memory_mb
         self.options, self.output, self.output_limit = options, output, output_limit
         self.time_limit, self.cap = time_limit, cap
-        self.worker: WorkerProcess | None = None
+        self.worker: WorkerHandle | None = None
         self.capped = 0
         self.ceiling: int | None = None  # the grader's memory budget for this submission, from its first start
 
     def spawn(self) -> None:
         """Start a worker (it imports while the grader goes on)."""
-        self.worker = WorkerProcess(self.ex, self.target, self.isolated, self.memory_mb, self.options, self.output,
+        self.worker = WorkerHandle(self.ex, self.target, self.isolated, self.memory_mb, self.options, self.output,
                                     self.output_limit, self.ceiling)
 
     def start(self) -> str | None:

@@ -28,7 +28,7 @@ from .registry import ROOT, Exercise, shipped
 COURSE = "/course"  # where the student edition appears inside the sandbox
 SUBMISSION = "/submission"
 BOOT = ("import sys; sys.path[:0] = [sys.argv[1]]; sys.path.extend(sys.argv[2:-2]); "
-        "from judge._worker import main; main()")
+        "from judge.worker_main import main; main()")
 NOT_ISOLATED = ("note: not isolated: your code runs in a plain subprocess with time and memory limits "
                 "(fine for self-study; class grading uses bubblewrap)")
 

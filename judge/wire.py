@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import importlib
 import json
 import math
 from collections import deque
@@ -183,62 +182,16 @@ def loads(line: bytes) -> dict:
 
 
 def reply_problem(msg: dict) -> str | None:
-    """What makes `msg` not a reply of the protocol (None if it is one); its exception record is made
-    receivable in place (see `received_error`)."""
+    """What makes `msg` not a reply of the protocol (None if it is one)."""
     if not isinstance(msg.get("ok"), bool):
         return "a reply without ok: true or false"
     if not msg["ok"]:
         if not isinstance(msg.get("error"), dict):
             return "a failed reply without an error record"
-        msg["error"] = received_error(msg["error"])
     return None
 
-
-# -- exceptions: the worker sends a record (`error_record`), the grader receives it (`received_error`)
 
 def cut(text: Any, limit: int = TEXT_LIMIT) -> str:
     """`text` as a string of at most `limit` characters, and a note of how many were cut."""
     text = str(text)
     return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} characters cut]"
-
-
-def error_record(exc: BaseException, traceback: str | None) -> dict:
-    """What the worker sends of an exception the learner's code raised: its type's name and module, its message
-    and the trimmed traceback, both cut to TEXT_LIMIT, the exit code of a SystemExit."""
-    rec: dict[str, Any] = {"type": type(exc).__name__, "module": type(exc).__module__, "message": cut(exc)}
-    if isinstance(exc, SystemExit):
-        rec["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else cut(exc.code)
-    if traceback is not None:
-        rec["traceback"] = cut(traceback)
-    return rec
-
-
-def known_class(module: str, name: str) -> type | None:
-    """The builtin or framework.errors exception class `module.name`, or None: the classes an exception record is
-    rebuilt as, on either side."""
-    if module not in ("builtins", "framework.errors"):
-        return None
-    cls = getattr(importlib.import_module(module), name, None)
-    ok = isinstance(cls, type) and issubclass(cls, BaseException) and cls not in (KeyboardInterrupt, GeneratorExit)
-    return cls if ok else None
-
-
-def received_error(rec: dict) -> dict:
-    """An exception record as the grader may use it, whatever the worker sent: strings of bounded length, a type
-    name that is a short identifier (else "LearnerError")."""
-    name = rec.get("type")
-    name = name if isinstance(name, str) and name.isidentifier() and len(name) <= NAME_LIMIT else "LearnerError"
-    code = rec.get("code")
-    out = {"type": name, "module": cut(rec.get("module"), NAME_LIMIT), "message": cut(rec.get("message", "")),
-           "code": code if isinstance(code, (int, type(None))) and not isinstance(code, bool) else cut(code, 200),
-           "memory": rec.get("memory") is True}
-    if isinstance(rec.get("traceback"), str):
-        out["traceback"] = cut(rec["traceback"])
-    mro = rec.get("mro")
-    if isinstance(mro, list):  # the exception's bases, so that a learner's ValueError subclass is a ValueError
-        out["mro"] = [[cut(m, NAME_LIMIT), cut(n, NAME_LIMIT)] for m, n in
-                      (pair for pair in mro[:16] if isinstance(pair, list) and len(pair) == 2)]
-    stub = rec.get("stub")
-    if isinstance(stub, list) and len(stub) == 2 and all(isinstance(x, str) for x in stub):
-        out["stub"] = [cut(x, 200) for x in stub]
-    return out

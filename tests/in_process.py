@@ -8,7 +8,7 @@ import json
 
 from judge import wire
 from judge.drivers import hosts  # noqa: F401 - the stand-ins' callbacks are served in this process
-from judge._worker import Worker
+from judge.worker_main import Worker
 from judge.remote import Session
 
 

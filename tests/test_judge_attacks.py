@@ -67,7 +67,7 @@ def _workers() -> set[int]:
             cmd = (Path("/proc") / pid / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"from judge._worker import main" in cmd and sandbox.COURSE.encode() in cmd and mine in cmd:
+        if b"from judge.worker_main import main" in cmd and sandbox.COURSE.encode() in cmd and mine in cmd:
             pids.add(int(pid))
     return pids
 

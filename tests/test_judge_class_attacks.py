@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import judge
-from judge import cli, report, sandbox, wire, worker_process
+from judge import cli, crossing, report, sandbox, wire, worker_handle
 from judge.runner import IsolationUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +153,7 @@ def test_nbgrader_grades_and_exports_every_submission_within_its_caps(autograded
 
 
 def test_the_grader_memory_budget_ends_a_submission_and_the_next_starts_clean(monkeypatch):
-    monkeypatch.setattr(worker_process, "GRADER_MEMORY_MB", 40)  # one padded reply of the bomb is ~150 MB
+    monkeypatch.setattr(worker_handle, "GRADER_MEMORY_MB", 40)  # one padded reply of the bomb is ~150 MB
     bomb = judge.grade(128, ATTACKS / "memory_bomb.py", cases=CASES[:2], time_limit=TIMEOUT, memory_limit_mb=1024)
     assert [r.verdict for r in bomb.results] == ["grader memory", "not run"], bomb.text()
     honest = judge.grade(128, ATTACKS / "honest.py", cases=CASES[:2], time_limit=TIMEOUT)
@@ -239,7 +239,7 @@ def test_a_malformed_value_is_a_wire_error(value):
 
 
 def test_exception_records_are_received_bounded():
-    rec = wire.received_error({"type": "E" * 10**6, "module": ["x"], "message": "m" * 10**6, "traceback": 5})
+    rec = crossing.received_error({"type": "E" * 10**6, "module": ["x"], "message": "m" * 10**6, "traceback": 5})
     assert rec["type"] == "LearnerError" and len(rec["message"]) < 2 * wire.TEXT_LIMIT and "traceback" not in rec
 
 
@@ -298,7 +298,7 @@ def test_the_worker_serves_driver_calls_only():
     """No request reads or calls the learner's module directly (the generic proxies are gone): only a public
     driver's function, and a kept object is reached by the name the grader gave it, the latest one kept."""
     from judge import drivers
-    from judge._worker import Worker
+    from judge.worker_main import Worker
 
     worker = Worker({"exercise": 127, "impl_module": "solutions.paged_attention"}, lambda msg: None, lambda: b"")
     worker.load()

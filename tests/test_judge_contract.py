@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import judge
-from judge import compare, public, remote
+from judge import compare, crossing, public
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
@@ -54,14 +54,14 @@ def test_another_exercises_stub_is_blamed_not_the_learner():
 def test_a_learner_exception_crosses_as_an_instance_of_its_known_bases():
     from framework.errors import NoFreeBlocksError
 
-    own = remote._exception({"type": "TableTooShort", "module": "submission", "message": "end 9",
+    own = crossing.rebuilt({"type": "TableTooShort", "module": "submission", "message": "end 9",
                              "mro": [["submission", "TableTooShort"], ["builtins", "ValueError"],
                                      ["builtins", "Exception"]]})
     assert isinstance(own, ValueError) and type(own).__name__ == "TableTooShort"
-    look_alike = remote._exception({"type": "NoFreeBlocksError", "module": "submission", "message": "",
+    look_alike = crossing.rebuilt({"type": "NoFreeBlocksError", "module": "submission", "message": "",
                                     "mro": [["submission", "NoFreeBlocksError"], ["builtins", "RuntimeError"]]})
     assert isinstance(look_alike, RuntimeError) and not isinstance(look_alike, NoFreeBlocksError)
-    real = remote._exception({"type": "NoFreeBlocksError", "module": "framework.errors", "message": ""})
+    real = crossing.rebuilt({"type": "NoFreeBlocksError", "module": "framework.errors", "message": ""})
     assert isinstance(real, NoFreeBlocksError)
 
 

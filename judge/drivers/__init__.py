@@ -7,14 +7,11 @@ later calls reuse is kept in its process under a name the grader chooses (`keep`
 from __future__ import annotations
 
 import functools
-import operator
-import os
-import traceback
 from typing import Any, Callable
 
-from judge import wire
+from judge.crossing import known_class
 from judge.practice_finder import PracticeFinder
-from judge.harness import context, int_values, is_memory_error, option, trimmed_traceback
+from judge.harness import option
 
 
 @functools.lru_cache(maxsize=2)
@@ -24,71 +21,6 @@ def _model_at(path: str):
     from mini_llm import load_transformer
 
     return load_transformer(path, dtype=torch.float32, device="cpu")
-
-
-def learner_error(exc: BaseException, learner_file: str | None = None) -> dict:
-    """The learner's exception as plain data for the grader to show: its type, the classes of its MRO, their
-    traceback trimmed to `learner_file` (default: the context's), the other exercise's stub it came from."""
-    relayed = getattr(exc, "_judge_record", None)  # raised by the learner's code the grader's part called back
-    if isinstance(relayed, dict):
-        return relayed
-    learner_file = learner_file or context().learner_file
-    try:
-        tb = trimmed_traceback(exc, learner_file)
-    except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
-        tb = None
-    err = wire.error_record(exc, tb)
-    err["mro"] = [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]
-    err["stub"] = _other_stub(exc, learner_file)
-    if is_memory_error(exc):
-        err["memory"] = True
-    return err
-
-
-def _other_stub(exc: BaseException, learner_file: str | None) -> list[str] | None:
-    """[practice file, function] when the learner's own code called another exercise's untouched practice stub
-    directly (e.g. 129's Scheduler calling practice/preemption.py): that NotImplementedError is not theirs."""
-    frames = traceback.extract_tb(exc.__traceback__)[-2:]
-    if not isinstance(exc, NotImplementedError) or len(frames) < 2 or not learner_file:
-        return None
-    caller, raiser = frames
-    same = lambda a, b: os.path.realpath(a) == os.path.realpath(b)  # noqa: E731
-    if not same(caller.filename, learner_file) or same(raiser.filename, learner_file) or \
-            os.path.basename(os.path.dirname(raiser.filename)) != "practice":
-        return None
-    return [f"practice/{os.path.basename(raiser.filename)}", raiser.name]
-
-
-def plain_ints(value: Any) -> list[int] | None:
-    """The integers of a list, tuple, deque, 1-D integer tensor or array, or of any other sequence of ints (an
-    `array.array`, a range, ...), as a list of ints; None if `value` is none of those. Imports torch only for a
-    tensor the learner made (pure-Python exercises stay quick to grade)."""
-    if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
-        return list(value)
-    if _array_module(value):
-        return int_values(value)
-    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
-        return None
-    try:
-        items = list(value)
-    except Exception:  # noqa: BLE001 - an iterable that fails is not a sequence of ints
-        return None
-    out = []
-    for x in items:
-        if _array_module(x):  # a 0-d tensor or a numpy integer
-            got = int_values([x])
-            if got is None:
-                return None
-            out += got
-        elif isinstance(x, bool) or not hasattr(x, "__index__"):
-            return None
-        else:
-            out.append(operator.index(x))
-    return out
-
-
-def _array_module(value: Any) -> bool:
-    return type(value).__module__.split(".")[0] in ("torch", "numpy")
 
 
 def load_model(path: str | None = None):
@@ -134,7 +66,7 @@ def no_channel(host: int, name: str, args: list) -> dict:
                        "importing judge.drivers.hosts sets its own")
 
 
-# The stand-ins' way to the grader's parts: the worker's pipes (judge/_worker.py), or in the grader's own process
+# The stand-ins' way to the grader's parts: the worker's pipes (judge/worker_main.py), or in the grader's own process
 # the hosts called directly (judge.drivers.hosts.in_process, set when that module is imported).
 channel: Callable[[int, str, list], dict] = no_channel
 
@@ -155,7 +87,7 @@ def host_call(host: int, name: str, *args: Any) -> Any:
 def _rebuilt(err: Any) -> Exception:
     err = err if isinstance(err, dict) else {}
     name, message = str(err.get("type")), str(err.get("message", ""))
-    cls = wire.known_class(str(err.get("module")), name)
+    cls = known_class(str(err.get("module")), name)
     if cls is not None and issubclass(cls, Exception):
         try:
             return cls(message)

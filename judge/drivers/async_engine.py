@@ -23,7 +23,8 @@ from types import ModuleType
 from typing import Any
 
 from framework.engine import EngineConfig, LLMEngineBase, StepError
-from judge.drivers import OPENER, host_call, learner_error, load_model
+from judge.crossing import learner_error
+from judge.drivers import OPENER, host_call, load_model
 from judge.drivers.engine import BracketTokenizer, ints, params_of
 from judge.harness import short
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from judge import wire
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 from judge.harness import int_values, short
 
 TENSOR_FIELDS = ("input_ids", "positions", "slot_mapping", "logits_indices")

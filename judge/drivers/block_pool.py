@@ -12,7 +12,8 @@ import re
 from types import ModuleType
 from typing import Any
 
-from judge.drivers import learner_error, plain_ints
+from judge.crossing import learner_error
+from judge.harness import int_values
 
 NO_FREE = "NoFreeBlocksError"
 LOOK_ALIKE = "NoFreeBlocksError (a class of your own, not framework.errors.NoFreeBlocksError)"
@@ -38,7 +39,7 @@ def state(pool: Any) -> dict[str, Any]:
         ref_cnt, nfree = pool.ref_cnt, pool.num_free_blocks
     except Exception as exc:  # noqa: BLE001 - e.g. AttributeError, NotImplementedError in the property
         return {"problem": "reading pool.ref_cnt / pool.num_free_blocks", "_error": learner_error(exc)}
-    counts = plain_ints(ref_cnt)
+    counts = int_values(ref_cnt)
     if counts is None:
         return {"problem": f"pool.ref_cnt is {str(ref_cnt)[:200]} ({type(ref_cnt).__name__}); expected a sequence "
                            "of ints, one per block"}
@@ -74,7 +75,7 @@ def run(impl: ModuleType, num_blocks: int, ops: list) -> dict[str, Any]:
             step.update(raised=raised_name(exc), _error=learner_error(exc))
             ret = None
         if method == "allocate" and step["raised"] is None:
-            got = plain_ints(ret)
+            got = int_values(ret)
             step["returned"] = got if got is not None else {"not a list of ints": f"{str(ret)[:200]} "
                                                                                   f"({type(ret).__name__})"}
         step["state"] = current = state(pool)

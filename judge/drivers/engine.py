@@ -18,7 +18,8 @@ from typing import Any, Sequence
 from framework.engine import EngineConfig, LLMEngineBase
 from framework.request import Request
 from framework.sampling import SamplingParams
-from judge.drivers import OPENER, host_call, keep, kept, learner_error, load_model
+from judge.crossing import learner_error
+from judge.drivers import OPENER, host_call, keep, kept, load_model
 from judge.drivers.stand_ins import engine_parts, plain_runner_item
 from judge.harness import int_values, short
 

@@ -6,7 +6,7 @@ Whatever arrives is the learner's to forge, so every value is checked before a r
 stand-ins send, else CallbackRefused (the submission's protocol verdict); in range, else a ValueError raised in
 the learner's code. What one submission can make here is bounded (`MAX_HOSTS` hosts at once, caches of at most
 `MAX_TOKENS` tokens) and dropped after it (`forget`). Callbacks are served here (`serve_callback`): from the
-worker's pipes (judge/worker_process.py), or, for code graded in this process, through `in_process`.
+worker's pipes (judge/worker_handle.py), or, for code graded in this process, through `in_process`.
 
 The references are imported by name (`reference`), so that a student edition's own practice/ modules stand in for
 the unreleased ones. Shipped to students: it holds no answer.
@@ -25,11 +25,11 @@ from typing import Any, Callable, Iterator
 import torch
 
 from framework.engine import EngineConfig, StepError
-from framework.model_runner import BATCH_FIELDS, as_runner_batch
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams, make_generator
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge import drivers, wire
+from judge.crossing import error_record
 from judge.drivers import OPENER, load_model
 from judge.drivers.async_engine import InjectedFailure
 from judge.drivers.engine import BracketTokenizer
@@ -90,7 +90,7 @@ def serve_callback(host: Any, name: Any, args: Any, allowed: tuple[str, ...] | N
         relayed = getattr(exc, "record", None)  # the learner's code, called back by the part, raised it
         if isinstance(relayed, dict):
             return {"error": {**relayed, "relayed": True}}
-        return {"error": wire.error_record(exc, None)}
+        return {"error": error_record(exc, None)}
     finally:
         allowed_references.reset(token)
     return {"value": value}
@@ -441,7 +441,7 @@ class Opener:
     LIMITS = {"num_blocks": 4096, "block_size": 256, "token_budget": MAX_TOKENS, "max_num_seqs": 1024}
 
     def __init__(self) -> None:
-        self.ops = {"engine": self.engine, "engine_loop": self.engine_loop, "kv": self.kv, "kernels": self.kernels}
+        self.ops = {"engine": self.engine, "engine_loop": self.engine_loop, "kv": self.kv}
         self.opened: deque[int] = deque()
 
     def _open(self, host: Any) -> int:
@@ -476,55 +476,6 @@ class Opener:
         c = self._config(config, ("enable_chunked_prefill", "enable_prefix_caching"))
         return self._open(EngineLoopHost(c, fail_at))
 
-    def kernels(self) -> int:
-        """A KernelHost (exercises 126 and 127)."""
-        return self._open(KernelHost())
-
     def kv(self, config: Any) -> int:
         """A KVHost (exercises 129 and 131) for a scheduler world of judge.drivers.scheduler.Config(**config)."""
         return self._open(KVHost(self._config(config, ("chunked", "prefix"))))
-
-
-def _tensor(value: Any, floating: bool, what: str) -> Any:
-    """A tensor the stand-ins sent (wire-encoded), of a floating or an integer dtype."""
-    if not isinstance(value, dict) or "__tensor__" not in value:
-        raise CallbackRefused(f"{what} is not a tensor")
-    try:
-        t = wire.decode(value)
-    except wire.WireError as err:
-        raise CallbackRefused(f"{what}: {err}") from None
-    if not isinstance(t, torch.Tensor) or t.is_floating_point() != floating or t.dim() > 4:
-        raise CallbackRefused(f"{what} is not a {'float' if floating else 'integer'} tensor of at most 4 dims")
-    return t
-
-
-class KernelHost:
-    """The reference kernels of the model runner's step (exercises 126 and 127's end-to-end cases): the batch
-    layout (128), `write_kv` (126) and `paged_attention` (127), the ones the graded exercise does not write.
-    Tensors cross wire-encoded; the caches come back written, for the worker to copy into its own views."""
-
-    def __init__(self) -> None:
-        self.ops = {"build_batch": self.build_batch, "write_kv": self.write_kv,
-                    "paged_attention": self.paged_attention}
-
-    def build_batch(self, items: Any, block_size: Any) -> dict:
-        plain = _items(items, MAX_ID, MAX_TOKENS, MAX_TOKENS)
-        batch = as_runner_batch(reference("batch").build_batch(plain, _int(block_size, 1, 256, "block_size")))
-        return {name: wire.encode(getattr(batch, name)) for name in BATCH_FIELDS}
-
-    def write_kv(self, key_cache: Any, value_cache: Any, key: Any, value: Any, slot_mapping: Any) -> list:
-        kc, vc = _tensor(key_cache, True, "key_cache"), _tensor(value_cache, True, "value_cache")
-        reference("paged_kv_cache").write_kv(kc, vc, _tensor(key, True, "key"), _tensor(value, True, "value"),
-                                             _tensor(slot_mapping, False, "slot_mapping"))
-        return [wire.encode(kc), wire.encode(vc)]
-
-    def paged_attention(self, query: Any, key_cache: Any, value_cache: Any, query_start_loc: Any, seq_lens: Any,
-                        block_tables: Any) -> dict:
-        if not isinstance(block_tables, list) or len(block_tables) > MAX_TOKENS:
-            raise CallbackRefused("block tables that are not a list")
-        tables = [_ints(t, 0, MAX_TOKENS, "a block id") for t in block_tables]
-        out = reference("paged_attention").paged_attention(
-            _tensor(query, True, "query"), _tensor(key_cache, True, "key_cache"),
-            _tensor(value_cache, True, "value_cache"), _tensor(query_start_loc, False, "query_start_loc"),
-            _tensor(seq_lens, False, "seq_lens"), tables)
-        return wire.encode(out)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 from judge.harness import short
 
 
@@ -97,7 +97,27 @@ def run(impl: ModuleType, spec: dict) -> dict[str, Any]:
     return {"returned": type(out).__name__, "repr": short(out), "inputs changed": changed}
 
 
-def describe(fn: str, spec: dict) -> str:
-    """The call of this driver as a learner reads it: the inputs of the case."""
+def attend_layer(impl: ModuleType, query: torch.Tensor, key_caches: torch.Tensor, value_caches: torch.Tensor,
+                 layer: int, query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                 block_tables: list[list[int]]) -> dict[str, Any]:
+    """paged_attention as the model runner calls it in an engine step (the grader runs the runner: 127's end-to-end
+    case), on layer `layer` of whole multi-layer caches: {"output": tensor} or {"error": ...}."""
+    try:
+        out = impl.paged_attention(query, key_caches[layer], value_caches[layer], query_start_loc, seq_lens,
+                                   block_tables)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the grader classifies it
+        return {"error": learner_error(exc)}
+    if not isinstance(out, torch.Tensor):
+        return {"error": learner_error(TypeError(f"paged_attention returned {type(out).__name__} {short(out)}; it "
+                                                 "must return the output tensor"))}
+    return {"output": out.detach().as_subclass(torch.Tensor)}
+
+
+def describe(fn: str, *args: Any) -> str | None:
+    """The call of this driver as a learner reads it: the inputs of the case (None: the replay shows the call)."""
+    if fn != "run":
+        return None
     return "paged_attention(query, key_cache, value_cache, query_start_loc, seq_lens, block_tables, scale) on " + \
-        show(Spec.from_plain(spec))
+        show(Spec.from_plain(args[0]))

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from judge.drivers import learner_error, plain_ints
+from judge.crossing import learner_error
+from judge.harness import int_values
 
 
 def raised(exc: BaseException) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def slots(impl: ModuleType, table: list[int], start: int, end: int, block_size: 
         out = impl.compute_slot_mapping(list(table), start, end, block_size)
     except Exception as exc:  # noqa: BLE001
         return raised(exc)
-    got = plain_ints(out)
+    got = int_values(out)
     return {"returned": got} if got is not None else {"not a list of ints": f"{str(out)[:200]} ({type(out).__name__})"}
 
 
@@ -55,6 +56,17 @@ def write(impl: ModuleType, spec: list) -> dict[str, Any]:
     return {"key_caches": t["key_caches"], "value_caches": t["value_caches"],
             "returned": None if ret is None else f"{type(ret).__name__} {str(ret)[:100]}",
             "inputs changed": [k for k, v in inputs.items() if not torch.equal(t[k], v)]}
+
+
+def write_layer(impl: ModuleType, key_caches: torch.Tensor, value_caches: torch.Tensor, layer: int, key: torch.Tensor,
+                value: torch.Tensor, slot_mapping: torch.Tensor) -> dict[str, Any]:
+    """write_kv as the model runner calls it in an engine step (the grader runs the runner: 126's end-to-end case),
+    into layer `layer` of whole multi-layer caches: both caches after the call, or {"error": ...}."""
+    try:
+        impl.write_kv(key_caches[layer], value_caches[layer], key, value, slot_mapping)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": learner_error(exc)}
+    return {"key_caches": key_caches, "value_caches": value_caches}
 
 
 def write_text(spec: list) -> str:

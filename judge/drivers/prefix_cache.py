@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 
 CHAINED = "each hash is hash_block(the hash before it, its block)"
 

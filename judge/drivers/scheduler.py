@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from judge.drivers import OPENER, host_call, keep, kept, learner_error
+from judge.crossing import learner_error
+from judge.drivers import OPENER, host_call, keep, kept
 from judge.drivers.stand_ins import Link, RemoteKVCacheManager, RemotePreemption, bound
 from judge.wire import WorkerLost
 from framework.request import Request, RequestStatus

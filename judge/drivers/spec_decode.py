@@ -23,7 +23,7 @@ import torch
 
 from framework.request import Request
 from framework.sampling import SamplingParams, make_generator, sampling_probs
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 
 FALSE_REJECTION = 1e-6  # the test's false-rejection probability for a correct sampler (module docstring)
 

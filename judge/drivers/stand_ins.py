@@ -22,7 +22,8 @@ from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge import wire
-from judge.drivers import host_call, plain_ints
+from judge.drivers import host_call
+from judge.harness import int_values
 
 
 class Mirror:
@@ -172,7 +173,7 @@ def _set_list(r: Request, attr: str, value: list[int]) -> None:
 
 def _identity(r: Request) -> list:
     """[request_id, prompt_token_ids, sampling params]: what the host's copy of a request is made from."""
-    prompt, params = plain_ints(r.prompt_token_ids), r.sampling_params
+    prompt, params = int_values(r.prompt_token_ids), r.sampling_params
     if prompt is None or not isinstance(params, SamplingParams):
         raise TypeError(f"request {r.request_id}: prompt_token_ids must be a list of ints, sampling_params a "
                         "SamplingParams")
@@ -187,7 +188,7 @@ def request_state(r: Request) -> list:
             any(isinstance(v, bool) or not isinstance(v, int) for v in (nc, num_cached, num_preemptions)):
         raise TypeError(f"request {r.request_id}: num_computed_tokens, num_cached_tokens and num_preemptions must "
                         f"be ints, got {[nc, num_cached, num_preemptions]!r:.80}")
-    outputs, table = plain_ints(r.output_token_ids), plain_ints(r.block_table)
+    outputs, table = int_values(r.output_token_ids), int_values(r.block_table)
     if outputs is None or table is None:
         raise TypeError(f"request {r.request_id}: output_token_ids and block_table must be lists of ints")
     status, reason, error = r.status, r.finish_reason, r.error
@@ -221,7 +222,7 @@ class RemoteKVCacheManager:
         return self.link.call("get_computed_blocks", self.link.name_of(request))
 
     def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: Any = ()) -> bool:
-        blocks = plain_ints(computed_blocks)
+        blocks = int_values(computed_blocks)
         if blocks is None or isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_slots(request, num_new_tokens: int, computed_blocks: list of ints)")
         name, n = self.link.name_of(request), operator.index(num_new_tokens)
@@ -304,7 +305,7 @@ def plain_runner_item(item: Any) -> list:
     except (TypeError, ValueError):
         raise TypeError(f"an item is {item!r:.80}; each item is (token_ids, num_computed, block_table, "
                         "need_logits)") from None
-    tokens, table = plain_ints(tokens), plain_ints(table)
+    tokens, table = int_values(tokens), int_values(table)
     if tokens is None or table is None or isinstance(num_computed, bool) or not hasattr(num_computed, "__index__"):
         raise TypeError(f"an item is {item!r:.80}: token_ids and block_table are lists of ints, num_computed an int")
     return [tokens, operator.index(num_computed), table, bool(need)]

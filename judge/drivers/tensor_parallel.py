@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 from mini_llm import Qwen3Config
 
 WAIT_SECONDS = 10.0  # how long a rank waits in all_reduce for the others

@@ -11,16 +11,7 @@ EXERCISE = Exercise(
     api={"compute_slot_mapping": ("block_table", "start", "end", "block_size"),
          "write_kv": ("key_cache", "value_cache", "key", "value", "slot_mapping")},
     statement="practice/exercises/126-slot-mapping.md",
-    public_cases=(
-        "slot mapping: the worked example",
-        "slot mapping: a chunk that starts inside a block",
-        "slot mapping: a table exactly full is fine, one too short is a ValueError",
-        "slot mapping: an empty range past the end of the table is a ValueError",
-        "write_kv: the worked example's prefill, into layer 1 of a 2-layer cache",
-        "write_kv: a prefill into a non-contiguous block table",
-        "write_kv: in place into one layer of a multi-layer cache (the others must not change)",
-    ),
-    # the pieces of its end-to-end case the grader runs (judge/drivers/hosts.py, KernelHost)
+    # the pieces of its end-to-end case the grader runs around the learner's kernel (judge/hidden/end_to_end.py)
     part_references=("solutions.batch", "solutions.paged_attention"),
     parts_run_by="its end-to-end case",
 )

@@ -10,14 +10,7 @@ EXERCISE = Exercise(
     tests="judge.hidden.paged_attention",
     api={"paged_attention": ("query", "key_cache", "value_cache", "query_start_loc", "seq_lens", "block_tables")},
     statement="practice/exercises/127-paged-attention.md",
-    # the pieces of its end-to-end case the grader runs (judge/drivers/hosts.py, KernelHost)
+    # the pieces of its end-to-end case the grader runs around the learner's kernel (judge/hidden/end_to_end.py)
     part_references=("solutions.batch", "solutions.paged_kv_cache"),
     parts_run_by="its end-to-end case",
-    public_cases=(
-        "one prefill, one request",
-        "one decode step after cached tokens",
-        "a prefill, a chunk starting mid-block and a decode in one batch",
-        "a custom softmax scale (0.0 included)",
-        "a request with no new tokens contributes no rows",
-    ),
 )

@@ -10,12 +10,4 @@ EXERCISE = Exercise(
     tests="judge.hidden.batch_layout",
     api={"build_batch": ("items", "block_size")},
     statement="practice/exercises/128-batch-layout.md",
-    public_cases=(
-        "the worked example",
-        "single prefill",
-        "single decode",
-        "a prefill, a decode and a chunk in one batch, all needing logits",
-        "need_logits=False in the middle of a batch",
-        "no request needs logits (empty logits_indices)",
-    ),
 )

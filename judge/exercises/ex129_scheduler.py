@@ -14,14 +14,4 @@ EXERCISE = Exercise(
     # the parts its cases run in the grader (judge/drivers/hosts.py)
     part_references=("solutions.kv_cache_manager", "solutions.block_pool", "solutions.prefix_cache",
                      "solutions.preemption"),
-    public_cases=(
-        "one request: a prompt that fits, then its decodes",
-        "decodes first, then prefill chunks, then new requests",
-        "the budget left after decodes limits a running prefill chunk",
-        "without chunked prefill a prompt that does not fit waits, and so do later ones",
-        "max_num_seqs caps the running requests",
-        "prefix-cache hits are not recomputed",
-        "blocks run out: admission stops",
-        "preemption: a skipped victim, its tokens back in the budget, no admission that step",
-    ),
 )

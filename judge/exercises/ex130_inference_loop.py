@@ -13,14 +13,4 @@ EXERCISE = Exercise(
     case_timeout=60.0,
     # the parts its cases run in the grader (judge/drivers/hosts.py)
     part_references=tuple(m for m in ENGINE_PARTS if m != "solutions.engine"),
-    public_cases=(
-        "one request: step by step",
-        "several requests share each forward pass",
-        "max_tokens respected exactly (different per request)",
-        "chunked prefill: a prompt chunk samples nothing, step returns no output for it",
-        "rows of logits: the j-th row is the j-th item that needs logits",
-        "continuous batching: a waiting request starts as soon as a slot frees",
-        "seeded sampling uses each request's own generator",
-        "stop strings (through the tokenizer)",
-    ),
 )

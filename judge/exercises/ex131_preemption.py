@@ -13,12 +13,4 @@ EXERCISE = Exercise(
     case_timeout=10.0,
     # the parts its cases run in the grader (judge/drivers/hosts.py)
     part_references=tuple(m for m in ENGINE_PARTS if m != "solutions.preemption"),
-    public_cases=(
-        "preempt: back to the head of the queue, blocks freed, outputs kept",
-        "allocate_or_preempt: enough free blocks, nobody preempted",
-        "allocate_or_preempt: the most recently admitted request is the victim",
-        "allocate_or_preempt: several victims until the blocks fit",
-        "allocate_or_preempt: a victim already scheduled this step leaves out.scheduled",
-        "allocate_or_preempt: the request is its own victim, returns False",
-    ),
 )

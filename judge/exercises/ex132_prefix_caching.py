@@ -12,8 +12,4 @@ EXERCISE = Exercise(
          "PrefixCache": ()},
     statement="practice/exercises/132-prefix-caching.md",
     case_timeout=30.0,
-    public_cases=("hash_block: an int, deterministic, depends on the parent and on the tokens in order",
-                  "block_hashes: one chained hash per full block, from NONE_HASH",
-                  "PrefixCache.lookup: the longest cached prefix, stopping at the first miss",
-                  "PrefixCache.insert: the first holder wins", "PrefixCache.evict: the block is forgotten both ways"),
 )

@@ -11,10 +11,6 @@ EXERCISE = Exercise(
     api={"verify_and_update": ("request", "draft_token_ids", "logits", "eos_token_id", "tokenizer")},
     statement="practice/exercises/134-spec-decode.md",
     case_timeout=30.0,
-    public_cases=("greedy: every draft accepted, then the bonus token", "greedy: the first mismatch ends the run",
-                  "greedy: no drafts, one token", "stop: max_tokens inside an accepted run",
-                  "stop: end of sequence inside an accepted run",
-                  "random: acceptance with probability p(x), residual without the draft"),
     # the end-to-end case runs the reference engine in the grader, calling the learner's verify_and_update
     part_references=ENGINE_PARTS,
     parts_run_by="its end-to-end case",

@@ -11,7 +11,7 @@ from judge.secret import rng as seeded  # random cases drawn with the instructor
 from judge.harness import CaseFailure, Cases, check_each, short, shrink
 from judge.hidden.end_to_end import alone_logits, engine_steps, load_model
 from judge.drivers.batch import FIELDS, describe as build_text
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from solutions import batch as ref
 
 CASES = Cases()
@@ -76,7 +76,7 @@ def diff(items: list[Item], block_size: int, impl) -> CaseFailure | None:
     """None if the learner's build_batch agrees with the reference on this input, else the failure (with the input
     attached). It runs in the worker, through the public driver judge/drivers/batch.py."""
     text = build_text("build", items, block_size)
-    out = driver(impl, "batch").build([list(it) for it in items], block_size)
+    out = Driver(impl, "batch").build([list(it) for it in items], block_size)
     if "raised" in out:
         return learner_failure(out["_error"], "build_batch", text)
     if "problem" in out:
@@ -173,30 +173,30 @@ def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_
 # The cases
 
 
-@CASES("the worked example")
+@CASES("the worked example", public=True)
 def _(impl):
     check_batches(impl, [([([11, 12, 13, 14, 15], 0, [7, 2], True), ([21], 6, [3, 9], True),
                            ([31, 32, 33], 2, [5, 8], False)], 4)])
 
 
-@CASES("a prefill, a decode and a chunk in one batch, all needing logits")
+@CASES("a prefill, a decode and a chunk in one batch, all needing logits", public=True)
 def _(impl):
     check_batches(impl, [([([1, 2, 3], 0, [4], True), ([9], 5, [2, 6], True), ([7, 8], 3, [1, 0], True)], 4),
                          ([([5], 3, [8], True), ([6, 7, 8, 9, 10], 1, [3, 1], True), ([4], 9, [0, 2, 7], True)], 4)])
 
 
-@CASES("need_logits=False in the middle of a batch")
+@CASES("need_logits=False in the middle of a batch", public=True)
 def _(impl):
     check_batches(impl, [([([5, 6], 0, [3], True), ([7, 8, 9], 2, [1, 2], False), ([4], 7, [0, 5], True)], 4),
                          ([([1, 2, 3, 4, 5], 0, [6, 2], False), ([8], 4, [1, 3], True)], 4)])
 
 
-@CASES("single prefill")
+@CASES("single prefill", public=True)
 def _(impl):
     check_batches(impl, [([([11, 12, 13, 14, 15, 16, 17], 0, [3, 1], True)], 4)])
 
 
-@CASES("single decode")
+@CASES("single decode", public=True)
 def _(impl):
     check_batches(impl, [([([42], 9, [5, 2, 7], True)], 4)])
 
@@ -245,7 +245,7 @@ def _(impl):
                                        then=half_need_logits))
 
 
-@CASES("no request needs logits (empty logits_indices)")
+@CASES("no request needs logits (empty logits_indices)", public=True)
 def _(impl):
     check_batches(impl, [([([5, 6, 7], 0, [2], False)], 4),
                          ([([5, 6, 7], 4, [9, 3], False), ([8, 9], 0, [1], False)], 4)])
@@ -315,7 +315,7 @@ def diagnose(fn, labelled: list[tuple[str, Item]], bs: int) -> CaseFailure | Non
 
 def learner_batch(impl, items: list, block_size: int) -> SimpleNamespace:
     """The batch the learner's build_batch made in the worker, its fields as they made them (tensors, lists)."""
-    out = driver(impl, "batch").build([list(it) for it in items], block_size)
+    out = Driver(impl, "batch").build([list(it) for it in items], block_size)
     if "_raw" not in out:  # diagnosed with `diff` by the step that asked
         raise CaseFailure(out.get("problem") or f"build_batch raised {out.get('raised')}")
     return SimpleNamespace(**out["_raw"])

@@ -15,7 +15,7 @@ from typing import Any
 
 from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE, op_text
 from judge.harness import CaseFailure, Cases, check_each, short
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 
 CASES = Cases()
@@ -139,7 +139,7 @@ def diff(num_blocks: int, ops: list[Op], impl: Any) -> CaseFailure | None:
 
 def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFailure | None, int]:
     """(failure or None, number of steps up to and including the failing one)."""
-    trace = driver(impl, "block_pool").run(num_blocks, ops)
+    trace = Driver(impl, "block_pool").run(num_blocks, ops)
     failure = state_failure(trace["created"], f"BlockPool({num_blocks})")
     if failure is not None:
         return failure, 0
@@ -255,13 +255,13 @@ def random_scripts(seed: int, count: int, sizes: tuple[int, int], length: tuple[
 # The cases
 
 
-@CASES("the worked example")
+@CASES("the worked example", public=True)
 def _(impl):
     check_scripts(impl, [(4, [("allocate", 3), ("incref", 1), ("free", [2, 1]), ("allocate", 2), ("allocate", 1),
                               ("free", [0, 0]), ("drain",)])])
 
 
-@CASES("a new pool: all blocks free, handed out in order 0, 1, 2, ...")
+@CASES("a new pool: all blocks free, handed out in order 0, 1, 2, ...", public=True)
 def _(impl):
     check_scripts(impl, [(1, [("drain",)]), (5, [("allocate", 2), ("allocate", 3)]), (8, [("drain",)])])
 
@@ -269,7 +269,7 @@ def _(impl):
 @CASES("num_blocks must be positive")
 def _(impl):
     for nb in (0, -3):
-        created = driver(impl, "block_pool").run(nb, [])["created"]
+        created = Driver(impl, "block_pool").run(nb, [])["created"]
         got = created.get("raised")
         if got == "NotImplementedError":
             raise learner_failure(created["_error"], "BlockPool", f"BlockPool({nb})")
@@ -279,7 +279,7 @@ def _(impl):
                               hint="a pool needs at least one block: ValueError")
 
 
-@CASES("allocate is all or nothing (NoFreeBlocksError changes nothing)")
+@CASES("allocate is all or nothing (NoFreeBlocksError changes nothing)", public=True)
 def _(impl):
     check_scripts(impl, [(4, [("allocate", 5), ("drain",)]), (6, [("allocate", 4), ("allocate", 3), ("drain",)]),
                          (3, [("allocate", 3), ("allocate", 1), ("free", [1]), ("allocate", 2), ("drain",)])])
@@ -291,7 +291,7 @@ def _(impl):
                          (3, [("allocate", -1), ("drain",)])])
 
 
-@CASES("freed blocks go to the back of the queue (LRU reuse)")
+@CASES("freed blocks go to the back of the queue (LRU reuse)", public=True)
 def _(impl):
     check_scripts(impl, [
         (4, [("allocate", 2), ("free", [0]), ("drain",)]),
@@ -300,7 +300,7 @@ def _(impl):
     ])
 
 
-@CASES("double free is a ValueError and changes nothing")
+@CASES("double free is a ValueError and changes nothing", public=True)
 def _(impl):
     check_scripts(impl, [(3, [("free", [0]), ("drain",)]), (3, [("allocate", 1), ("free", [0]), ("free", [0]),
                                                                ("drain",)]),
@@ -314,14 +314,14 @@ def _(impl):
                          (4, [("allocate", 3), ("incref", 0), ("free", [0, 2, 0, 0]), ("drain",)])])
 
 
-@CASES("ids out of range are a ValueError and change nothing")
+@CASES("ids out of range are a ValueError and change nothing", public=True)
 def _(impl):
     check_scripts(impl, [(3, [("allocate", 2), ("free", [0, 3]), ("drain",)]),
                          (3, [("allocate", 2), ("free", [1, -1]), ("drain",)]),
                          (3, [("incref", 3), ("drain",)]), (3, [("incref", -1), ("drain",)])])
 
 
-@CASES("shared blocks: incref adds an owner, free drops one")
+@CASES("shared blocks: incref adds an owner, free drops one", public=True)
 def _(impl):
     check_scripts(impl, [
         (3, [("allocate", 1), ("incref", 0), ("free", [0]), ("drain",)]),
@@ -330,7 +330,7 @@ def _(impl):
     ])
 
 
-@CASES("incref of a free block takes it out of the free queue")
+@CASES("incref of a free block takes it out of the free queue", public=True)
 def _(impl):
     check_scripts(impl, [(4, [("incref", 2), ("drain",)]),
                          (4, [("allocate", 2), ("free", [0, 1]), ("incref", 0), ("drain",)]),
@@ -355,7 +355,7 @@ def _(impl):
 @CASES("two pools are independent")
 def _(impl):
     text = "a, b = BlockPool(3), BlockPool(3); a.allocate(2)"
-    got = driver(impl, "block_pool").two_pools(3, 2)
+    got = Driver(impl, "block_pool").two_pools(3, 2)
     failure = state_failure(got, text if "raised" in got else "the second pool")
     if failure is not None:
         raise failure

@@ -14,7 +14,7 @@ import torch
 from framework.kv_cache_manager import blocks_needed
 from judge.drivers import load_model as load_checkpoint
 from judge.harness import CaseFailure, option, rng as seeded
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from framework.sampling import SamplingParams
 
 
@@ -81,11 +81,67 @@ def alone_logits(model, tokens: list[int]) -> torch.Tensor:
         return model(torch.tensor([tokens]))[0, -1].float()
 
 
+def small_model(model_path: str | None = None):
+    """The checkpoint given (--model), else a small random Qwen3 (GQA, seeded): the end-to-end check is about
+    layout."""
+    from mini_llm.config import Qwen3Config
+    from mini_llm.model import Transformer
+
+    if model_path:
+        return load_model()
+    torch.manual_seed(127)
+    cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    return Transformer(cfg).eval()
+
+
+class _KernelRaised(Exception):
+    """The learner's kernel raised (or returned what cannot be used) inside the grader's model runner."""
+
+    def __init__(self, error: dict) -> None:
+        super().__init__(str(error.get("message")))
+        self.error = error
+
+
+def _learner_kernels(impl, runner: Any) -> dict[str, Any]:
+    """write_kv and paged_attention as the grader's model runner calls them, each an ordinary driver call of the
+    learner's code in the worker on one layer of the runner's whole multi-layer cache (so that a write through the
+    wrong view shows), the caches copied back after a write."""
+    def layer_of(cache: torch.Tensor) -> int:
+        whole = runner.kv_cache.key_caches
+        return next(i for i in range(len(whole)) if whole[i].data_ptr() == cache.data_ptr())
+
+    def write_kv(key_cache, value_cache, key, value, slot_mapping) -> None:
+        cache = runner.kv_cache
+        got = Driver(impl, "paged_kv_cache").write_layer(cache.key_caches.cpu(), cache.value_caches.cpu(),
+                                                         layer_of(key_cache), key.cpu(), value.cpu(),
+                                                         slot_mapping.cpu())
+        if "error" in got:
+            raise _KernelRaised(got["error"])
+        cache.key_caches.copy_(got["key_caches"])
+        cache.value_caches.copy_(got["value_caches"])
+
+    def paged_attention(query, key_cache, value_cache, query_start_loc, seq_lens, block_tables):
+        cache = runner.kv_cache
+        got = Driver(impl, "paged_attention").attend_layer(
+            query.cpu(), cache.key_caches.cpu(), cache.value_caches.cpu(), layer_of(key_cache),
+            query_start_loc.cpu(), seq_lens.cpu(), [list(t) for t in block_tables])
+        if "error" in got:
+            raise _KernelRaised(got["error"])
+        return got["output"].to(query.device)
+
+    return {"write_kv": write_kv, "paged_attention": paged_attention}
+
+
 def end_to_end(impl, name: str) -> None:
-    """Three engine steps (prefills, a chunked prefill, decodes) through the model runner with the learner's `name`
-    (write_kv or paged_attention), run in the worker by judge/drivers/model_runner.py on a real multi-layer paged
-    cache; each request's last logits must equal running the model on it alone."""
-    from judge.drivers.model_runner import small_model
+    """Three engine steps (prefills, a chunked prefill, decodes) through the framework's model runner, run here on
+    the references, with the learner's `name` (write_kv or paged_attention) called in the worker for every layer
+    (judge/drivers/paged_kv_cache.py, paged_attention.py); each request's last logits must equal running the model
+    on it alone."""
+    from framework.model_runner import ModelRunnerBase, runner_class
+    from solutions.batch import build_batch
+    from solutions.paged_attention import paged_attention
+    from solutions.paged_kv_cache import write_kv
 
     bs, num_blocks = 4, 40
     model = small_model(option("model"))
@@ -95,11 +151,14 @@ def end_to_end(impl, name: str) -> None:
     texts = [f"engine step {i} of {len(plans)}, block_size {bs}: " + ", ".join(
         f"request {r}: {len(tokens)} new tokens after {nc} cached" for r, (tokens, nc, _, _) in step)
         for i, step in enumerate(steps, 1)]
-    got = driver(impl, "model_runner").run_steps(name, [[it for _, it in step] for step in steps], num_blocks, bs,
-                                                 option("model"))
-    if "error" in got:
-        raise learner_failure(got["error"], name, texts[got["engine step"] - 1])
-    for logits, text, step in zip(got["logits"], texts, steps):
+    pieces = {"build_batch": build_batch, "write_kv": write_kv, "paged_attention": paged_attention}
+    runner = runner_class(ModelRunnerBase, **pieces)(model, num_blocks=num_blocks, block_size=bs)
+    setattr(runner, name, _learner_kernels(impl, runner)[name])
+    for step, text in zip(steps, texts):
+        try:
+            logits = runner.execute_model([it for _, it in step])
+        except _KernelRaised as exc:
+            raise learner_failure(exc.error, name, text) from None
         for row, (r, (tokens, nc, _, _)) in zip(logits, [(r, it) for r, it in step if it[3]]):
             err = (row - alone_logits(model, seqs[r][: nc + len(tokens)])).abs().max().item()
             if not err <= 1e-4:

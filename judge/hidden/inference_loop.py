@@ -20,7 +20,7 @@ from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.hidden.end_to_end import alone, load_model, random_prompts
-from judge.remote import LocalDriver, driver, learner_failure
+from judge.remote import Driver, learner_failure
 from solutions import engine as ref
 
 _ENGINES: list["Engine"] = []  # the engines of the running case
@@ -153,7 +153,7 @@ class Engine:
     def __init__(self, impl, model, eos: int | None, chunks_first: bool = False, tokenizer: Any = None,
                  step_limit: int = 400, **config: Any) -> None:
         eos = model.cfg.eos_token_id if eos is None else eos  # as LLMEngineBase does
-        self.drv, self.model, self.eos, self.tokenizer, self.config = driver(impl, "engine"), model, eos, tokenizer, \
+        self.drv, self.model, self.eos, self.tokenizer, self.config = Driver(impl, "engine"), model, eos, tokenizer, \
             config
         self.params: list[SamplingParams] = []  # of each request, in order of arrival
         self.arrivals: list[str] = []  # request ids in order of arrival
@@ -165,7 +165,7 @@ class Engine:
                                                      "generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine(...)")
-        self.twin = LocalDriver(ref, "engine")  # the reference engine, here, driven the same way
+        self.twin = Driver(ref, "engine")  # the reference engine, here, driven the same way
         self.twin.new_engine(TWIN, *args)
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin
@@ -431,7 +431,7 @@ def tokens_of(state: dict) -> dict[str, list[int]]:
 # The cases
 
 
-@CASES("one request: step by step", timeout=60)
+@CASES("one request: step by step", timeout=60, public=True)
 def _(impl):
     model = load_model()
     eos = model.cfg.eos_token_id
@@ -456,7 +456,7 @@ def _(impl):
     run_generate(impl, model, random_prompts(model, 2, [7]), None, num_blocks=32, block_size=4)
 
 
-@CASES("several requests share each forward pass", timeout=60)
+@CASES("several requests share each forward pass", timeout=60, public=True)
 def _(impl):
     model = load_model()
     prompts = random_prompts(model, 3, [5, 11, 3, 8])
@@ -467,7 +467,7 @@ def _(impl):
                           hint="one item per scheduled request, one execute_model call per step")
 
 
-@CASES("max_tokens respected exactly (different per request)", timeout=60)
+@CASES("max_tokens respected exactly (different per request)", timeout=60, public=True)
 def _(impl):
     model = load_model()
     prompts = random_prompts(model, 4, [6, 4, 9, 5])
@@ -513,7 +513,7 @@ def check_alone(engine: Engine, prompts: list[list[int]], params: SamplingParams
                               expected=want, got=tokens[i])
 
 
-@CASES("chunked prefill: a prompt chunk samples nothing, step returns no output for it", timeout=60)
+@CASES("chunked prefill: a prompt chunk samples nothing, step returns no output for it", timeout=60, public=True)
 def _(impl):
     model = load_model()
     engine = Engine(impl, model, model.cfg.eos_token_id, num_blocks=64, block_size=4, token_budget=7, max_num_seqs=4)
@@ -528,7 +528,7 @@ def _(impl):
     check_alone(engine, prompts, params)
 
 
-@CASES("rows of logits: the j-th row is the j-th item that needs logits", timeout=60)
+@CASES("rows of logits: the j-th row is the j-th item that needs logits", timeout=60, public=True)
 def _(impl):
     model = load_model()
     engine = Engine(impl, model, model.cfg.eos_token_id, chunks_first=True, num_blocks=64, block_size=4,
@@ -544,7 +544,7 @@ def _(impl):
     check_alone(engine, prompts, params)
 
 
-@CASES("continuous batching: a waiting request starts as soon as a slot frees", timeout=60)
+@CASES("continuous batching: a waiting request starts as soon as a slot frees", timeout=60, public=True)
 def _(impl):
     model = load_model()
     prompts = random_prompts(model, 7, [6, 4, 8, 5])
@@ -583,7 +583,7 @@ def _(impl):
     run_generate(impl, model, prompts, params, num_blocks=6, block_size=4, step_limit=200)
 
 
-@CASES("seeded sampling uses each request's own generator", timeout=60)
+@CASES("seeded sampling uses each request's own generator", timeout=60, public=True)
 def _(impl):
     model = load_model()
     prompts = random_prompts(model, 10, [6, 9, 4])
@@ -618,7 +618,7 @@ def _(impl):
                  token_budget=6, max_num_seqs=2)
 
 
-@CASES("stop strings (through the tokenizer)", timeout=60)
+@CASES("stop strings (through the tokenizer)", timeout=60, public=True)
 def _(impl):
     model = load_model()
     tokenizer = BracketTokenizer()

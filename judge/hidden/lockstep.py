@@ -19,7 +19,7 @@ from judge.drivers import keep
 from judge.drivers.hosts import register_host
 from judge.drivers.hosts import RequestHost
 from judge.harness import CaseFailure, rng as seeded, shrink
-from judge.remote import LocalDriver, driver, learner_failure
+from judge.remote import Driver, learner_failure
 from solutions import scheduler as ref
 from framework.request import RequestStatus
 
@@ -138,12 +138,12 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
                  name: str = "Scheduler.schedule", max_steps: int = 400) -> CaseFailure | None:
     """None if the learner's scheduler (in the worker, `graded` = "schedule" or "preemption") does what the
     reference does on `w` at every step, else the failure."""
-    drv = driver(impl, "scheduler")
+    drv = Driver(impl, "scheduler")
     text = script(w)
     try:
         if graded == "preemption":  # the world runs here, calling the learner's functions in the worker
             keep(WORLD, world_calling_learner(w, drv))
-            drv = LocalDriver(None, "scheduler")
+            drv = Driver(None, "scheduler")
         else:
             drv.new_world(WORLD, w.plain())
     except TypeError as exc:

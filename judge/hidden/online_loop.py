@@ -16,7 +16,7 @@ from judge.drivers.async_engine import TIMELINE
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
@@ -78,7 +78,7 @@ class Schedule:
         return "; ".join(parts) + f" (EngineConfig({self.config}))"
 
     def run(self, impl, fail_at: int | None = None) -> Run:
-        reply = driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at, timeline=self.timeline)
+        reply = Driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at, timeline=self.timeline)
         return Run(self, reply, fail_at)
 
 
@@ -240,7 +240,9 @@ class Run:
                               hint=f"apply an abort right after the running step ({ABORT_IN_STEP_RULE})")
 
 
-@CASES("one request streams the offline engine's tokens", timeout=30)
+# Public: the schedules whose replies are the same for every right loop (in the others, what a request got before an
+# abort, a close or a failing step depends on when the loop stepped).
+@CASES("one request streams the offline engine's tokens", timeout=30, public=True)
 def _(impl):
     s = Schedule(1)
     s.add("a", 7, 9, ignore_eos=False)
@@ -248,7 +250,7 @@ def _(impl):
     s.run(impl).check()
 
 
-@CASES("a stop string and max_tokens end their streams: finish_reason 'stop' and 'length'", timeout=30)
+@CASES("a stop string and max_tokens end their streams: finish_reason 'stop' and 'length'", timeout=30, public=True)
 def _(impl):
     s = Schedule(11, timeline=False)
     prompt = random_prompts(s.model, 1100, [6])[0]
@@ -259,7 +261,7 @@ def _(impl):
     s.run(impl).check()
 
 
-@CASES("aborting a finished request does nothing; the idle loop wakes for the next request", timeout=30)
+@CASES("aborting a finished request does nothing; the idle loop wakes for the next request", timeout=30, public=True)
 def _(impl):
     s = Schedule(13, timeline=False)
     s.add("a", 5, 4)
@@ -295,7 +297,7 @@ def _(impl):
                                                 "the engine admits new requests between any two steps")
 
 
-@CASES("many streams at once: each gets its own tokens", timeout=30)
+@CASES("many streams at once: each gets its own tokens", timeout=30, public=True)
 def _(impl):
     s = Schedule(3, timeline=False, max_num_seqs=3, token_budget=16)
     for i, (n, m) in enumerate([(5, 7), (12, 3), (3, 9), (8, 5), (6, 6), (10, 4)]):
@@ -373,7 +375,7 @@ def _(impl):
     run.check()
 
 
-@CASES("a refused request raises at add_request; the loop serves on", timeout=30)
+@CASES("a refused request raises at add_request; the loop serves on", timeout=30, public=True)
 def _(impl):
     s = Schedule(9)
     vocab = s.model.cfg.vocab_size

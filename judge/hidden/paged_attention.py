@@ -17,7 +17,7 @@ import torch
 
 from judge.drivers.paged_attention import Req, Spec, make_inputs, query_start_loc, show
 from judge.hidden.end_to_end import end_to_end
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from framework.kv_cache_manager import blocks_needed
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, check_each
@@ -99,7 +99,7 @@ def diff(s: Spec, impl, explain: bool = False) -> CaseFailure | None:
     """None if the learner's paged_attention agrees with dense attention on this input, else the failure (with a
     diagnosis if `explain`: it costs a dozen reference runs, so shrinking goes without)."""
     text = show(s)
-    reply = driver(impl, "paged_attention").run(s.plain())
+    reply = Driver(impl, "paged_attention").run(s.plain())
     if "error" in reply:
         return learner_failure(reply["error"], "paged_attention", text)
     if reply["inputs changed"]:
@@ -210,17 +210,17 @@ def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_re
 # The cases
 
 
-@CASES("one prefill, one request")
+@CASES("one prefill, one request", public=True)
 def _(impl):
     check(impl, [Spec(1, 4, 2, 1, 8, 6, (Req(6, 6, (4, 1), 11),))])
 
 
-@CASES("one decode step after cached tokens")
+@CASES("one decode step after cached tokens", public=True)
 def _(impl):
     check(impl, [Spec(2, 4, 2, 1, 8, 6, (Req(1, 7, (3, 0), 12),))])
 
 
-@CASES("a prefill, a chunk starting mid-block and a decode in one batch")
+@CASES("a prefill, a chunk starting mid-block and a decode in one batch", public=True)
 def _(impl):
     check(impl, [Spec(13, 4, 2, 1, 8, 8, (Req(5, 5, (6, 2), 21), Req(3, 9, (1, 7, 4), 22), Req(1, 6, (0, 5), 23))),
                  Spec(14, 2, 4, 2, 8, 10, (Req(1, 3, (9, 3), 24), Req(4, 4, (2, 8), 25)))])
@@ -251,7 +251,7 @@ def _(impl):
     check(impl, [replace(s, n_heads=8, n_kv_heads=2) for s in random_specs(5, 10, ["chunk", "decode"], [4])])
 
 
-@CASES("a custom softmax scale (0.0 included)")
+@CASES("a custom softmax scale (0.0 included)", public=True)
 def _(impl):
     zero = [replace(s, scale=0.0) for s in random_specs(60, 4, ["prefill", "chunk", "decode"], [2, 4])]
     check(impl, random_specs(6, 10, ["prefill", "chunk", "decode"], [2, 4], scale=True) + zero)
@@ -263,7 +263,7 @@ def _(impl):
           random_specs(8, 8, ["prefill", "chunk", "decode"], [64]))
 
 
-@CASES("a request with no new tokens contributes no rows")
+@CASES("a request with no new tokens contributes no rows", public=True)
 def _(impl):
     check(impl, [Spec(9, 4, 2, 2, 8, 8, (Req(2, 5, (6, 3), 1), Req(0, 3, (1,), 2), Req(1, 4, (0,), 3))),
                  Spec(10, 2, 2, 1, 8, 6, (Req(0, 2, (5,), 4), Req(3, 3, (2, 4), 5)))])

@@ -17,7 +17,7 @@ from judge.hidden.end_to_end import alone, load_model
 from judge.hidden.lockstep import (Config, LearnerPreemption, LearnerRaised131, Plan, Workload, World, check_blocks,
                                    check_workloads, first_difference, plan_of, random_workloads, snapshot, spec_new,
                                    spec_running)
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from solutions import scheduler as ref
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerOutput
@@ -73,7 +73,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
         out.scheduled.append(ScheduledRequest(r, 1))
     text = call_text(w.plain(), fn, rid, n, list(scheduled))
     exp_ret = call_preemption(want.sched.preemption, fn, want.sched, want.requests[rid], n, out)
-    res = driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
+    res = Driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
     exp_plan, exp_pre = plan_of(out)
@@ -111,7 +111,7 @@ THREE = Workload(Config(4, 4, 64, 8), (spec_running("a", 4, 4, outputs=1, max_to
                                        spec_running("c", 12, 4, outputs=0, max_tokens=2, first=40)))
 
 
-@CASES("preempt: back to the head of the queue, blocks freed, outputs kept")
+@CASES("preempt: back to the head of the queue, blocks freed, outputs kept", public=True)
 def _(impl):
     check_call(impl, TWO, "preempt", "b")
     check_call(impl, THREE, "preempt", "b")  # a request with output tokens, from the middle of running
@@ -119,31 +119,31 @@ def _(impl):
     check_call(impl, w, "preempt", "c")  # ahead of a request already waiting
 
 
-@CASES("allocate_or_preempt: enough free blocks, nobody preempted")
+@CASES("allocate_or_preempt: enough free blocks, nobody preempted", public=True)
 def _(impl):
     check_call(impl, Workload(Config(8, 4, 64, 8), TWO.requests), "allocate_or_preempt", "a", 1)
     check_call(impl, Workload(Config(8, 4, 64, 8), THREE.requests), "allocate_or_preempt", "c", 8)
 
 
-@CASES("allocate_or_preempt: the most recently admitted request is the victim")
+@CASES("allocate_or_preempt: the most recently admitted request is the victim", public=True)
 def _(impl):
     check_call(impl, TWO, "allocate_or_preempt", "a", 1)
     check_call(impl, THREE, "allocate_or_preempt", "a", 1)
 
 
-@CASES("allocate_or_preempt: several victims until the blocks fit")
+@CASES("allocate_or_preempt: several victims until the blocks fit", public=True)
 def _(impl):
     check_call(impl, THREE, "allocate_or_preempt", "a", 9)  # a needs 3 more blocks: c, then b, go
 
 
-@CASES("allocate_or_preempt: a victim already scheduled this step leaves out.scheduled")
+@CASES("allocate_or_preempt: a victim already scheduled this step leaves out.scheduled", public=True)
 def _(impl):
     w = Workload(Config(2, 4, 64, 8), (spec_running("p", 6, 4, max_tokens=2),
                                        spec_running("d", 4, 3, outputs=0, max_tokens=2, first=20)))
     check_call(impl, w, "allocate_or_preempt", "p", 2, scheduled=("d",))
 
 
-@CASES("allocate_or_preempt: the request is its own victim, returns False", timeout=5)
+@CASES("allocate_or_preempt: the request is its own victim, returns False", timeout=5, public=True)
 def _(impl):
     check_call(impl, TWO, "allocate_or_preempt", "b", 2)
     check_call(impl, THREE, "allocate_or_preempt", "c", 5)  # c needs 2 more blocks: it is the newest
@@ -209,7 +209,7 @@ def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config
     embedded model, with a KV cache too small for every request at once. Each request's output tokens and
     preemptions, or the learner's error."""
     cfg = EngineConfig(**config)
-    preemption = LearnerPreemption(driver(impl, "scheduler"),
+    preemption = LearnerPreemption(Driver(impl, "scheduler"),
                                    Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs))
 
     class Engine(LLMEngine):

@@ -16,7 +16,7 @@ from judge.secret import rng as seeded  # random cases drawn with the instructor
 from judge.harness import CaseFailure, Cases, check_each, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
 from judge.drivers.prefix_cache import CHAINED
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
 from solutions.kv_cache_manager import KVCacheManager
@@ -46,7 +46,7 @@ def reported(got: dict[str, Any], text: str) -> dict[str, Any]:
     return got
 
 
-@CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order")
+@CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order", public=True)
 def _(impl):
     tokens = [5, 17, 2, 9]
     variants = [[5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2]]
@@ -55,7 +55,7 @@ def _(impl):
     text = (f"h = hash_block({NONE_HASH}, {tokens}); p1 = hash_block({NONE_HASH}, [7, 7, 7, 7]); "
             f"p2 = hash_block(p1, [7, 7, 7, 7]); hash_block(p1, {tokens}); hash_block(p2, {tokens}); "
             + "; ".join(f"hash_block({NONE_HASH}, {v})" for v in variants))
-    same = reported(driver(impl, "prefix_cache").hash_calls(calls), text)["same_as"]
+    same = reported(Driver(impl, "prefix_cache").hash_calls(calls), text)["same_as"]
     if same[1] != 0:
         raise CaseFailure("hash_block gave two different hashes for the same arguments",
                           input=f"hash_block({NONE_HASH}, {tokens})", hint="the hash must be deterministic")
@@ -77,7 +77,7 @@ def _(impl):
 def check_block_hashes(impl, tokens: list[int], block_size: int) -> CaseFailure | None:
     text = f"block_hashes({tokens!r}, {block_size})"
     try:
-        got = reported(driver(impl, "prefix_cache").chain(tokens, block_size, NONE_HASH), text)
+        got = reported(Driver(impl, "prefix_cache").chain(tokens, block_size, NONE_HASH), text)
     except CaseFailure as failure:
         return failure
     want = len(tokens) // block_size
@@ -118,7 +118,7 @@ def shrink_tokens(value):
 
 def hash_values(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
     """hash_block's values on `inputs` (as text), computed by the learner's code where `impl` runs."""
-    got = driver(impl, "prefix_cache").hash_calls([[p, t] for p, t in inputs])
+    got = Driver(impl, "prefix_cache").hash_calls([[p, t] for p, t in inputs])
     return reported(got, " ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs))["_values"]
 
 
@@ -154,7 +154,7 @@ def _(impl):
                                        "turned into an int (int.from_bytes(digest[:8], 'big'))")
 
 
-@CASES("block_hashes: one chained hash per full block, from NONE_HASH")
+@CASES("block_hashes: one chained hash per full block, from NONE_HASH", public=True)
 def _(impl):
     check_each(block_hash_inputs(1, 30), lambda v: check_block_hashes(impl, *v), shrink_tokens)
 
@@ -206,7 +206,7 @@ HINTS = {
 def check_ops(impl, ops: list[tuple], topic: str) -> CaseFailure | None:
     """None if the learner's cache, given ops ('insert', h, b) / ('evict', b) / ('lookup', hashes), answers every
     lookup as the reference does; else the failure."""
-    got = driver(impl, "prefix_cache").cache_ops([list(op) for op in ops])
+    got = Driver(impl, "prefix_cache").cache_ops([list(op) for op in ops])
     shown = ops[: got["call"] + 1] if "call" in got else ops
     text = "\n".join(["c = PrefixCache()"] + [f"c.{op[0]}({', '.join(map(repr, op[1:]))})" for op in shown])
     try:
@@ -226,7 +226,7 @@ def check_scenario(impl, ops: list[tuple], topic: str) -> None:
         raise failure
 
 
-@CASES("PrefixCache.lookup: the longest cached prefix, stopping at the first miss")
+@CASES("PrefixCache.lookup: the longest cached prefix, stopping at the first miss", public=True)
 def _(impl):
     check_scenario(impl, [("lookup", [11, 12])], "lookup")
     inserts = [("insert", 11, 4), ("insert", 12, 0), ("insert", 14, 2)]
@@ -234,14 +234,14 @@ def _(impl):
                                     ("lookup", [13, 11, 12]), ("lookup", [14]), ("lookup", [])], "lookup")
 
 
-@CASES("PrefixCache.insert: the first holder wins")
+@CASES("PrefixCache.insert: the first holder wins", public=True)
 def _(impl):
     check_scenario(impl, [("insert", 11, 3), ("insert", 11, 5), ("lookup", [11])], "insert")
     check_scenario(impl, [("insert", 11, 3), ("insert", 12, 3), ("lookup", [12]), ("lookup", [11])], "insert")
     check_scenario(impl, [("insert", 11, 3), ("insert", 11, 3), ("lookup", [11])], "insert")
 
 
-@CASES("PrefixCache.evict: the block is forgotten both ways")
+@CASES("PrefixCache.evict: the block is forgotten both ways", public=True)
 def _(impl):
     check_scenario(impl, [("insert", 11, 3), ("insert", 12, 4), ("evict", 3), ("lookup", [11]), ("lookup", [12])],
                    "evict")
@@ -306,12 +306,12 @@ class LearnerCache:
         return self.replay()[-1]
 
     def replay(self) -> list[list[int]]:
-        got = driver(self.impl, "prefix_cache").cache_ops(self.ops)
+        got = Driver(self.impl, "prefix_cache").cache_ops(self.ops)
         return reported(got, "your PrefixCache inside the reference KV-cache manager")["lookups"]
 
 
 def learner_hashes(impl, tokens: list[int], block_size: int) -> list[int]:
-    got = driver(impl, "prefix_cache").hashes(list(tokens), block_size)
+    got = Driver(impl, "prefix_cache").hashes(list(tokens), block_size)
     return reported(got, f"block_hashes({list(tokens)}, {block_size})")["hashes"]
 
 

@@ -72,12 +72,12 @@ def check_129(impl, workloads: list[Workload]) -> None:
     check_workloads(workloads, impl, "schedule", hint_129)
 
 
-@CASES("one request: a prompt that fits, then its decodes")
+@CASES("one request: a prompt that fits, then its decodes", public=True)
 def _(impl):
     check_129(impl, [Workload(Config(16, 4, 16, 4), (spec_new("a", 7, max_tokens=4),))])
 
 
-@CASES("decodes first, then prefill chunks, then new requests")
+@CASES("decodes first, then prefill chunks, then new requests", public=True)
 def _(impl):
     c = Config(64, 4, 20, 8)
     check_129(impl, [Workload(c, (spec_running("chunking", 20, 8), spec_running("decoding", 3, 3, outputs=1),
@@ -87,7 +87,7 @@ def _(impl):
                                   spec_new("n1", 3), spec_new("n2", 2, first=70)))])
 
 
-@CASES("the budget left after decodes limits a running prefill chunk")
+@CASES("the budget left after decodes limits a running prefill chunk", public=True)
 def _(impl):
     check_129(impl, [Workload(Config(64, 4, 10, 8), (spec_running("chunking", 20, 8),
                                                      spec_running("decoding", 3, 3, outputs=1), spec_new("new", 4)))])
@@ -108,7 +108,7 @@ def _(impl):
                      Workload(c, (spec_new("a", 10), spec_new("b", 10, first=60), spec_new("c", 4, first=80)))])
 
 
-@CASES("without chunked prefill a prompt that does not fit waits, and so do later ones")
+@CASES("without chunked prefill a prompt that does not fit waits, and so do later ones", public=True)
 def _(impl):
     c = Config(64, 4, 16, 8, chunked=False)
     check_129(impl, [Workload(c, (spec_running("d0", 2, 2, outputs=1), spec_running("d1", 2, 2, outputs=1, first=5),
@@ -116,7 +116,7 @@ def _(impl):
                      Workload(c, (spec_new("a", 9, 4), spec_new("b", 9, 4, first=60), spec_new("c", 3, 2, first=80)))])
 
 
-@CASES("max_num_seqs caps the running requests")
+@CASES("max_num_seqs caps the running requests", public=True)
 def _(impl):
     specs = tuple(spec_new(f"r{i}", 4, max_tokens=mt, first=10 * i + 1) for i, mt in enumerate([1, 3, 3, 3, 2]))
     check_129(impl, [Workload(Config(64, 4, 100, 2), specs), Workload(Config(64, 4, 100, 3), specs)])
@@ -129,7 +129,7 @@ def _(impl):
     check_129(impl, [Workload(Config(64, 4, 9, 8), specs), Workload(Config(64, 4, 9, 8, chunked=False), specs)])
 
 
-@CASES("prefix-cache hits are not recomputed")
+@CASES("prefix-cache hits are not recomputed", public=True)
 def _(impl):
     shared = tuple(range(1, 9))  # two full blocks of 4
     specs = (Spec("first", shared + (50, 51), 1), Spec("second", shared + (60, 61, 62), 2, arrival=3),
@@ -138,7 +138,7 @@ def _(impl):
                      Workload(Config(64, 4, 6, 8, prefix=True), specs)])
 
 
-@CASES("blocks run out: admission stops")
+@CASES("blocks run out: admission stops", public=True)
 def _(impl):
     check_129(impl, [Workload(Config(6, 4, 64, 8), (spec_new("a", 9, 3), spec_new("b", 9, 3, first=50),
                                                     spec_new("c", 2, 2, first=70))),
@@ -146,7 +146,7 @@ def _(impl):
                                                     spec_new("c", 1, 1, first=70)))])
 
 
-@CASES("preemption: a skipped victim, its tokens back in the budget, no admission that step")
+@CASES("preemption: a skipped victim, its tokens back in the budget, no admission that step", public=True)
 def _(impl):
     check_129(impl, [
         Workload(Config(3, 4, 3, 8), (spec_running("a", 4, 4, outputs=1, max_tokens=5),

@@ -14,7 +14,7 @@ from framework.kv_cache_manager import blocks_needed
 from judge.drivers.paged_kv_cache import write_inputs, write_text
 from judge.harness import CaseFailure, Cases, check_each
 from judge.hidden.end_to_end import end_to_end
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 
 CASES = Cases()
@@ -48,7 +48,7 @@ def _slot_hint(table: list[int], start: int, end: int, bs: int, got: list[int]) 
 def slot_diff(table: list[int], start: int, end: int, bs: int, impl) -> CaseFailure | None:
     text = f"compute_slot_mapping(block_table={table}, start={start}, end={end}, block_size={bs})"
     exp = expected_slots(table, start, end, bs)
-    got = driver(impl, "paged_kv_cache").slots(table, start, end, bs)
+    got = Driver(impl, "paged_kv_cache").slots(table, start, end, bs)
     err = got.get("raised")
     if err == "ValueError" and exp is None:
         return None
@@ -108,7 +108,7 @@ def random_slot_inputs(seed: int, count: int, sizes: list[int], spare: bool) -> 
     return out
 
 
-@CASES("slot mapping: the worked example")
+@CASES("slot mapping: the worked example", public=True)
 def _(impl):
     check_slots(impl, [([7, 2], 2, 6, 4)])
 
@@ -118,7 +118,7 @@ def _(impl):
     check_slots(impl, [([3, 1], 0, 7, 4), ([5], 0, 1, 16), ([9, 0, 4], 0, 12, 4)])
 
 
-@CASES("slot mapping: a chunk that starts inside a block")
+@CASES("slot mapping: a chunk that starts inside a block", public=True)
 def _(impl):
     check_slots(impl, [([4, 8, 6], 5, 11, 4), ([2, 7, 1], 3, 4, 3), ([6, 5], 1, 2, 2)])
 
@@ -139,13 +139,13 @@ def _(impl):
     check_slots(impl, random_slot_inputs(1260, 40, [2, 4, 16], spare=True))
 
 
-@CASES("slot mapping: a table exactly full is fine, one too short is a ValueError")
+@CASES("slot mapping: a table exactly full is fine, one too short is a ValueError", public=True)
 def _(impl):
     check_slots(impl, [([5, 1], 0, 8, 4), ([5, 1], 6, 8, 4), ([5, 1], 6, 9, 4), ([3], 0, 3, 2), ([], 0, 1, 4),
                        ([2, 9], 8, 9, 4)])
 
 
-@CASES("slot mapping: an empty range past the end of the table is a ValueError")
+@CASES("slot mapping: an empty range past the end of the table is a ValueError", public=True)
 def _(impl):
     # after the legal empty range at the very end, so that raising for every empty range cannot pass
     check_slots(impl, [([0, 1], 2, 2, 1), ([0, 1], 3, 3, 1), ([4], 4, 4, 4), ([4], 6, 6, 4)])
@@ -193,7 +193,7 @@ def _write_hint(spec: list, got: dict) -> str:
 
 def write_diff(spec: list, impl) -> CaseFailure | None:
     text = write_text(spec)
-    got = driver(impl, "paged_kv_cache").write(spec)
+    got = Driver(impl, "paged_kv_cache").write(spec)
     if "raised" in got:
         return learner_failure(got["_error"], "write_kv", text)
     exp_k, exp_v = expected_caches(spec)
@@ -262,12 +262,12 @@ def _(impl):
     check_writes(impl, [[1, 1, 0, 3, 4, 1, 4, [6], "float32", "int64"]])
 
 
-@CASES("write_kv: the worked example's prefill, into layer 1 of a 2-layer cache")
+@CASES("write_kv: the worked example's prefill, into layer 1 of a 2-layer cache", public=True)
 def _(impl):
     check_writes(impl, [[4, 2, 1, 3, 2, 1, 2, [5, 0, 1], "float32", "int64"]])
 
 
-@CASES("write_kv: a prefill into a non-contiguous block table")
+@CASES("write_kv: a prefill into a non-contiguous block table", public=True)
 def _(impl):
     table, bs = [5, 1, 3], 4
     slots = [table[p // bs] * bs + p % bs for p in range(10)]
@@ -291,7 +291,7 @@ def _(impl):
     check_writes(impl, [[3, 1, 0, 4, 4, 2, 4, [9], "float32", "int64"], [3, 1, 0, 4, 4, 2, 4, [], "float32", "int64"]])
 
 
-@CASES("write_kv: in place into one layer of a multi-layer cache (the others must not change)")
+@CASES("write_kv: in place into one layer of a multi-layer cache (the others must not change)", public=True)
 def _(impl):
     check_writes(impl, [[5, 3, 1, 5, 4, 2, 8, [17, 2, 3, 12, 13, 19], "float32", "int64"],
                         [6, 3, 2, 5, 4, 2, 8, [0, 1, 7], "bfloat16", "int32"]])

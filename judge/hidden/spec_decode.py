@@ -23,7 +23,7 @@ from judge.drivers import spec_decode as spec_driver
 from judge.drivers.engine import plain_params
 from judge.harness import CaseFailure, Cases
 from judge.hidden.end_to_end import load_model
-from judge.remote import LocalDriver, driver, learner_failure
+from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded
 from solutions import spec_decode as ref
 from solutions.engine import LLMEngine
@@ -65,10 +65,10 @@ def describe(case: dict[str, Any]) -> str:
 
 
 def check_call(impl, case: dict[str, Any]) -> dict[str, Any]:
-    got = driver(impl, "spec_decode").verify(case)
+    got = Driver(impl, "spec_decode").verify(case)
     if "error" in got:
         raise learner_failure(got["error"], NAME, describe(case))
-    want = LocalDriver(ref, "spec_decode").verify(case)
+    want = Driver(ref, "spec_decode").verify(case)
     for field in ("returned", "output_token_ids", "num_computed_tokens", "reason"):
         if got[field] != want[field]:
             past_stop = want["reason"] and field in ("returned", "output_token_ids") and \
@@ -89,18 +89,18 @@ def _hint(field: str, want: Any, got: Any) -> str:
     return HINTS[field]
 
 
-@CASES("greedy: every draft accepted, then the bonus token")
+@CASES("greedy: every draft accepted, then the bonus token", public=True)
 def _(impl):
     check_call(impl, greedy_case([3, 4, 5], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5]))
 
 
-@CASES("greedy: the first mismatch ends the run")
+@CASES("greedy: the first mismatch ends the run", public=True)
 def _(impl):
     check_call(impl, greedy_case([3, 4, 5], [6, 7, 8], [7, 8, 9], [7, 8, 4, 5], seed=1))
     check_call(impl, greedy_case([3, 4, 5], [6], [2, 8, 9], [7, 8, 9, 5], seed=2))
 
 
-@CASES("greedy: no drafts, one token")
+@CASES("greedy: no drafts, one token", public=True)
 def _(impl):
     check_call(impl, greedy_case([1, 2], [], [], [11], seed=3))
 
@@ -127,13 +127,13 @@ def _(impl):
                                      seed=100 + i))
 
 
-@CASES("stop: max_tokens inside an accepted run")
+@CASES("stop: max_tokens inside an accepted run", public=True)
 def _(impl):
     check_call(impl, greedy_case([3, 4], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5], max_tokens=5, seed=4))
     check_call(impl, greedy_case([3, 4], [6, 7, 8], [7, 8, 9], [7, 8, 9, 5], max_tokens=7, seed=5))
 
 
-@CASES("stop: end of sequence inside an accepted run")
+@CASES("stop: end of sequence inside an accepted run", public=True)
 def _(impl):
     check_call(impl, greedy_case([3, 4], [6], [7, 2, 9], [7, 2, 9, 5], eos=2, seed=6))
     check_call(impl, greedy_case([3, 4], [6], [7, 8, 9], [7, 8, 2, 5], eos=2, seed=7))
@@ -159,7 +159,7 @@ def check_distribution(impl, logits: list[list[float]], drafts: list[int], tempe
     case = {"prompt": [1, 2, 3], "outputs": [], "drafts": drafts, "logits": logits, "eos": None,
             "params": {"max_tokens": 64, "temperature": temperature, **cut}}
     text = spec_driver.describe("distribution", case, TRIALS)
-    got = driver(impl, "spec_decode").distribution(case, TRIALS)
+    got = Driver(impl, "spec_decode").distribution(case, TRIALS)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
     failure = spec_driver.sampling_failure(case, got["_runs"])  # tested here, never trusting the worker's verdict
@@ -178,7 +178,7 @@ def random_logits(seed: str, rows: int, vocab: int = 8) -> list[list[float]]:
     return [[round(r.gauss(0, 1.2), 2) for _ in range(vocab)] for _ in range(rows)]
 
 
-@CASES("random: acceptance with probability p(x), residual without the draft")
+@CASES("random: acceptance with probability p(x), residual without the draft", public=True)
 def _(impl):
     logits = probs_logits([[0.4, 0.4, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.1, 0.3]])
     check_distribution(impl, logits, [0, 2], temperature=1.0)
@@ -209,7 +209,7 @@ def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, 
              speculative: dict[str, Any]) -> dict[str, Any]:
     """Greedy outputs of the reference engine with speculation, run here, calling the learner's verify_and_update
     in the worker (the driver's `verify`, on a copy of the request) and taking back the request's new state."""
-    drv = driver(impl, "spec_decode")
+    drv = Driver(impl, "spec_decode")
 
     class Raised(Exception):
         def __init__(self, record: dict) -> None:

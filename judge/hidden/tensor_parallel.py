@@ -16,7 +16,7 @@ import torch
 from judge.drivers.tensor_parallel import describe
 from judge.harness import CaseFailure, Cases
 from judge.hidden.end_to_end import load_model
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from mini_llm import Qwen3Config, causal_attention, rope_cos_sin
 from mini_llm.model import DecoderLayer
 
@@ -119,7 +119,7 @@ def learner_shards(impl, w: dict, ws: int, s: Shape) -> list[dict]:
     shards = []
     for rank in range(ws):
         text = describe("shard", w, rank, ws, s.heads, s.kv_heads)
-        res = driver(impl, "tensor_parallel").shard(w, rank, ws, s.heads, s.kv_heads)
+        res = Driver(impl, "tensor_parallel").shard(w, rank, ws, s.heads, s.kv_heads)
         if "raised" in res:
             raise learner_failure(res["_error"], "shard_layer", f"{text}  # {s.text(ws)}")
         if "not a dict" in res:
@@ -179,7 +179,7 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
     want = dense_layer(w, cfg, x, positions)
     text = (f"layer_forward(shard[rank], x: random [{tokens}, {cfg.hidden_size}], positions={positions.tolist()}, "
             f"cfg, world_size={ws}, all_reduce) on {whose}  # {s.text(ws)}")
-    res = driver(impl, "tensor_parallel").forward(shards, x, positions, asdict(cfg), ws)
+    res = Driver(impl, "tensor_parallel").forward(shards, x, positions, asdict(cfg), ws)
     for rank, err in enumerate(res["errors"]):
         if err is not None:
             raise learner_failure(err, "layer_forward", f"{text}, rank {rank}")
@@ -225,20 +225,20 @@ GQA = [(Shape(4, 2), 2), (Shape(8, 4, seed=1), 2), (Shape(8, 4, seed=2), 4), (Sh
        (Shape(4, 4, seed=4), 4), (Shape(4, 2, seed=5), 1), (Shape(8, 8, head_dim=4, seed=6, intermediate=64), 4)]
 
 
-@CASES("shard_layer: 4 query heads, 2 KV heads, 2 ranks")
+@CASES("shard_layer: 4 query heads, 2 KV heads, 2 ranks", public=True)
 def _(impl):
     s = Shape(4, 2)
     learner_shards(impl, random_layer(s), 2, s)
 
 
-@CASES("layer_forward on the judge's shards: 4 query heads, 2 KV heads, 2 ranks")
+@CASES("layer_forward on the judge's shards: 4 query heads, 2 KV heads, 2 ranks", public=True)
 def _(impl):
     s = Shape(4, 2)
     w = random_layer(s)
     run_forward(impl, [expected_shard(w, r, 2, 4, 2) for r in range(2)], w, s, 2)
 
 
-@CASES("shard_layer: grouped-query shapes on 1, 2 and 4 ranks")
+@CASES("shard_layer: grouped-query shapes on 1, 2 and 4 ranks", public=True)
 def _(impl):
     for s, ws in GQA:
         learner_shards(impl, random_layer(s), ws, s)
@@ -249,7 +249,7 @@ def check_refused(impl, s: Shape, world_sizes: tuple[int, ...], what: str) -> No
     w = random_layer(s)
     for ws in world_sizes:
         text = describe("shard", w, 0, ws, s.heads, s.kv_heads) + f"  # {s.text(ws)}"
-        res = driver(impl, "tensor_parallel").shard(w, 0, ws, s.heads, s.kv_heads)
+        res = Driver(impl, "tensor_parallel").shard(w, 0, ws, s.heads, s.kv_heads)
         if res.get("raised") == "ValueError":
             continue
         if "raised" in res:
@@ -261,7 +261,7 @@ def check_refused(impl, s: Shape, world_sizes: tuple[int, ...], what: str) -> No
                                "num_kv_heads and the intermediate size")
 
 
-@CASES("shard_layer refuses a world_size that does not divide the heads")
+@CASES("shard_layer refuses a world_size that does not divide the heads", public=True)
 def _(impl):
     check_refused(impl, Shape(4, 2), (3, 4), "the heads (4 query heads, 2 KV heads)")
 
@@ -271,7 +271,7 @@ def _(impl):
     check_refused(impl, Shape(4, 4, intermediate=54), (4,), "the intermediate size (54)")
 
 
-@CASES("layer_forward on the judge's shards: grouped-query shapes on 1, 2 and 4 ranks, two all-reduces each")
+@CASES("layer_forward on the judge's shards: grouped-query shapes on 1, 2 and 4 ranks, two all-reduces each", public=True)
 def _(impl):
     for i, (s, ws) in enumerate(GQA):
         w = random_layer(s)

@@ -3,7 +3,7 @@ objects), and every call allocates until the worker's memory limit stops it. Hon
 submission graded after it must get full marks.
 """
 
-import judge._worker as _worker
+import judge.worker_main as _worker
 
 _handle = _worker.Worker.handle
 

@@ -1,5 +1,5 @@
-"""The graded process, started by judge.worker_process (`python -I -B -S -u -c ...`, under bubblewrap when grading
-a class); never run it by hand. It holds the learner's module and nothing secret, and answers each request (call
+"""The worker's entry module: the graded process, started by the grader's handle judge.worker_handle (`python -I
+-B -S -u -c ...`, under bubblewrap when grading a class); never run it by hand. It holds the learner's module and nothing secret, and answers each request (call
 this function of a public driver, judge/drivers/) with plain data: the grader computes every verdict from that."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import judge
 from judge import drivers, harness, wire
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 from judge.loader import SetupError, check_api, load_file
 from judge.practice_finder import PracticeFinder
 from judge.registry import get_exercise

@@ -1,5 +1,5 @@
-"""The worker as the grader drives it: started, asked, read and stopped, every wait bounded (the limits are in
-judge/README.md, "How the sandbox works").
+"""The grader's handle on one worker (the worker runs judge/worker_main.py): started, asked, read and stopped,
+every wait bounded (the limits are in judge/README.md, "How the sandbox works").
 
 A violation, a timeout, a death, too much output or the memory budget stop the worker and set `lost`
 (verdict, message): the runner gives that verdict to the case, and a violation or the budget ends the submission.
@@ -16,7 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable
 
-from . import sandbox, wire
+from . import crossing, sandbox, wire
 from .registry import Exercise
 from .remote import Session
 from .wire import WorkerLost
@@ -104,7 +104,7 @@ def _signal_name(num: int) -> str:
     return name + extra
 
 
-class WorkerProcess(Session):
+class WorkerHandle(Session):
     """One worker: started, asked, and stopped by the grader. `lost` says why it stopped, if it did."""
 
     limit = STARTUP_TIMEOUT
@@ -181,6 +181,8 @@ class WorkerProcess(Session):
         problem = wire.reply_problem(msg)
         if problem:
             raise self.violation(problem)
+        if not msg["ok"]:
+            msg["error"] = crossing.received_error(msg["error"])
         self.pending[rid] = msg
 
     def _serve_callback(self, msg: dict) -> None:
@@ -199,7 +201,7 @@ class WorkerProcess(Session):
             self.callback_depth -= 1
         self._write({"t": "answer", **answer})
 
-    def ready(self, import_limit: float, cap: float | None = None) -> "WorkerProcess":
+    def ready(self, import_limit: float, cap: float | None = None) -> "WorkerHandle":
         """This worker once the learner's module is imported (within `import_limit` seconds of the worker's own
         start-up), in its case phase; WorkerLost, with the reason, if the module does not load or it is lost."""
         if self.phase == "start":
@@ -235,9 +237,9 @@ class WorkerProcess(Session):
         if cap is not None:
             self.deadline = min(self.deadline, cap)
 
-    def sibling(self) -> "WorkerProcess":
+    def sibling(self) -> "WorkerHandle":
         """Another worker for the same code, ready (a fresh process: e.g. another hash seed)."""
-        w = WorkerProcess(*self.args).ready(self.limit)
+        w = WorkerHandle(*self.args).ready(self.limit)
         w.set_deadline(self.limit)
         return w
 
