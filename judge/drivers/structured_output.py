@@ -17,7 +17,7 @@ import torch
 
 from framework.structured_output import Grammar, GrammarCompiler, GrammarRow, allocate_bitmask
 from framework.sampling import StructuredOutputsParams
-from judge.drivers import learner_error
+from judge.crossing import learner_error
 
 EOS = 0
 VOCAB = ["<eos>", "{", "}", '"', ":", ",", " ", "[", "]", "a", "b", "c", "d", "e", "0", "1", "2", "3", "4", "5",

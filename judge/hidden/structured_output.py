@@ -12,7 +12,7 @@ import jsonschema
 
 from judge.drivers import structured_output as drv
 from judge.harness import CaseFailure, Cases, check_each
-from judge.remote import driver, learner_failure
+from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded
 from solutions import structured_output as ref
 
@@ -59,7 +59,7 @@ def mask_diff(value: tuple[list[dict], int], impl) -> CaseFailure | None:
     rows, seed = value
     logits = _logits(rows, seed)
     where = drv.describe("mask", rows, logits)
-    got = driver(impl, "structured_output").mask(rows, logits)
+    got = Driver(impl, "structured_output").mask(rows, logits)
     if "raised" in got:
         return learner_failure(got["_error"], "apply_grammar_bitmask", where)
     exp = drv.mask(ref, rows, logits)
@@ -133,7 +133,7 @@ def random_rows(seed: int, count: int, grammar_share: float, chunks: float, draf
 def update_diff(value: tuple, impl) -> CaseFailure | None:
     spec, accepted, drafts, tokens, reason = value
     where = drv.describe("update", *value)
-    got = driver(impl, "structured_output").update(*value)
+    got = Driver(impl, "structured_output").update(*value)
     if "raised" in got:
         return learner_failure(got["_error"], "update_grammar", where)
     exp = drv.update(ref, *value)
@@ -191,7 +191,7 @@ def _other_allowed(grammar: int, base: list[int], rejected: int) -> list[int]:
 def decode_diff(value: tuple[list[dict], int], impl) -> CaseFailure | None:
     requests, seed = value
     where = f"a decode loop (judge/drivers/structured_output.py, decode) with requests {requests}, seed {seed}"
-    got = driver(impl, "structured_output").decode(requests, seed)
+    got = Driver(impl, "structured_output").decode(requests, seed)
     if "raised" in got:
         return learner_failure(got["_error"], got.get("fn", "your code"), where)
     if "problem" in got:
@@ -248,13 +248,13 @@ def check_decodes(impl, values: list[tuple[list[dict], int]]) -> None:
 # The cases
 
 
-@CASES("the worked example")
+@CASES("the worked example", public=True)
 def _(impl):
     check_masks(impl, [[row(0, 1, drafts=3)], [row(0, 2), row(None), row(3, need_logits=False), row(4, 1)]], 1)
     check_updates(impl, [(GRAMMARS[0], [25], [9, 26, 15], [9, 26, 16], None), after_drafts(0, 1, 3, 1)])
 
 
-@CASES("one constrained request, no drafts")
+@CASES("one constrained request, no drafts", public=True)
 def _(impl):
     check_masks(impl, [[row(0)], [row(3)], [row(4, 2)]], 2)
     check_updates(impl, [(GRAMMARS[0], SCRIPTS[0][:2], [], [SCRIPTS[0][2]], None)])
@@ -271,7 +271,7 @@ def _(impl):
                 + random_rows(4, 20, 0.7, 0.4, 0), 40)
 
 
-@CASES("drafted rows: row i after the request's first i drafts")
+@CASES("drafted rows: row i after the request's first i drafts", public=True)
 def _(impl):
     check_masks(impl, [[row(0, 1, drafts=3)], [row(None, drafts=2), row(5, 1, drafts=3), row(4, drafts=2)]]
                 + random_rows(5, 25, 0.7, 0.2, 4), 50)
@@ -283,7 +283,7 @@ def _(impl):
                          for g in range(len(GRAMMARS)) for k in (0, len(SCRIPTS[g]) - 2, len(SCRIPTS[g]) - 1)])
 
 
-@CASES("the update: a draft run rejected mid-way rolls back")
+@CASES("the update: a draft run rejected mid-way rolls back", public=True)
 def _(impl):
     check_updates(impl, [after_drafts(0, 0, 4, 2), after_drafts(1, 1, 4, 0), after_drafts(5, 1, 4, 1),
                          after_drafts(2, 0, 3, 2), after_drafts(6, 2, 3, 1)])
@@ -295,7 +295,7 @@ def _(impl):
                          after_drafts(5, 2, 4, 4)])
 
 
-@CASES("the finish rule: 'stop' when the grammar ends, else the engine's reason")
+@CASES("the finish rule: 'stop' when the grammar ends, else the engine's reason", public=True)
 def _(impl):
     check_updates(impl, [(GRAMMARS[3], [], [], [34], "length"), (GRAMMARS[3], [34], [], [0], "stop"),
                          (GRAMMARS[4], [29], [], [30], None), (GRAMMARS[4], [29], [30], [30, 0], None),
