@@ -406,5 +406,5 @@ def _(impl):
     s.add("f", 6, 6)
     s.add("g", 4, 6)
     s.drain()
-    run = s.run(impl, fail_at=40)
+    run = s.run(impl, fail_at=14)
     run.check(aborted={"b": "abort", "c": "aclose"})
