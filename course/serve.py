@@ -60,6 +60,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from framework.engine import EngineConfig
+from framework.observe import observe_schedule
 from framework.request import OutputText
 from framework.sampling import SamplingParams, TokenLogprobs
 
@@ -219,31 +220,31 @@ class Metrics:
 
 class StepObserver:
     """Each step's scheduler output, read for the metrics as vLLM's loggers read the SchedulerStats and
-    IterationStats that its engine core sends with each step's outputs. It wraps the engine's `scheduler.schedule`
-    (any scheduler: the fields read are framework/scheduler.py's `SchedulerOutput`), and runs in the step's thread.
-    """
+    IterationStats that its engine core sends with each step's outputs. It observes the engine's
+    `scheduler.schedule` through the framework's hook (framework/observe.py; any scheduler: the fields read are
+    framework/scheduler.py's `SchedulerOutput`), in the step's thread."""
 
     def __init__(self, engine: Any, metrics: Metrics) -> None:
         self.engine, self.metrics = engine, metrics
         self.first_scheduled: dict[str, float] = {}  # request id -> when it was first admitted
-        self.schedule = engine.scheduler.schedule
-        engine.scheduler.schedule = self.observed_schedule
+        self.waiting: set[int] = set()
+        self.detach = observe_schedule(engine.scheduler, self)
 
-    def observed_schedule(self) -> Any:
-        waiting = {id(r) for r in self.engine.scheduler.waiting}
-        out = self.schedule()
+    def before_schedule(self) -> None:
+        self.waiting = {id(r) for r in self.engine.scheduler.waiting}
+
+    def after_schedule(self, out: Any) -> None:
         now, m = time.perf_counter(), self.metrics
         if out:
             m.iteration_tokens.observe(out.num_scheduled_tokens)
         m.preemptions.inc(len(out.preempted))
-        for request in (s.request for s in out.scheduled if id(s.request) in waiting):  # admitted by this step
+        for request in (s.request for s in out.scheduled if id(s.request) in self.waiting):  # admitted now
             if request.request_id not in self.first_scheduled:
                 self.first_scheduled[request.request_id] = now
                 m.prompt_tokens.inc(request.num_prompt_tokens)
             if self.engine.config.enable_prefix_caching:  # as vLLM: tokens looked up, and found, per admission
                 m.prefix_cache_queries.inc(request.num_tokens)
                 m.prefix_cache_hits.inc(request.num_cached_tokens)
-        return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -331,6 +332,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await async_llm.shutdown()
+        observer.detach()
         if llm.tracer is not None:  # here, not after serve(): uvicorn re-raises SIGTERM once it has shut down
             print(f"step trace: {llm.tracer.save()}")
         tokenizer_thread.shutdown(cancel_futures=True)
