@@ -414,8 +414,17 @@ def test_what_the_server_does_not_implement_gets_a_400_naming_the_field(server32
     r = httpx.post(f"{base}/{endpoint}", json={"model": "tiny-qwen3", **body, field: value}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
     assert f"{field} is not supported" in r.json()["error"]["message"]
-    with pytest.raises(openai.BadRequestError, match="logit_bias is not supported"):
-        sync_client(base).completions.create(model="tiny-qwen3", prompt="Hi", logit_bias={"50": 10})
+
+def test_logit_bias_and_tools_get_a_400_naming_the_field_through_the_openai_client(server32):
+    _, base = server32
+    c = sync_client(base)
+    with pytest.raises(openai.BadRequestError, match="logit_bias is not supported") as refused:
+        c.completions.create(model="tiny-qwen3", prompt="Hi", logit_bias={"50": 10})
+    assert refused.value.param == "logit_bias"
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError, match="tools is not supported") as refused:
+        c.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "Hi"}], tools=[tool])
+    assert refused.value.param == "tools"
 
 
 def test_an_engine_that_samples_with_sample_token_refuses_logprobs_and_penalties(server32):
