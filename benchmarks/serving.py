@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SYSTEMS = ("course", "transformers", "baseline")
+DEFAULT_RATES, DEFAULT_NUM_PROMPTS = (2.0, 8.0, 32.0), 48  # what a run with no options sends to each system
 REQUIRES = {"transformers": "accelerate"}  # system -> the package its server needs beyond the course's own
 STORY = ("once upon a time there was a little girl named lucy who lived in a quiet forest with her dog and a cat "
          "one day the sun was warm and they went to play by the river")
@@ -308,13 +309,13 @@ def run(args: argparse.Namespace, rows: list[dict], skipped: dict[str, str]) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
-    ap.add_argument("--request-rate", nargs="+", type=float, default=[2.0, 8.0, 32.0],
+    ap.add_argument("--request-rate", nargs="+", type=float, default=list(DEFAULT_RATES),
                     help="requests per second (Poisson); inf sends them all at once")
     ap.add_argument("--max-concurrency", type=int, default=None)
     ap.add_argument("--burstiness", type=float, default=1.0,
                     help="shape of the gamma-distributed gaps between arrivals, as vLLM's: 1 is Poisson, inf is "
                          "one request every 1/rate seconds")
-    ap.add_argument("--num-prompts", type=int, default=48)
+    ap.add_argument("--num-prompts", type=int, default=DEFAULT_NUM_PROMPTS)
     ap.add_argument("--min-tokens", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=0)

@@ -54,20 +54,36 @@ def test_goodput_arguments_and_seeded_workload():
     assert all(16 <= n <= 64 and len(p.split()) == k for p, k, n in a)
 
 
-def test_a_system_that_cannot_run_is_skipped_and_the_others_are_written(tmp_path, monkeypatch, capsys):
+def test_a_system_that_cannot_run_is_skipped_and_the_json_is_written(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(serving.REQUIRES, "transformers", "no_such_package_for_the_test")
     out = tmp_path / "run.json"
-    monkeypatch.setattr(sys, "argv", ["serving.py", "--systems", "transformers", "course", "--request-rate", "inf",
-                                      "--num-prompts", "3", "--min-tokens", "4", "--max-tokens", "8",
-                                      "--json", str(out)])
+    monkeypatch.setattr(sys, "argv", ["serving.py", "--systems", "transformers", "--json", str(out)])
     with pytest.raises(SystemExit) as exit_status:
         serving.main()
     assert exit_status.value.code == 0
     report = json.loads(out.read_text())
     assert report["skipped"] == {"transformers": "needs no_such_package_for_the_test: pip install "
-                                                 "no_such_package_for_the_test"}
-    assert [(r["system"], r["metrics"]["completed"]) for r in report["rows"]] == [("course", 3)]
+                                                 "no_such_package_for_the_test"} and report["rows"] == []
     assert "transformers: skipped (needs no_such_package_for_the_test" in capsys.readouterr().out
+
+
+def test_with_no_options_every_system_runs_or_is_skipped_with_its_install_line(monkeypatch, capsys):
+    """`python benchmarks/serving.py` as a fresh clone runs it: the default systems, each run or skipped (here
+    transformers, as on a machine without `accelerate`), and the summary printed; a smaller workload than the
+    default (the only change) keeps it short."""
+    monkeypatch.setitem(serving.REQUIRES, "transformers", "no_such_package_for_the_test")
+    monkeypatch.setattr(serving, "DEFAULT_RATES", (math.inf,))
+    monkeypatch.setattr(serving, "DEFAULT_NUM_PROMPTS", 3)
+    monkeypatch.setattr(sys, "argv", ["serving.py"])
+    with pytest.raises(SystemExit) as exit_status:
+        serving.main()
+    out = capsys.readouterr().out
+    assert exit_status.value.code == 0, out
+    summary = out[out.index("3 prompts, seed 0"):]
+    assert [line.split(" | ")[0] for line in summary.splitlines() if line.startswith("| ") and "| 3 |" in line] == [
+        "| course", "| baseline"], summary
+    assert "transformers: skipped (needs no_such_package_for_the_test: pip install no_such_package_for_the_test)" \
+        in summary and "greedy texts identical across systems and rates" in summary
 
 
 RATE, NUM_REQUESTS = 4.0, 12  # one request every 250 ms: about 3 s of arrivals
