@@ -87,7 +87,13 @@ def test_with_no_options_every_system_runs_or_is_skipped_with_its_install_line(m
 
 
 RATE, NUM_REQUESTS = 4.0, 12  # one request every 250 ms: about 3 s of arrivals
-CLIENT_OVERHEAD_S = 0.2  # what a loopback client may add to a request's latency (see the test's docstring)
+CLIENT_OVERHEAD_S, CLIENT_SHARE = 0.2, 0.25  # what a loopback client may add: 200 ms + 25 % of the server's latency
+
+
+def client_overhead_s(server: dict) -> float:
+    """What a client may add to a request's time on loopback: its own work, which a loaded machine slows as it
+    slows the server, so a fixed part and a part in proportion to the server's mean latency for the run."""
+    return CLIENT_OVERHEAD_S + CLIENT_SHARE * server["mean_e2e_ms"] / 1e3
 
 
 def server_figures(base: str) -> dict[str, float]:
@@ -182,9 +188,10 @@ def check_against_the_server(tool: dict, server: dict, wanted: dict) -> None:
     assert tool["requests"] == server["requests"] == n and tool["tokens"] == server["tokens"] == tokens, (tool, server)
     assert tool["output_throughput"] * tool["duration_s"] == pytest.approx(tokens, rel=0.01), tool
     schedule = (n - 1) / RATE
-    assert schedule <= tool["duration_s"] <= schedule + server["max_e2e_s"] + CLIENT_OVERHEAD_S, (tool, server)
+    overhead = client_overhead_s(server)
+    assert schedule <= tool["duration_s"] <= schedule + server["max_e2e_s"] + overhead, (tool, server)
     for name in ("mean_ttft_ms", "mean_e2e_ms"):
-        assert 0 <= tool[name] - server[name] <= CLIENT_OVERHEAD_S * 1e3, (name, tool, server)
+        assert 0 <= tool[name] - server[name] <= overhead * 1e3, (name, tool, server)
 
 
 @pytest.fixture(scope="module")
@@ -208,8 +215,9 @@ def test_guidellm_and_this_benchmark_agree_with_the_servers_clock_and_so_with_ea
     fewer requests, which is why the two tools measured throughputs up to 5 times apart on a loaded machine).
     Their TTFTs start at different moments (guidellm's when the first header is written, ours before the
     openai client builds the request), so each is compared with the server's own TTFT, from its arrival at the
-    server. CLIENT_OVERHEAD_S, 200 ms, bounds the client's part: measured at 3 to 50 ms for either tool at load
-    averages of 4 to 11 on this 2-core machine (docs/serving.md)."""
+    server. The client's part is bounded by 200 ms plus a quarter of the server's mean latency for the run (a
+    loaded machine slows the client as it slows the server): measured at 3 to 100 ms for either tool at load
+    averages of 4 to 11 on this 2-core machine, with server latencies of 0.16 to 1.5 s (docs/serving.md)."""
     for tool in ("ours", "theirs"):
         m, s = both[tool], both["server_" + tool]
         print(f"{tool}: output tokens/s {m['output_throughput']:.1f} over {m['duration_s']:.2f} s; mean TTFT "
@@ -217,13 +225,13 @@ def test_guidellm_and_this_benchmark_agree_with_the_servers_clock_and_so_with_ea
               f"(server {s['mean_e2e_ms']:.1f})")
         check_against_the_server(m, s, both["wanted"])
     ours, theirs = both["ours"], both["theirs"]
-    slowest = max(both["server_ours"]["max_e2e_s"], both["server_theirs"]["max_e2e_s"])
-    assert abs(ours["duration_s"] - theirs["duration_s"]) <= slowest + CLIENT_OVERHEAD_S
+    servers = both["server_ours"], both["server_theirs"]
+    assert abs(ours["duration_s"] - theirs["duration_s"]) <= max(s["max_e2e_s"] + client_overhead_s(s) for s in servers)
 
 
 @pytest.mark.parametrize("wrong", ["a token less per request", "throughput not over the window",
                                    "a window shorter than the schedule", "TTFT before the server's",
-                                   "latency before the server's", "latency with a second of client time"])
+                                   "latency before the server's", "latency a second above the client's bound"])
 def test_the_check_fails_when_a_tool_is_wrong(both, wrong):
     """Each way a benchmark could be wrong, applied to guidellm's real figures, is caught."""
     tool, server = dict(both["theirs"]), both["server_theirs"]
@@ -240,6 +248,6 @@ def test_the_check_fails_when_a_tool_is_wrong(both, wrong):
     elif wrong == "latency before the server's":
         tool["mean_e2e_ms"] = server["mean_e2e_ms"] * 0.9
     else:
-        tool["mean_e2e_ms"] = server["mean_e2e_ms"] + 1000
+        tool["mean_e2e_ms"] = server["mean_e2e_ms"] + client_overhead_s(server) * 1e3 + 1000
     with pytest.raises(AssertionError):
         check_against_the_server(tool, server, both["wanted"])
