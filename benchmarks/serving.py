@@ -173,8 +173,9 @@ async def one_request(client, model: str, prompt: str, max_tokens: int, tokenize
 
 
 def arrival_gap(rng: random.Random, rate: float, burstiness: float) -> float:
-    """Seconds to the next request, as vLLM's `get_request` (vllm/benchmarks/serve.py at 009e6d4a1cd6): gamma
-    distributed with mean 1 / rate and shape `burstiness` (1: Poisson arrivals; inf: one every 1 / rate s)."""
+    """Seconds to the next request, as vLLM's `get_request` (vllm/benchmarks/serve.py at
+    b31e9326a7d9394aab8c767f8ebe225c65594b60): gamma distributed with mean 1 / rate and shape burstiness (1: Poisson
+    arrivals; inf: one every 1 / rate s)."""
     return 1 / rate if math.isinf(burstiness) else rng.gammavariate(burstiness, 1 / (rate * burstiness))
 
 

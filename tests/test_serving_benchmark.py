@@ -162,6 +162,7 @@ def run_both(tmp_path: Path) -> dict:
     server = serving.Server("course", model, serving.free_port(8300), "float32", 1)
     try:
         server.wait_ready()
+        asyncio.run(serving.run_rate(server.base, model, requests[:2], math.inf, None, 0, tokenizer))  # warm up
         start = server_figures(server.base)
         results, duration = asyncio.run(serving.run_rate(server.base, model, requests, RATE, None, 0, tokenizer,
                                                          ignore_eos=True, burstiness=math.inf))
