@@ -22,15 +22,15 @@ request (its blocks are freed), streamed or not.
 
 The front end never stalls the streams it serves: a body over `--max-body-bytes` (1 MiB by default) gets 413 before
 it is parsed; text is encoded in a tokenizer thread (vLLM's `AsyncMicrobatchTokenizer` in
-vllm/utils/async_utils.py, commit 10f319bf3d2b980a374cfdde08f3cd2663915432, also uses one thread) and decoded in the
+vllm/utils/async_utils.py, commit b31e9326a7d9394aab8c767f8ebe225c65594b60, also uses one thread) and decoded in the
 engine's step, which runs in a worker thread. A non-streaming request races its client's disconnect, as vLLM's
-`with_cancellation` (vllm/entrypoints/utils.py, 97c10e4485f6dc98ff9b959a06d78828ffd00a07). On SIGTERM or SIGINT the
+`with_cancellation` (vllm/entrypoints/utils.py, b31e9326a7d9394aab8c767f8ebe225c65594b60). On SIGTERM or SIGINT the
 server stops accepting connections, lets running requests finish for at most `--shutdown-timeout` seconds, then
 aborts the rest: every stream still gets its final event (finish_reason "abort") and `[DONE]`.
 
-The shape is vLLM's OpenAI server (vllm/entrypoints/openai/api_server.py, serving_completion.py,
-serving_chat.py): FastAPI and uvicorn over an `AsyncLLM`, with metrics named as vLLM's (vllm/v1/metrics/
-loggers.py, commit 005a810bc40faa25b8870fbc8559c3462581eee3), here under the prefix `mini_llm:`, each with a
+The shape is vLLM's OpenAI server (vllm/entrypoints/openai/api_server.py, completion/serving.py,
+chat_completion/serving.py): FastAPI and uvicorn over an `AsyncLLM`, with metrics named as vLLM's (vllm/v1/metrics/
+loggers.py, commit b31e9326a7d9394aab8c767f8ebe225c65594b60), here under the prefix `mini_llm:`, each with a
 `model_name` label.
 """
 
@@ -99,7 +99,7 @@ class SamplingFields(BaseModel):
     user: str | None = None  # OpenAI's end-user id: metadata only, it changes no output
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    # vLLM's extensions (vllm/entrypoints/openai/protocol.py)
+    # vLLM's extensions (vllm/entrypoints/openai/completion/protocol.py)
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
@@ -167,7 +167,7 @@ def sampling_params(req: SamplingFields, max_tokens: int | None, **extra: Any) -
 
 def child_params(params: SamplingParams, index: int) -> SamplingParams:
     """The params of the index-th of n completions: its own seed stream, seed + index, as vLLM's
-    `ParentRequest._get_child_sampling_params` (vllm/v1/engine/parallel_sampling.py at 491d923514ad)."""
+    `ParentRequest._get_child_sampling_params` (vllm/v1/engine/parallel_sampling.py at b31e9326a7)."""
     return params if params.seed is None else dataclasses.replace(params, seed=params.seed + index)
 
 
@@ -199,7 +199,7 @@ class Metrics:
         gauge("kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1)",
               lambda: 1 - engine.kv_cache_manager.num_free_blocks / engine.config.num_blocks)
         self.ttft = histogram("time_to_first_token_seconds", "Time to first token")
-        self.tpot = histogram("time_per_output_token_seconds", "Time between two output tokens")
+        self.tpot = histogram("inter_token_latency_seconds", "Time between two output tokens")
         self.e2e = histogram("e2e_request_latency_seconds", "Request latency")
         self.queue_time = histogram("request_queue_time_seconds", "Time from arrival to first scheduled")
         self.prefill_time = histogram("request_prefill_time_seconds", "Time from first scheduled to first token")
@@ -373,7 +373,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
 
     async def start(prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Generation]:
         """n completions of the prompt, each its own engine request, as vLLM v1 fans out a request with n > 1
-        (`ParentRequest` in vllm/v1/engine/parallel_sampling.py at 491d923514ad): with prefix caching on, the
+        (`ParentRequest` in vllm/v1/engine/parallel_sampling.py at b31e9326a7): with prefix caching on, the
         children share the prompt's full blocks. All of them or none."""
         gens: list[Generation] = []
         try:

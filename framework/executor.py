@@ -5,15 +5,15 @@ the step's items (plain data) to the workers with `broadcast_object_list` over a
 share of the forward pass; every worker runs its share of the same items (`worker_loop`); the all-reduces inside
 the layers and the gather of the logits to rank 0 go over the device's group (gloo on CPU, NCCL on CUDA). Rank 0
 samples. This is the shape of vLLM's `MultiprocExecutor` (vllm/v1/executor/multiproc_executor.py at commit
-c5c40ab252: `execute_model` enqueues the `SchedulerOutput` on `rpc_broadcast_mq`, a shared-memory queue that
+b31e9326a7: `execute_model` enqueues the `SchedulerOutput` on `rpc_broadcast_mq`, a shared-memory queue that
 every worker process reads in `WorkerProc.worker_busy_loop`; `start_worker_monitor` watches their sentinels and
 `_ensure_worker_termination` stops them), except that there rank 0 too is a worker process apart from the engine
-core. vLLM's groups (vllm/distributed/parallel_state.py at 0c175ae929: `GroupCoordinator`, a `cpu_group` for
+core. vLLM's groups (vllm/distributed/parallel_state.py at b31e9326a7: `GroupCoordinator`, a `cpu_group` for
 metadata beside a `device_group` for tensors) are the two groups here. SGLang differs: every rank runs a
 `Scheduler` of its own; rank 0 receives the new requests and broadcasts them with `broadcast_pyobj` over the
-`tp_cpu_group` (python/sglang/srt/managers/scheduler.py, `recv_requests`, at d51c1c21d1), each rank schedules
+`tp_cpu_group` (python/sglang/srt/managers/scheduler.py, `recv_requests`, at bbe9c7eeb5), each rank schedules
 identically from them, and its `TpModelWorker` runs its share of the forward pass
-(python/sglang/srt/managers/tp_worker.py at 4f34e24af7). See chapters/12_tensor_parallel.ipynb.
+(python/sglang/srt/managers/tp_worker.py at bbe9c7eeb5). See chapters/12_tensor_parallel.ipynb.
 
 Failures end the whole group: a worker that dies (seen before a step, or when a collective fails) makes the engine
 raise `WorkerDied` naming it, and the others are stopped; collectives time out instead of hanging; a worker whose

@@ -1,6 +1,6 @@
 """Prompt-lookup drafts: guess a request's next tokens from its own earlier text (n-gram speculation).
 
-As vLLM's `NgramProposer.propose` (vllm/v1/spec_decode/ngram_proposer.py at adce4e9a528d), the guess costs no
+As vLLM's `NgramProposer.propose` (vllm/v1/spec_decode/ngram_proposer.py at b31e9326a7), the guess costs no
 model: take the request's last n tokens, find where the same n tokens occurred before, and propose the tokens
 that followed them there. Text that repeats itself (code, quoted passages, stories retold) is where it hits.
 

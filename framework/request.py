@@ -25,7 +25,7 @@ class IncrementalDetokenizer:
 
     `tokenizer.decode(all tokens)` after every token costs O(length) per token. As vLLM's incremental
     detokenizer (`SlowIncrementalDetokenizer.decode_next` in vllm/v1/engine/detokenizer.py, which calls
-    `detokenize_incrementally` in vllm/transformers_utils/detokenizer_utils.py), keep the text of the tokens before
+    `detokenize_incrementally` in vllm/tokenizers/detokenizer_utils.py), keep the text of the tokens before
     `read_offset`, which later tokens cannot change, and decode from `prefix_offset` on: the tokens between the
     two offsets are decoded again as context, so that a decoder that treats the first token of a decode specially
     (dropping its leading space) sees the same neighbours as in a full decode. While the new text ends in U+FFFD,
@@ -63,8 +63,8 @@ class IncrementalDetokenizer:
 
 class OutputText:
     """What a client is sent of one request's output, as vLLM's front end makes it (`IncrementalDetokenizer.update`
-    and `get_next_output_text` in vllm/v1/engine/detokenizer.py at e372329d90d7, stop strings as
-    `StopChecker.check_stop_strings`): the text of the output tokens, without special tokens such as <|endoftext|> unless
+    and `get_next_output_text` in vllm/v1/engine/detokenizer.py at b31e9326a7, stop strings as
+    `check_stop_strings` there): the text of the output tokens, without special tokens such as <|endoftext|> unless
     `skip_special_tokens` is False; without the token that ended the request (end-of-sequence or one of
     `stop_token_ids`) and cut before the first stop string, unless `include_stop_str_in_output`, which keeps
     both; no stop before `min_tokens` tokens. While the request runs, the text is held back where it may be the

@@ -143,8 +143,8 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.
 
 def sampling_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The distribution a random request samples from, for one row of logits `[vocab]`: temperature, min_p, then
-    the top-k and top-p cuts (the order of vLLM's `Sampler.sample`, vllm/v1/sample/sampler.py at 3e342658b2e9;
-    min_p as its `MinPLogitsProcessor`, vllm/v1/sample/logits_processor/builtin.py at bf17660a2493)."""
+    the top-k and top-p cuts (the order of vLLM's `Sampler.sample`, vllm/v1/sample/sampler.py at b31e9326a7;
+    min_p as its `MinPLogitsProcessor`, vllm/v1/sample/logits_processor/builtin.py at b31e9326a7)."""
     logits = logits.float() / params.temperature
     if params.min_p > 0:
         probs = logits.softmax(-1)
@@ -195,9 +195,9 @@ def token_logprobs(logprobs: torch.Tensor, token_id: int, k: int) -> TokenLogpro
 def apply_history(logits: torch.Tensor, params: SamplingParams, prompt_token_ids: list[int],
                   output_token_ids: list[int], stop_ids: list[int]) -> torch.Tensor:
     """One row of logits with min_tokens and the penalties applied, in the order of vLLM's
-    `Sampler.apply_logits_processors` (vllm/v1/sample/sampler.py at 3e342658b2e9): min_tokens masks `stop_ids`
+    `Sampler.apply_logits_processors` (vllm/v1/sample/sampler.py at b31e9326a7): min_tokens masks `stop_ids`
     (end-of-sequence and stop tokens) to -inf while the output is shorter (its `MinTokensLogitsProcessor`); then
-    `apply_penalties` (vllm/model_executor/layers/utils.py at 00358600ed52): the repetition penalty on every token
+    `apply_penalties` (vllm/model_executor/layers/utils.py at b31e9326a7): the repetition penalty on every token
     of the prompt or the output (divide a positive logit, multiply a negative one), then the frequency penalty
     times each token's count in the output, then the presence penalty once per token present in the output."""
     logits = logits.float().clone()

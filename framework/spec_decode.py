@@ -7,7 +7,7 @@ chunk of the flat batch: d + 1 positions, counted in the token budget. The logit
 what the model would have produced after each prefix, so one pass checks every draft (exercise 134,
 `verify_and_update`). vLLM v1 does the same: `Scheduler.schedule` counts `spec_token_ids` in
 `num_scheduled_tokens` and `Scheduler.update_from_output` rolls back `num_computed_tokens` by the rejected drafts
-(vllm/v1/core/sched/scheduler.py at 7f6fc1c5ce8d).
+(vllm/v1/core/sched/scheduler.py at b31e9326a7).
 
 Blocks allocated for draft positions are kept when drafts are rejected: the request grows into them at its next
 steps, and the K and V written there for rejected drafts are overwritten before anything attends to them (a

@@ -7,10 +7,10 @@ streams; `abort(request_id)`, or a consumer that closes its stream or is cancell
 frees its blocks; a failing step ends its own requests' streams with the error and the loop goes on.
 
 vLLM's shape, much smaller: `AsyncLLM.generate`, `add_request`, `abort` and `_run_output_handler` in
-vllm/v1/engine/async_llm.py (commit 8ef0b5f50994abaef30bca67b5ec167e5187b99b), the per-request queue
-`RequestOutputCollector` in vllm/v1/engine/output_processor.py (d07822605346f767b672503c9aae85aa23ef2d82) and
+vllm/v1/engine/async_llm.py (commit b31e9326a7d9394aab8c767f8ebe225c65594b60), the per-request queue
+`RequestOutputCollector` in vllm/v1/engine/output_processor.py (b31e9326a7d9394aab8c767f8ebe225c65594b60) and
 the engine core's loop `EngineCoreProc.run_busy_loop` in vllm/v1/engine/core.py
-(ac3cb2e2eca80290181abb9365d572af6d287473). vLLM runs the engine core in another process; here, in a thread.
+(b31e9326a7d9394aab8c767f8ebe225c65594b60). vLLM runs the engine core in another process; here, in a thread.
 """
 
 from __future__ import annotations

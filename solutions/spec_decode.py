@@ -6,7 +6,7 @@ its position; the first wrong one is replaced by the argmax, and after d right o
 (the bonus), so every step emits at least one token. Random: for an n-gram draft, a point mass on x, the rule of
 speculative sampling (Leviathan et al., 2023) is to accept x with probability p(x), and on rejection to sample
 from p with x removed and renormalised: then each emitted token is distributed exactly as p. This is vLLM's
-`rejection_sample` with `draft_probs=None` (vllm/v1/sample/rejection_sampler.py at 7f6fc1c5ce8d, called from
+`rejection_sample` with `draft_probs=None` (vllm/v1/sample/rejection_sampler.py at b31e9326a7, called from
 `RejectionSampler.forward`; the recovered token there is the residual sample here).
 """
 

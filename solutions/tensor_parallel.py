@@ -16,7 +16,7 @@ all-reduces. The model outside the layers: the embedding is replicated (a lookup
 output layer is vocabulary-parallel (rank `r` computes the logits of its rows of the vocabulary, gathered on rank
 0): on Qwen3-0.6B it is a quarter of the multiply-adds of a decoded token. vLLM's counterparts:
 `ColumnParallelLinear`, `QKVParallelLinear`, `RowParallelLinear` (vllm/model_executor/layers/linear.py) and
-`ParallelLMHead` (vocab_parallel_embedding.py).
+`ParallelLMHead` (vllm/model_executor/layers/vocab_parallel_embedding.py).
 
 `load_shard` reads a rank's slices straight from the safetensors files (`safe_open(...).get_slice`), so no rank
 ever holds the whole model.

@@ -117,7 +117,7 @@ def test_chat_and_usage_and_models(server, offline):
     assert chunks[-1].usage.completion_tokens == 12 and whole.usage.completion_tokens == 12
     metrics = httpx.get(base.removesuffix("/v1") + "/metrics").text
     for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc",
-                 "time_to_first_token_seconds_bucket", "time_per_output_token_seconds_bucket", "num_preemptions"):
+                 "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket", "num_preemptions"):
         assert "mini_llm:" + name in metrics, name
     assert httpx.get(base.removesuffix("/v1") + "/health").status_code == 200
 
