@@ -5,9 +5,11 @@ The step is the learner's code (exercise 130), so the framework sees it where th
 `observer.before_schedule()` before each call and `observer.after_schedule(out)` with its `SchedulerOutput` after
 it, in the step's thread. The server's metrics (course/serve.py) and the step tracer (framework/trace.py) both
 attach here. The hook is an instance attribute of that scheduler object, put there by the first observer and
-removed with the last, so that a scheduler nobody observes runs its own method and pays nothing. vLLM's engine
-core gets the same figures the other way round: `Scheduler.make_stats()` (vllm/v1/core/sched/scheduler.py) builds
-`SchedulerStats` that travel with each step's outputs to the loggers.
+removed with the last, so that a scheduler nobody observes runs its own method and pays nothing.
+
+vLLM's engine core gets the same figures the other way round: `Scheduler.make_stats` builds the `SchedulerStats`
+that travel with each step's outputs to the loggers (vllm/v1/core/sched/scheduler.py at
+b31e9326a7d9394aab8c767f8ebe225c65594b60).
 """
 
 from __future__ import annotations
