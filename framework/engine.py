@@ -123,11 +123,14 @@ class LLMEngineBase:
             raise ValueError(f"params must be a SamplingParams (or, for several prompts, a list of them), "
                              f"got {type(params).__name__}")
         params.verify()  # again: its fields may have been changed since it was made
-        prompt = self._checked_prompt(prompt_token_ids)
         limit = self.model.cfg.max_position_embeddings
-        if len(prompt) + params.max_tokens > limit:
-            raise ValueError(f"prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+        # The length before each token: a prompt far too long (a server's third of a million ids) is refused at
+        # once, not after a Python pass over it on the caller's thread.
+        if isinstance(prompt_token_ids, Sequence) and not isinstance(prompt_token_ids, (str, bytes)) \
+                and len(prompt_token_ids) + params.max_tokens > limit:
+            raise ValueError(f"prompt ({len(prompt_token_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
                              f"the model's max_position_embeddings ({limit}): shorten the prompt or lower max_tokens")
+        prompt = self._checked_prompt(prompt_token_ids)
         self._check_history_fields(params)
         if params.prompt_logprobs is not None and not self.model_is_whole:
             raise ValueError("prompt_logprobs is not supported with tensor parallelism: the engine holds one shard")
