@@ -12,10 +12,14 @@ tokens (end-of-sequence ignored), so they do the same useful work:
 
 It checks that all of them produce the same tokens for every request, then reports output tokens/s, the ratios of
 (a) to each other system from this run, time to first token and time between tokens, and the engine's KV memory.
+Unless `--no-roofline`, it also measures this machine's matmul peak and memory bandwidth (benchmarks/roofline.py)
+and reports each system's achieved GFLOP/s and GB/s as fractions of them: the workload's useful work (every
+prompt token and fed-back output token once, attention over its context; the weights read once per forward pass
+of that system), over its wall time and per CPU-second.
 
     python benchmarks/throughput.py                       # 64 requests, embedded model, CPU, fp32
     python benchmarks/throughput.py --num-requests 16 --seed 1
-    python benchmarks/throughput.py --shape qwen3-0.6b --num-requests 8   # random weights, Qwen3-0.6B's shape
+    python benchmarks/throughput.py --shape qwen3-0.6b    # random weights, Qwen3-0.6B's shape, 8 requests
     MINI_LLM_MODEL=~/models/Qwen3-0.6B python benchmarks/throughput.py --device cuda --dtype bfloat16
 
 TTFT counts from the moment the whole workload is submitted (an offline batch), so it includes queueing.
@@ -45,6 +49,7 @@ from benchmarks.measure import (DTYPES, Stopwatch, SystemResult, Workload, check
                                 left_padded, load_hf_model, make_workload, mismatches, prompt_vocab, result_from,
                                 run_engine, summarize, sync)
 from benchmarks.repetitive import repetitive_prompts  # noqa: E402
+from benchmarks.roofline import Machine, format_machine, measure_machine, system_fractions, workload_cost  # noqa: E402
 from benchmarks.shapes import SHAPES  # noqa: E402
 from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.model_runner import ModelRunnerBase  # noqa: E402
@@ -256,12 +261,13 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                   systems: tuple[str, ...] = SYSTEMS, warmup: bool = True,
                   engine_cls: type[LLMEngine] = LLMEngine, rounds: int = 1, shape: str | None = None,
                   shape_overrides: dict | None = None, workload_name: str = "default",
-                  speculative: SpeculativeConfig | None = None) -> dict:
+                  speculative: SpeculativeConfig | None = None, machine: Machine | None = None) -> dict:
     """Run the workload through `systems`, `rounds` times, alternating their order; the first system is the
     reference for the token comparison. Each system is reported from its median round; the ratios are the
     medians of the per-round ratios, each measured between runs minutes apart at most. `shape` (one of
     `benchmarks.shapes.SHAPES`) replaces the checkpoint with random weights of that shape, changed by
-    `shape_overrides` if given (e.g. `{"num_hidden_layers": 2}`)."""
+    `shape_overrides` if given (e.g. `{"num_hidden_layers": 2}`). With `machine` (benchmarks/roofline.py's
+    measured peaks), each system's achieved GFLOP/s and GB/s on the workload's useful work, as fractions of them."""
     dev, torch_dtype = pick_device(device), DTYPES[dtype]
     with checkpoint_folder(model, shape, shape_overrides) as folder:
         ours = load_transformer(folder, dtype=torch_dtype, device=dev)
@@ -315,6 +321,8 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
         "kv_memory": kv if "engine" in systems else None,
         "outputs": {name: r.outputs for name, r in results.items()},
     }
+    if machine is not None:
+        report["roofline"] = roofline_fractions(report, ours.cfg, workload, DTYPES[dtype].itemsize, machine)
     if "engine" in results:
         # Same tokens in every run, so a throughput ratio is a ratio of seconds.
         per_round = lambda name, clock: [getattr(o, clock) / getattr(e, clock)  # noqa: E731
@@ -331,6 +339,33 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
                 report["cpu_ratios"][f"engine-ngram/{n}"] = float(np.median(
                     [o.cpu_seconds / e.cpu_seconds for e, o in zip(runs["engine-ngram"], runs[n])]))
     return report
+
+
+def roofline_fractions(report: dict, cfg, workload: Workload, dtype_bytes: int, machine: Machine) -> dict:
+    """Per system: the workload's useful FLOPs and its bytes at that system's number of forward passes
+    (benchmarks/roofline.py's `workload_cost`), over its time, as fractions of the machine's peaks."""
+    out = {"machine": machine.as_dict(), "systems": {}}
+    for name, summary in report["systems"].items():
+        flops, moved = workload_cost(cfg, workload.prompts, workload.output_lens, summary["forward_passes"],
+                                     dtype_bytes)
+        out["systems"][name] = {"gflop": flops / 1e9, "gbytes": moved / 1e9,
+                                **system_fractions(summary, flops, moved, machine)}
+    return out
+
+
+def format_roofline(roofline: dict) -> list[str]:
+    lines = [format_machine(roofline["machine"]),
+             f"{'system':<13}{'GFLOP':>8}{'GB':>8}{'GFLOP/s':>9}{'of peak':>9}{'GB/s':>7}{'of bw':>7}{'of bound':>10}"
+             f"   (wall clock; then per CPU-second)"]
+    for name, s in roofline["systems"].items():
+        line = f"{name:<13}{s['gflop']:>8.1f}{s['gbytes']:>8.2f}"
+        for clock in ("wall", "cpu"):
+            if clock in s:
+                c = s[clock]
+                line += (f"{c['gflops']:>9.2f}{c['of_peak']:>9.1%}{c['gbps']:>7.2f}{c['of_bandwidth']:>7.1%}"
+                         f"{c['of_bound']:>10.1%}")
+        lines.append(line)
+    return lines
 
 
 def _shown(folder: Path) -> str:
@@ -367,6 +402,9 @@ def format_report(report: dict) -> str:
     for name, bad in report["mismatches"].items():
         lines.append(f"tokens {name} vs {report['reference']}: " + ("identical for every request" if not bad else
                                                       f"{len(bad)} request(s) differ: {bad[:5]}"))
+    if "roofline" in report:
+        lines += ["", "on this machine's roofline (the useful work: every token once; weights read once per pass):",
+                  *format_roofline(report["roofline"])]
     kv = report["kv_memory"]
     if kv:
         lines.append(f"KV memory: peak {kv['peak_blocks']} blocks x {kv['block_bytes']} B = "
@@ -389,7 +427,7 @@ def length_range(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--num-requests", type=int, default=64)
+    ap.add_argument("--num-requests", type=int, default=None, help="default 64; 8 with --shape")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-batch", type=int, default=16, help="engine max_num_seqs, HF static batch size and "
                                                               "hf-cb max_requests_per_batch")
@@ -416,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead of the systems: the engine with TP=N (1 thread per rank) against TP=1 with 1 and "
                          "N threads (benchmarks/tensor_parallel.py)")
     ap.add_argument("--json", type=Path, default=None, help="also write the full report (with outputs) here")
+    ap.add_argument("--no-roofline", action="store_true",
+                    help="skip measuring the machine's matmul peak and bandwidth (benchmarks/roofline.py) and the "
+                         "systems' fractions of them")
     ap.add_argument("--workload", default="default", choices=WORKLOADS,
                     help="default: random prompt tokens; repetitive: the model retells a passage it wrote "
                          "(benchmarks/repetitive.py), where prompt lookup hits")
@@ -433,16 +474,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--systems {args.systems}: give each system once, from {', '.join(SYSTEMS + EXTRA_SYSTEMS)}")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.num_requests is not None and args.num_requests < 1:
+        ap.error("--num-requests must be at least 1")
     if args.shape and args.model:
         ap.error("--model and --shape both name the weights: give one")
     if args.shape_layers is not None and (not args.shape or args.shape_layers < 1):
         ap.error("--shape-layers needs --shape and at least 1")
+    num_requests = args.num_requests or (8 if args.shape else 64)
     prompt_lens = args.prompt_lens or (SHAPE_PROMPT_LENS if args.shape else (16, 256))
     output_lens = args.output_lens or (SHAPE_OUTPUT_LENS if args.shape else (16, 128))
     if args.tensor_parallel > 1:
         from benchmarks.tensor_parallel import format_tensor_parallel, run_tensor_parallel
 
-        report = run_tensor_parallel(args.tensor_parallel, args.num_requests, args.seed, args.max_batch,
+        report = run_tensor_parallel(args.tensor_parallel, num_requests, args.seed, args.max_batch,
                                      args.token_budget, args.model, DTYPES[args.dtype], prompt_lens, output_lens,
                                      args.rounds, args.shape,
                                      args.shape_layers and {"num_hidden_layers": args.shape_layers})
@@ -450,13 +494,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps(report, indent=1))
         return 0 if args.tokens_may_differ or not any(report["mismatches"].values()) else 1
-    report = run_benchmark(args.num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
+    machine = None if args.no_roofline else measure_machine(pick_device(args.device), DTYPES[args.dtype])
+    report = run_benchmark(num_requests, args.seed, args.max_batch, args.token_budget, args.device, args.model,
                            args.dtype, prompt_lens, output_lens, systems=systems, rounds=args.rounds,
                            shape=args.shape,
                            shape_overrides=args.shape_layers and {"num_hidden_layers": args.shape_layers},
                            workload_name=args.workload, speculative=SpeculativeConfig(
                                **{"num_speculative_tokens": args.num_speculative_tokens}
-                               if args.num_speculative_tokens else {}))
+                               if args.num_speculative_tokens else {}), machine=machine)
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

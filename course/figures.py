@@ -757,3 +757,131 @@ def speedup_vs_k(ks: Sequence[int], passes_ratio: Sequence[float], time_ratio: S
     ax.set_ylabel("speed-up")
     ax.legend(fontsize=8)
     _show(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chapters 5 to 8 and 11: a step trace (framework/trace.py), and two traces up to their first difference
+
+_KINDS = {"prefill": "tab:blue", "decode": "tab:orange", "draft": "tab:green"}
+
+
+def _step_of(times: Sequence[float], t: float | None) -> int | None:
+    """The index of the first step whose time in `times` is at or after `t` (a request's times are its steps')."""
+    return None if t is None else int(np.searchsorted(np.asarray(times), t - 1e-9))
+
+
+def _draw_steps(ax_rows, ax_requests, steps, requests, label: str = "") -> None:
+    """Rows by kind per step, KV blocks used, preemption and prefix-hit markers on `ax_rows`; each request's
+    lifetime (queued, the steps it ran in by kind, first token, finish) on `ax_requests`. Step i is drawn at i + 1."""
+    _draw_rows(ax_rows, steps, label)
+    _draw_lifetimes(ax_requests, steps, requests)
+
+
+def _draw_rows(ax_rows, steps, label: str) -> None:
+    x = np.array([s.index + 1 for s in steps])
+    bottom = np.zeros(len(steps))
+    for kind, c in _KINDS.items():
+        values = np.array([s.rows[kind] for s in steps])
+        if values.any():
+            ax_rows.bar(x, values, bottom=bottom, width=0.85, color=c, label=f"{kind} rows")
+            bottom += values
+    top = max(bottom.max(initial=1), 1)
+    budget = steps[0].token_budget if steps else 0
+    if budget <= 2 * top:
+        ax_rows.axhline(budget, color="black", ls="--", lw=0.8, label="token budget")
+        top = max(top, budget)
+    elif budget:  # a budget far above every step would flatten the bars
+        ax_rows.plot([], [], ls="none", label=f"token budget {budget}\n(above the scale)")
+    for s, height in zip(steps, bottom):
+        if s.preempted:
+            ax_rows.plot(s.index + 1, height + 0.06 * top, "x", color="tab:red", mew=2, ms=7)
+        if s.prefix_hit_tokens:
+            ax_rows.plot(s.index + 1, height + 0.06 * top, "v", color="tab:purple", ms=7)
+    if any(s.preempted for s in steps):
+        ax_rows.plot([], [], "x", color="tab:red", mew=2, label="preemption")
+    if any(s.prefix_hit_tokens for s in steps):
+        ax_rows.plot([], [], "v", color="tab:purple", label="prefix hit")
+    ax_rows.set_ylim(0, 1.2 * top)
+    ax_rows.set_ylabel(f"{label}\nrows (tokens)" if label else "rows (tokens)")
+    kv = ax_rows.twinx()
+    used = [s.kv_blocks_used for s in steps]
+    pool = steps[0].kv_blocks_used + steps[0].kv_blocks_free if steps else 0
+    kv.step(x, used, where="mid", color="black", lw=1.2, label=f"KV blocks used (pool {pool})")
+    kv.set_ylim(0, 1.2 * max(used + [1]))
+    kv.set_ylabel("KV blocks used")
+    handles = [h for ax in (ax_rows, kv) for h in ax.get_legend_handles_labels()[0]]
+    ax_rows.legend(handles, [h.get_label() for h in handles], loc="upper left", bbox_to_anchor=(1.12, 1.0),
+                   fontsize=7, frameon=False)
+
+
+def _draw_lifetimes(ax_requests, steps, requests) -> None:
+    starts, ends = [s.start for s in steps], [s.end for s in steps]
+    where = {r.request_id: i for i, r in enumerate(requests)}
+    for s in steps:
+        for row in s.scheduled:
+            i = where.get(row["request_id"])
+            if i is not None:
+                ax_requests.add_patch(Rectangle((s.index + 0.575, i - 0.35), 0.85, 0.7, lw=0,
+                                                color=_KINDS[row["kind"]], alpha=0.85))
+        for rid in s.preempted:
+            if rid in where:
+                ax_requests.plot(s.index + 1, where[rid], "x", color="tab:red", mew=2, ms=7)
+    queued = False
+    for i, r in enumerate(requests):
+        first = steps[r.steps[0]].index if r.steps and r.steps[0] < len(steps) else None
+        arrival = _step_of(starts, r.arrival)
+        if arrival is not None and first is not None and first > arrival:
+            ax_requests.plot([arrival + 0.575, first + 0.575], [i, i], color="gray", lw=2, alpha=0.6)
+            queued = True
+        for t, marker in ((r.first_token, "o"), (r.finish, "|")):
+            at = _step_of(ends, t)
+            if at is not None and at < len(steps):
+                ax_requests.plot(at + 1, i, marker, color="black", ms=5 if marker == "o" else 11, mew=2)
+    if queued:
+        ax_requests.plot([], [], color="gray", lw=2, alpha=0.6, label="queued")
+    ax_requests.plot([], [], "o", color="black", ms=5, label="first token")
+    ax_requests.plot([], [], "|", color="black", ms=11, mew=2, label="finished")
+    ax_requests.set_yticks(range(len(requests)), [f"#{i}" for i in range(len(requests))], fontsize=7)
+    ax_requests.set_ylim(len(requests) - 0.5, -0.5)
+    ax_requests.set_ylabel("request")
+    ax_requests.legend(loc="upper left", bbox_to_anchor=(1.12, 1.0), fontsize=7, frameon=False)
+
+
+def _trace_figure(panels: int, num_requests: int, num_steps: int):
+    heights = [2.2, max(1.0, 0.22 * num_requests)] * panels
+    fig, axes = plt.subplots(len(heights), 1, figsize=(min(max(7.0, 3.5 + 0.12 * num_steps), 13), sum(heights) + 0.8),
+                             dpi=DPI, sharex=True, gridspec_kw={"height_ratios": heights})
+    return fig, axes
+
+
+def step_timeline(steps: Sequence, requests: Sequence, title: str) -> None:
+    """A step trace (`framework.trace`'s StepRecords and RequestRecords): above, each step's rows by kind (prefill,
+    decode, draft) against the token budget, the KV blocks used, and markers where a request was preempted or
+    prompt tokens were found in the prefix cache; below, each request's lifetime: queued from its arrival, the steps
+    it ran in (coloured by kind), its first token and its finish."""
+    fig, (ax_rows, ax_requests) = _trace_figure(1, len(requests), len(steps))
+    _draw_steps(ax_rows, ax_requests, steps, requests)
+    ax_requests.set_xlabel("engine step")
+    ax_requests.set_xlim(0.3, len(steps) + 0.7)
+    ax_rows.set_title(title, fontsize=10)
+    _show(fig)
+
+
+def trace_comparison(diff, title: str, context: int = 40) -> None:
+    """Two traces of one workload (a `framework.trace_compare.Divergence`) one above the other, up to and including
+    the first step where their plans differ (shaded), at most `context` steps before it."""
+    # the requests that had arrived by the end of the differing step, in the trace that has the most of them
+    arrived = [[r for r in requests if r.arrival is None or not steps or r.arrival <= steps[-1].end]
+               for steps, requests in zip(diff.steps, diff.requests)]
+    num_requests = max(len(r) for r in arrived)
+    first = max(0, diff.step - context)
+    fig, axes = _trace_figure(2, num_requests, diff.step + 1 - first)
+    for k, (steps, requests, label) in enumerate(zip(diff.steps, arrived, diff.labels)):
+        _draw_steps(axes[2 * k], axes[2 * k + 1], steps, requests, label)
+        axes[2 * k + 1].set_ylim(num_requests - 0.5, -0.5)
+    for ax in axes:
+        ax.axvspan(diff.step + 0.5, diff.step + 1.5, color="tab:red", alpha=0.15, lw=0)
+    axes[-1].set_xlim(first + 0.3, diff.step + 1.7)
+    axes[-1].set_xlabel("engine step (shaded: the first that differs)")
+    axes[0].set_title(f"{title}\nfirst difference at step {diff.step + 1}: {', '.join(diff.what)}", fontsize=10)
+    _show(fig)

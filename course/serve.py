@@ -64,6 +64,8 @@ from framework.observe import observe_schedule
 from framework.request import OutputText
 from framework.sampling import SamplingParams, TokenLogprobs
 
+from course.structured_output import ConstraintError, constraint_from_request
+
 SIMPLE_CHAT_TEMPLATE = "{role}: {content}\n"  # per message, then "assistant:" (models without a chat template)
 PREFIX = "mini_llm:"
 MAX_N = 16  # completions per request
@@ -75,7 +77,7 @@ MAX_BODY_BYTES = 1 << 20  # far above a useful prompt: 32,768 token ids are abou
 
 # ----------------------------------------------------------------------------------------------------------
 # Requests: the OpenAI fields the server implements and vLLM's sampling extensions. Any other field with a value
-# (logit_bias, tools, best_of, response_format, ...) is refused with a 400 naming it: nothing is silently ignored.
+# (logit_bias, tools, best_of, ...) is refused with a 400 naming it: nothing is silently ignored.
 
 
 class StreamOptions(BaseModel):
@@ -151,6 +153,10 @@ def refuse_unsupported(req: SamplingFields) -> None:
 
 def sampling_params(req: SamplingFields, max_tokens: int | None, **extra: Any) -> SamplingParams:
     """The request's SamplingParams; a field SamplingParams refuses is a 400 naming it."""
+    try:  # response_format and structured_outputs (course/structured_output.py)
+        extra["structured_outputs"] = constraint_from_request(req.model_extra or {})
+    except ConstraintError as error:
+        raise BadRequest(str(error), error.param) from error
     refuse_unsupported(req)
     if not 1 <= req.n <= MAX_N:
         raise BadRequest(f"n must be in [1, {MAX_N}] (completions per request), got {req.n}", "n")
@@ -299,7 +305,8 @@ def build_engine(impl: str, model: str | None, dtype=None, device=None, **engine
         _refuse("this copy of the course has no reference engine (solutions/): `python -m course.serve` serves "
                 "your own engine once its exercises pass")
     if impl == "solutions":
-        llm = importlib.import_module("solutions.engine").LLM(model, dtype=dtype, device=device, **engine_config)
+        llm = importlib.import_module("solutions.structured_output").LLM(model, dtype=dtype, device=device,
+                                                                          **engine_config)
         return llm, importlib.import_module("solutions.async_engine").AsyncLLM(llm.engine)
     course.IMPL = "practice"
     picked = course.choices()

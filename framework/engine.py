@@ -98,6 +98,9 @@ class LLMEngineBase:
     # min_tokens and records logprobs. An engine that samples with `sample_token` alone cannot, so add_request
     # refuses those fields rather than ignore them.
     samples_with_history: bool = False
+    # Whether the engine masks logits with each request's grammar (framework/structured_output.py); add_request
+    # refuses SamplingParams.structured_outputs otherwise, rather than ignore it.
+    constrains_outputs: bool = False
 
     def __init__(self, model: Transformer, config: EngineConfig | None = None, tokenizer=None,
                  eos_token_id: int | None = None, runner=None) -> None:
@@ -134,6 +137,9 @@ class LLMEngineBase:
         self._check_history_fields(params)
         if params.prompt_logprobs is not None and not self.model_is_whole:
             raise ValueError("prompt_logprobs is not supported with tensor parallelism: the engine holds one shard")
+        if params.structured_outputs is not None and not self.constrains_outputs:
+            raise ValueError(f"structured_outputs is not supported by {type(self).__name__}: use an engine with "
+                             "structured outputs (the structured_output module, exercise 136)")
         request = Request(prompt, params, generator=make_generator(params, self.model.device))
         self._forget_finished()
         self.scheduler.add_request(request)

@@ -14,6 +14,40 @@ MIN_TEMPERATURE = 1e-2  # smaller positive temperatures are raised to it, as vLL
 
 
 @dataclass
+class StructuredOutputsParams:
+    """The constraint an output must meet, as vLLM's `StructuredOutputsParams` (vllm/sampling_params.py at
+    b31e9326a7d9), its fields the same: exactly one of a JSON schema (`json`, a dict or its text), a regular
+    expression, a choice among strings, an EBNF grammar (`grammar`, GBNF as xgrammar reads it) or any JSON object
+    (`json_object`). framework/structured_output.py compiles it and holds each request's matcher."""
+
+    json: dict | str | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.verify()
+
+    def verify(self) -> None:
+        """Raise ValueError unless exactly one constraint is set, with a value of its type."""
+        kinds = self.kinds()
+        if len(kinds) != 1:
+            raise ValueError(f"structured_outputs needs exactly one of json, regex, choice, grammar, json_object; "
+                             f"got {', '.join(kinds) or 'none'}")
+        kind, value = kinds[0], getattr(self, kinds[0])
+        wanted = {"json": (dict, str), "regex": str, "grammar": str, "choice": (list, tuple), "json_object": bool}
+        if not isinstance(value, wanted[kind]) or (kind == "json_object" and not value):
+            raise ValueError(f"structured_outputs.{kind} has the wrong type: {type(value).__name__} {value!r:.60}")
+        if kind == "choice" and (not value or not all(isinstance(c, str) for c in value)):
+            raise ValueError(f"structured_outputs.choice must be a non-empty list of strings, got {value!r:.60}")
+
+    def kinds(self) -> list[str]:
+        return [name for name in ("json", "regex", "choice", "grammar", "json_object")
+                if getattr(self, name) is not None]
+
+
+@dataclass
 class SamplingParams:
     """As in vLLM's `SamplingParams`: temperature 0 is greedy; `seed` makes a random request reproducible.
 
@@ -45,6 +79,8 @@ class SamplingParams:
     min_tokens: int = 0  # no end-of-sequence, stop token or stop string before this many output tokens
     logprobs: int | None = None  # the sampled token's logprob and the top `logprobs` of each step (raw logits)
     prompt_logprobs: int | None = None  # the same for every prompt token (the first has none)
+    # the grammar the output must follow (framework/structured_output.py), vLLM's field of the same name
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -109,6 +145,11 @@ class SamplingParams:
                 if not 0 <= getattr(self, name) <= MAX_LOGPROBS:
                     raise ValueError(f"{name} must be None or an int in [0, {MAX_LOGPROBS}] (how many of the most "
                                      f"likely tokens to return), got {getattr(self, name)}")
+        if self.structured_outputs is not None:
+            if not isinstance(self.structured_outputs, StructuredOutputsParams):
+                raise ValueError("structured_outputs must be None or a StructuredOutputsParams, got "
+                                 f"{type(self.structured_outputs).__name__}")
+            self.structured_outputs.verify()
 
     def history_fields(self) -> list[str]:
         """The fields set here that only `sample_request_token` applies (see the class's docstring)."""

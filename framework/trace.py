@@ -21,7 +21,8 @@ that scheduled something, its `args` the `StepRecord`; inside it, category "phas
 (`"ph": "C"`) "KV blocks" (used, free), "rows" (prefill, decode, draft) and "tokens" (scheduled, budget left);
 instant events (`"ph": "i"`) "preemption" and "prefix hit". Process 2 ("requests"): one thread per request, with a
 slice from arrival to finish (its `args` the `RequestRecord`) and a "queued" slice inside it up to its first step.
-`load_trace(path)` reads the records back.
+`load_trace(path)` reads the records back; `framework/trace_compare.py` finds the first step where two traces of
+one workload plan differently (your engine against the reference's).
 
 FLOPs and bytes of a step are computed from its items and the model's shapes (`step_cost`): the projections and
 the output head for each new token (logits rows only), attention over each request's context; the weights read
@@ -55,7 +56,8 @@ class StepRecord:
     cpu_start: float  # seconds of this process's CPU time since the tracer started
     cpu_end: float
     phases: dict[str, list[float]]  # name -> [start, end], wall clock
-    scheduled: list[dict]  # per request: request_id, kind ("prefill" or "decode"), tokens, drafts, context
+    scheduled: list[dict]  # per request: request_id, kind ("prefill" or "decode"), tokens, drafts, context, blocks
+    # (the length of its block table once scheduled)
     rows: dict[str, int]  # new tokens by kind: prefill, decode, draft
     token_budget: int
     tokens_scheduled: int
@@ -165,7 +167,8 @@ class StepTracer:
         self._current["sched"] = out
         # read now, before the step advances the requests
         self._current["before"] = [(s.request.num_computed_tokens, s.request.num_tokens,
-                                    s.request.num_accepted_tokens) for s in out.scheduled]
+                                    s.request.num_accepted_tokens, len(s.request.block_table))
+                                   for s in out.scheduled]
 
     def _execute_model(self, execute: Callable) -> Callable:
         timed = self._phase("forward")(execute)
@@ -204,7 +207,7 @@ class StepTracer:
         index, scheduled = len(self.steps), []
         rows = {"prefill": 0, "decode": 0, "draft": 0}
         hits = proposed = accepted = 0
-        for s, (computed, num_tokens, accepted_before) in zip(sched.scheduled, cur["before"]):
+        for s, (computed, num_tokens, accepted_before, blocks) in zip(sched.scheduled, cur["before"]):
             r = s.request
             drafts = len(s.draft_token_ids) if isinstance(s, DraftedRequest) else 0
             kind = "prefill" if num_tokens - computed > 1 else "decode"
@@ -216,7 +219,7 @@ class StepTracer:
                 self._admitted.add(r.request_id)
                 hits += r.num_cached_tokens
             scheduled.append({"request_id": r.request_id, "kind": kind, "tokens": s.num_new_tokens - drafts,
-                              "drafts": drafts, "context": computed + s.num_new_tokens})
+                              "drafts": drafts, "context": computed + s.num_new_tokens, "blocks": blocks})
             self._note_request(r, index, end)
         for r in sched.preempted:
             self._admitted.discard(r.request_id)

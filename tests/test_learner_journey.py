@@ -53,6 +53,7 @@ JOURNEY = [
     (133, "async_engine", "online_loop/right_dedicated_thread.py", []),
     (134, "spec_decode", "spec_decode/right_loop_appending.py", ["11_speculative_decoding"]),
     (135, "tensor_parallel", "tensor_parallel/right_functional.py", []),  # chapter 12 runs the reference's ranks
+    (136, "structured_output", "structured_output/right_collect_then_fill.py", ["13_structured_output"]),
 ]
 
 # Prints course.banner() on the first line of stdout, then runs each notebook given (one fresh namespace each, code

@@ -29,7 +29,7 @@ from in_process import InProcess
 CASES_DIR = Path(__file__).parent / "judge_cases"
 FOLDERS = {125: "block_pool", 126: "slot_mapping", 127: "paged_attention", 128: "batch_layout", 129: "scheduler",
            130: "inference_loop", 131: "preemption", 132: "prefix_caching", 133: "online_loop", 134: "spec_decode",
-           135: "tensor_parallel"}
+           135: "tensor_parallel", 136: "structured_output"}
 FIXTURES = [(ex_id, path) for ex_id, folder in FOLDERS.items()
             for path in sorted((CASES_DIR / folder).glob("*.py")) if path.name.startswith(("right_", "wrong_"))]
 MARKER = re.compile(r"PUBLIC: (caught|hidden only \(.+?\))")

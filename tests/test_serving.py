@@ -405,11 +405,11 @@ def test_n_3_with_a_seed_equals_three_single_requests_sharing_the_prompts_blocks
 
 
 @pytest.mark.parametrize("field, value", [("logit_bias", {"50": 10}), ("tools", [{"type": "function"}]),
-                                          ("best_of", 2), ("response_format", {"type": "json_object"}),
+                                          ("best_of", 2), ("tool_choice", "auto"),
                                           ("suffix", "end")])
 def test_what_the_server_does_not_implement_gets_a_400_naming_the_field(server32, field, value):
     _, base = server32
-    endpoint = "chat/completions" if field in ("tools", "response_format") else "completions"
+    endpoint = "chat/completions" if field in ("tools", "tool_choice") else "completions"
     body = {"messages": [{"role": "user", "content": "Hi"}]} if endpoint != "completions" else {"prompt": "Hi"}
     r = httpx.post(f"{base}/{endpoint}", json={"model": "tiny-qwen3", **body, field: value}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text

@@ -23,7 +23,7 @@ import judge
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
-EVERY = ",".join(str(i) for i in range(125, 136))
+EVERY = ",".join(str(i) for i in range(125, 137))
 
 # A student's Python: the edition alone on sys.path. This sitecustomize drops the import finder of this checkout's
 # editable install (pip install -e .), which would otherwise find solutions/ and judge/hidden/ here.
@@ -217,7 +217,9 @@ STAGES = [
     # Chapter 12 is left out: what it runs on top of 135 (each rank's loader) is the reference's, not in the copy.
     ([(133, "async_engine", "online_loop/right_dedicated_thread.py"),
       (134, "spec_decode", "spec_decode/right_loop_appending.py"),
-      (135, "tensor_parallel", "tensor_parallel/right_functional.py")], ["10_serving", "11_speculative_decoding"]),
+      (135, "tensor_parallel", "tensor_parallel/right_functional.py"),
+      (136, "structured_output", "structured_output/right_collect_then_fill.py")],
+     ["10_serving", "11_speculative_decoding", "13_structured_output"]),
 ]
 # What a student keeps of a stub when filling it in, and a fixture (written for the judge's driver, which plugs the
 # rest in itself) lacks: the scheduler's link to preemption, used when the scheduler runs under the engine of 130;

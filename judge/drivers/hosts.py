@@ -145,7 +145,8 @@ def _params(value: Any) -> SamplingParams:
              "stop": (list,), "ignore_eos": flag, "seed": maybe_int, "stop_token_ids": (list,),
              "include_stop_str_in_output": flag, "skip_special_tokens": flag, "min_p": number,
              "presence_penalty": number, "frequency_penalty": number, "repetition_penalty": number,
-             "min_tokens": (int,), "logprobs": maybe_int, "prompt_logprobs": maybe_int}
+             "min_tokens": (int,), "logprobs": maybe_int, "prompt_logprobs": maybe_int,
+             "structured_outputs": (type(None),)}
     if not isinstance(value, dict) or set(value) != set(kinds) or \
             any(type(value[k]) not in t for k, t in kinds.items()):
         raise CallbackRefused("sampling parameters that are not the stand-ins'")

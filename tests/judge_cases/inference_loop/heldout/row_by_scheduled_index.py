@@ -1,0 +1,43 @@
+# VIOLATES: Row j of the logits belongs to the j-th item that needs logits; a prompt chunk that is not the last samples nothing
+"""Takes row i of the logits for the i-th scheduled request."""
+from framework.engine import LLMEngineBase, stop_reason
+from framework.sampling import sample_token
+
+
+class LLMEngine(LLMEngineBase):
+    def _items(self, work):
+        items = []
+        for s in work:
+            req = s.request
+            start = req.num_computed_tokens
+            tokens = req.all_token_ids[start:start + s.num_new_tokens]
+            items.append((tokens, start, req.block_table, s.completes_prompt))
+        return items
+
+    def step(self):
+        work = list(self.scheduler.schedule().scheduled)
+        if not work:
+            return []
+        items = self._items(work)
+        logits = self.runner.execute_model(items)
+        for s in work:
+            s.request.num_computed_tokens += s.num_new_tokens
+        rows = iter(logits)
+        outputs = []
+        for i, (s, item) in enumerate(zip(work, items)):
+            if not item[3]:
+                continue
+            req = s.request
+            token = sample_token(logits[min(i, len(logits) - 1)], req.sampling_params, req.generator)
+            req.output_token_ids.append(token)
+            why = stop_reason(req, self.eos_token_id, self.tokenizer)
+            if why:
+                self.scheduler.finish(req, why)
+            outputs.append(self.make_output(req, [token]))
+        return outputs
+
+    def generate(self, prompts, params=None):
+        requests = self.add_requests(prompts, params)
+        while self.has_unfinished_requests():
+            self.step()
+        return [self.make_output(req, []) for req in requests]

@@ -1,0 +1,43 @@
+# VIOLATES: Request i's queries are rows `qsl[i] .. qsl[i+1]-1`, its last `t` positions
+"""Finds request i's rows from the sum of the earlier seq_lens (right only when every request is a whole prefill)."""
+import math
+
+import torch
+
+
+def _ints(xs):
+    return [int(x) for x in xs]
+
+
+def _context(cache, table, length, block_size):
+    """The rows of positions 0 .. length-1, gathered through the block table."""
+    pos = torch.arange(length)
+    blocks = torch.tensor([table[p // block_size] for p in range(length)], dtype=torch.long)
+    return cache[blocks.to(cache.device), (pos % block_size).to(cache.device)]
+
+
+def paged_attention(query, key_cache, value_cache, query_start_loc, seq_lens, block_tables, scale=None):
+    starts, lens = _ints(query_start_loc), _ints(seq_lens)
+    head_dim, n_heads = query.shape[-1], query.shape[1]
+    group = n_heads // key_cache.shape[2]
+    if scale is None:
+        scale = 1 / math.sqrt(head_dim)
+    block_size = key_cache.shape[1]
+    pieces = []
+    for i, length in enumerate(lens):
+        lo = sum(lens[:i])
+        t = starts[i + 1] - starts[i]
+        hi = lo + t
+        if t == 0:
+            continue
+        q = query[lo:hi].float()
+        k = _context(key_cache, block_tables[i], length, block_size).float().repeat_interleave(group, dim=1)
+        v = _context(value_cache, block_tables[i], length, block_size).float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("thd,lhd->htl", q, k) * scale
+        allowed = torch.arange(length, device=q.device)[None, :] <= (length - t + torch.arange(t, device=q.device))[:, None]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        pieces.append(torch.einsum("htl,lhd->thd", weights, v))
+    if not pieces:
+        return query.new_zeros(query.shape)
+    return torch.cat(pieces).to(query.dtype)

@@ -1,0 +1,24 @@
+# VIOLATES: Its blocks are back in the pool (`scheduler.kv.free(request)`)
+"""Forgets the request's block table without giving its blocks back to the pool."""
+from framework.request import RequestStatus
+
+
+def preempt(scheduler, request):
+    scheduler.running.remove(request)
+    request.block_table = []
+    request.num_computed_tokens = 0
+    request.status = RequestStatus.WAITING
+    request.num_preemptions += 1
+    scheduler.waiting.appendleft(request)
+
+
+def allocate_or_preempt(scheduler, request, num_new_tokens, out):
+    while True:
+        if scheduler.kv.allocate_slots(request, num_new_tokens):
+            return True
+        victim = scheduler.running[-1]
+        preempt(scheduler, victim)
+        out.preempted.append(victim)
+        out.scheduled[:] = [s for s in out.scheduled if s.request is not victim]
+        if victim is request:
+            return False

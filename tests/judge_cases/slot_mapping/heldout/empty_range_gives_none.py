@@ -1,0 +1,26 @@
+# VIOLATES: An empty list when `start == end`
+"""Returns None, not an empty list, for an empty range."""
+class TableTooShort(ValueError):
+    pass
+
+
+def compute_slot_mapping(block_table, start, end, block_size):
+    capacity = len(block_table) * block_size
+    if end > capacity:
+        raise TableTooShort(f"positions up to {end} need more than {len(block_table)} blocks of {block_size}")
+    if start == end:
+        return None
+    slots = []
+    for pos in range(start, end):
+        block = block_table[pos // block_size]
+        slots.append(block * block_size + pos % block_size)
+    return slots
+
+
+def write_kv(key_cache, value_cache, key, value, slot_mapping):
+    block_size = key_cache.shape[1]
+    where = slot_mapping.long()
+    blocks = where // block_size
+    rows = where % block_size
+    key_cache[blocks, rows] = key
+    value_cache[blocks, rows] = value

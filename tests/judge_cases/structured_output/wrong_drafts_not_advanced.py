@@ -1,0 +1,28 @@
+"""Wrong: every row of a drafted request gets the mask of its first row (the grammar never goes through the drafts).
+
+EXPECT: wrong mask on logits row
+PUBLIC: caught
+"""
+
+from framework.spec_decode import accepted_length
+from framework.structured_output import apply_token_bitmask
+
+
+def apply_grammar_bitmask(logits, rows, bitmask):
+    row = 0
+    for r in rows:
+        if not r.need_logits:
+            continue
+        if r.grammar is not None:
+            for i in range(1 + len(r.draft_token_ids)):
+                r.grammar.fill_bitmask(bitmask, row + i)
+        row += 1 + len(r.draft_token_ids)
+    apply_token_bitmask(logits, bitmask)
+
+
+def update_grammar(grammar, draft_token_ids, token_ids, finish_reason):
+    accepted = accepted_length(draft_token_ids, token_ids)
+    grammar.rollback(len(draft_token_ids) - accepted)
+    for token in token_ids[accepted:]:
+        grammar.accept_token(token)
+    return "stop" if grammar.is_terminated() else finish_reason
