@@ -22,6 +22,7 @@ summary and the JSON are written whatever happens.
     python benchmarks/serving.py --request-rate inf --max-concurrency 8 --goodput ttft:500 tpot:50
     python benchmarks/serving.py --json results.json                  # every figure, for a plot
     python benchmarks/serving.py --ignore-eos --max-concurrency 4     # exactly max_tokens each, as guidellm sends
+    python benchmarks/serving.py --request-rate 4 --burstiness inf    # one request every 250 ms (guidellm's constant)
 
 The machine may be shared: the figures are noisy; compare systems within one run.
 """
@@ -47,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SYSTEMS = ("course", "transformers", "baseline")
+DEFAULT_RATES, DEFAULT_NUM_PROMPTS = (2.0, 8.0, 32.0), 48  # what a run with no options sends to each system
 REQUIRES = {"transformers": "accelerate"}  # system -> the package its server needs beyond the course's own
 STORY = ("once upon a time there was a little girl named lucy who lived in a quiet forest with her dog and a cat "
          "one day the sun was warm and they went to play by the river")
@@ -170,9 +172,16 @@ async def one_request(client, model: str, prompt: str, max_tokens: int, tokenize
     return result
 
 
+def arrival_gap(rng: random.Random, rate: float, burstiness: float) -> float:
+    """Seconds to the next request, as vLLM's `get_request` (vllm/benchmarks/serve.py at
+    b31e9326a7d9394aab8c767f8ebe225c65594b60): gamma distributed with mean 1 / rate and shape burstiness (1: Poisson
+    arrivals; inf: one every 1 / rate s)."""
+    return 1 / rate if math.isinf(burstiness) else rng.gammavariate(burstiness, 1 / (rate * burstiness))
+
+
 async def run_rate(base: str, model: str, requests: list[tuple[str, int, int]], rate: float,
-                   max_concurrency: int | None, seed: int, tokenizer, ignore_eos: bool = False
-                   ) -> tuple[list[RequestResult], float]:
+                   max_concurrency: int | None, seed: int, tokenizer, ignore_eos: bool = False,
+                   burstiness: float = 1.0) -> tuple[list[RequestResult], float]:
     import openai
 
     rng = random.Random(seed)
@@ -188,7 +197,7 @@ async def run_rate(base: str, model: str, requests: list[tuple[str, int, int]], 
         for prompt, _, max_tokens in requests:
             tasks.append(asyncio.ensure_future(limited(prompt, max_tokens)))
             if not math.isinf(rate):
-                await asyncio.sleep(rng.expovariate(rate))
+                await asyncio.sleep(arrival_gap(rng, rate, burstiness))
         results = await asyncio.gather(*tasks)
     return results, time.perf_counter() - start
 
@@ -205,6 +214,7 @@ def metrics(results: list[RequestResult], requests: list[tuple[str, int, int]], 
                (r.output_tokens <= 1 or (r.latency - r.ttft) / (r.output_tokens - 1) * 1e3 <=
                 goodput.get("tpot", math.inf)) and r.latency * 1e3 <= goodput.get("e2el", math.inf))
     out = {"completed": len(ok), "failed": len(results) - len(ok), "duration_s": duration,
+           "total_input": sum(n for _, n in ok), "total_output": sum(r.output_tokens for r, _ in ok),
            "request_throughput": len(ok) / duration, "goodput": good / duration,
            "output_throughput": sum(r.output_tokens for r, _ in ok) / duration,
            "total_token_throughput": sum(r.output_tokens + n for r, n in ok) / duration}
@@ -256,7 +266,7 @@ def run_system(system: str, model: str, port: int, requests: list[tuple[str, int
         asyncio.run(run_rate(server.base, model, requests[:2], math.inf, None, args.seed, tokenizer))  # warm
         for rate in args.request_rate:
             results, duration = asyncio.run(run_rate(server.base, model, requests, rate, args.max_concurrency,
-                                                     args.seed, tokenizer, args.ignore_eos))
+                                                     args.seed, tokenizer, args.ignore_eos, args.burstiness))
             rows.append({"system": system, "rate": rate, "metrics": metrics(results, requests, duration, slos),
                          "errors": sorted({r.error for r in results if r.error})[:3]})
             texts[system, rate] = [r.text for r in results]
@@ -300,10 +310,13 @@ def run(args: argparse.Namespace, rows: list[dict], skipped: dict[str, str]) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
-    ap.add_argument("--request-rate", nargs="+", type=float, default=[2.0, 8.0, 32.0],
+    ap.add_argument("--request-rate", nargs="+", type=float, default=list(DEFAULT_RATES),
                     help="requests per second (Poisson); inf sends them all at once")
     ap.add_argument("--max-concurrency", type=int, default=None)
-    ap.add_argument("--num-prompts", type=int, default=48)
+    ap.add_argument("--burstiness", type=float, default=1.0,
+                    help="shape of the gamma-distributed gaps between arrivals, as vLLM's: 1 is Poisson, inf is "
+                         "one request every 1/rate seconds")
+    ap.add_argument("--num-prompts", type=int, default=DEFAULT_NUM_PROMPTS)
     ap.add_argument("--min-tokens", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=0)

@@ -54,12 +54,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from framework.engine import EngineConfig
+from framework.observe import observe_schedule
 from framework.request import OutputText
 from framework.sampling import SamplingParams, TokenLogprobs
 
@@ -225,31 +226,31 @@ class Metrics:
 
 class StepObserver:
     """Each step's scheduler output, read for the metrics as vLLM's loggers read the SchedulerStats and
-    IterationStats that its engine core sends with each step's outputs. It wraps the engine's `scheduler.schedule`
-    (any scheduler: the fields read are framework/scheduler.py's `SchedulerOutput`), and runs in the step's thread.
-    """
+    IterationStats that its engine core sends with each step's outputs. It observes the engine's
+    `scheduler.schedule` through the framework's hook (framework/observe.py; any scheduler: the fields read are
+    framework/scheduler.py's `SchedulerOutput`), in the step's thread."""
 
     def __init__(self, engine: Any, metrics: Metrics) -> None:
         self.engine, self.metrics = engine, metrics
         self.first_scheduled: dict[str, float] = {}  # request id -> when it was first admitted
-        self.schedule = engine.scheduler.schedule
-        engine.scheduler.schedule = self.observed_schedule
+        self.waiting: set[int] = set()
+        self.detach = observe_schedule(engine.scheduler, self)
 
-    def observed_schedule(self) -> Any:
-        waiting = {id(r) for r in self.engine.scheduler.waiting}
-        out = self.schedule()
+    def before_schedule(self) -> None:
+        self.waiting = {id(r) for r in self.engine.scheduler.waiting}
+
+    def after_schedule(self, out: Any) -> None:
         now, m = time.perf_counter(), self.metrics
         if out:
             m.iteration_tokens.observe(out.num_scheduled_tokens)
         m.preemptions.inc(len(out.preempted))
-        for request in (s.request for s in out.scheduled if id(s.request) in waiting):  # admitted by this step
+        for request in (s.request for s in out.scheduled if id(s.request) in self.waiting):  # admitted now
             if request.request_id not in self.first_scheduled:
                 self.first_scheduled[request.request_id] = now
                 m.prompt_tokens.inc(request.num_prompt_tokens)
             if self.engine.config.enable_prefix_caching:  # as vLLM: tokens looked up, and found, per admission
                 m.prefix_cache_queries.inc(request.num_tokens)
                 m.prefix_cache_hits.inc(request.num_cached_tokens)
-        return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -338,6 +339,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await async_llm.shutdown()
+        observer.detach()
         if llm.tracer is not None:  # here, not after serve(): uvicorn re-raises SIGTERM once it has shut down
             print(f"step trace: {llm.tracer.save()}")
         tokenizer_thread.shutdown(cancel_futures=True)
@@ -362,11 +364,6 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        bad_json = next((e for e in exc.errors() if e["type"] == "json_invalid"), None)
-        if bad_json is not None:  # its loc is a character offset, not a field
-            message = (f"the body is not valid JSON (JSON decode error: {bad_json['ctx']['error']} at character "
-                       f"{bad_json['loc'][-1]}): send one JSON object")
-            return JSONResponse(error_body(message, "invalid_request_error", 400), 400)
         problems = []
         for e in exc.errors():
             where = ".".join(str(p) for p in e["loc"] if p != "body") or "the body"
@@ -615,8 +612,15 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         limit = min(llm.engine.model.cfg.max_position_embeddings, config.num_blocks * config.block_size)
         return max(limit - num_prompt_tokens, 1)
 
+    async def parsed(model: type[BaseModel], client: Request) -> Any:
+        """The body as `model`, parsed and validated in the tokenizer thread: a body near the size limit (a
+        third of a million token ids) takes a fraction of a second to validate, which on the event loop would be
+        taken from every stream. Its errors are FastAPI's, answered by `invalid`."""
+        return await off_loop(parse_body, model, await client.body())
+
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest, client: Request) -> Response:
+    async def completions(client: Request) -> Response:
+        req = await parsed(CompletionRequest, client)
         check_model(req.model)
         prompt_ids = await off_loop(encode, req.prompt)
         if not prompt_ids:
@@ -634,7 +638,8 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         return await respond(gens, req, False, client, echo=echo)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatRequest, client: Request) -> Response:
+    async def chat_completions(client: Request) -> Response:
+        req = await parsed(ChatRequest, client)
         check_model(req.model)
         if not req.messages:
             raise BadRequest("messages is empty: give at least one message", "messages")
@@ -663,6 +668,20 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def parse_body(model: type[BaseModel], body: bytes) -> Any:
+    """The JSON body as `model`. Python's json parser, as FastAPI's: it reads a lone surrogate ("\\ud800"), which
+    `encode_text` then refuses naming the field; a malformed body is a 400 saying where."""
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as error:
+        raise BadRequest(f"the body is not valid JSON (JSON decode error: {error.msg} at character {error.pos}): "
+                         "send one JSON object") from error
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise RequestValidationError(error.errors()) from error
 
 
 def encode_text(tokenizer: Any, text: str, param: str, add_special_tokens: bool = True) -> list[int]:

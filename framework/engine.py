@@ -126,18 +126,21 @@ class LLMEngineBase:
             raise ValueError(f"params must be a SamplingParams (or, for several prompts, a list of them), "
                              f"got {type(params).__name__}")
         params.verify()  # again: its fields may have been changed since it was made
-        prompt = self._checked_prompt(prompt_token_ids)
         limit = self.model.cfg.max_position_embeddings
-        if len(prompt) + params.max_tokens > limit:
-            raise ValueError(f"prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+        # The length before each token: a prompt far too long (a server's third of a million ids) is refused at
+        # once, not after a Python pass over it on the caller's thread.
+        if isinstance(prompt_token_ids, Sequence) and not isinstance(prompt_token_ids, (str, bytes)) \
+                and len(prompt_token_ids) + params.max_tokens > limit:
+            raise ValueError(f"prompt ({len(prompt_token_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
                              f"the model's max_position_embeddings ({limit}): shorten the prompt or lower max_tokens")
+        prompt = self._checked_prompt(prompt_token_ids)
         self._check_history_fields(params)
+        if params.prompt_logprobs is not None and not self.model_is_whole:
+            raise ValueError("prompt_logprobs is not supported with tensor parallelism: the engine holds one shard")
         if params.structured_outputs is not None and not self.constrains_outputs:
             raise ValueError(f"structured_outputs is not supported by {type(self).__name__}: use an engine with "
                              "structured outputs (the structured_output module, exercise 136)")
         request = Request(prompt, params, generator=make_generator(params, self.model.device))
-        if params.prompt_logprobs is not None:
-            request.prompt_logprobs = self._prompt_logprobs(prompt, params.prompt_logprobs)
         self._forget_finished()
         self.scheduler.add_request(request)
         self.requests[request.request_id] = request
@@ -151,14 +154,17 @@ class LLMEngineBase:
                              f"{', '.join(fields)} need an engine that samples with sample_request_token "
                              "(the reference engine without speculation)")
 
-    def _prompt_logprobs(self, prompt: list[int], k: int) -> list[TokenLogprobs | None]:
-        """The prompt's logprobs, from one forward pass of the model over the prompt (vLLM computes them from the
-        prefill's hidden states, `GPUModelRunner._get_prompt_logprobs_dict`; here they cost one more pass)."""
-        if not self.model_is_whole:
-            raise ValueError("prompt_logprobs is not supported with tensor parallelism: the engine holds one shard")
+    def _prompt_logprobs(self, request: Request) -> list[TokenLogprobs | None]:
+        """The prompt's logprobs, from one forward pass of the model over the prompt. It runs in the step, at the
+        request's first output (`make_output`), so in the engine's thread and never in a caller's: a server's
+        event loop, which adds requests, is not held up by it. vLLM computes them in the step too, from the
+        prefill's own hidden states, at no extra pass (`GPUModelRunner.sample_tokens` -> `_bookkeeping_sync` ->
+        `_get_prompt_logprobs_dict`, vllm/v1/worker/gpu_model_runner.py at b31e9326a7d9394aab8c767f8ebe225c65594b60); here the
+        runner returns the logits of the last position only, so they cost one more pass over the prompt."""
+        prompt = request.prompt_token_ids
         with torch.inference_mode():
             logits = self.model(torch.tensor([prompt], device=self.model.device))[0]
-        return prompt_logprobs(logits, prompt, k)
+        return prompt_logprobs(logits, prompt, request.sampling_params.prompt_logprobs)
 
     def _checked_prompt(self, prompt_token_ids: Sequence[int]) -> list[int]:
         """The prompt as a list of ints, each a token id of the model's vocabulary."""
@@ -238,6 +244,8 @@ class LLMEngineBase:
         return self.scheduler.has_unfinished_requests()
 
     def make_output(self, request: Request, new_token_ids: list[int]) -> RequestOutput:
+        if request.sampling_params.prompt_logprobs is not None and request.prompt_logprobs is None:
+            request.prompt_logprobs = self._prompt_logprobs(request)
         text = "" if self.tokenizer is None else request.detokenizer.decode(self.tokenizer, request.output_token_ids)
         logprobs = list(request.logprobs) if request.sampling_params.logprobs is not None else None
         completion = CompletionOutput(list(request.output_token_ids), text, request.finish_reason, logprobs)

@@ -1,9 +1,9 @@
 """A step trace of any engine on the framework, written in the Chrome Trace Event format (Perfetto, chrome://tracing).
 
 `StepTracer(engine)` records every step from what the framework sees, never from an engine's private state: it
-wraps, on that engine object only, the public `step`, `add_request`, the scheduler's `schedule` (its
-`SchedulerOutput`), the runner's `execute_model` (its items, the batch of exercise 128) and `build_batch`, and
-reads the KV-cache manager's `num_free_blocks` and each scheduled `Request`'s public fields. So it traces the
+wraps, on that engine object only, the public `step`, `add_request`, the runner's `execute_model` (its items, the
+batch of exercise 128) and `build_batch`; observes the scheduler's `schedule` (its `SchedulerOutput`) through the
+framework's hook, framework/observe.py, which the server's metrics share; and reads the KV-cache manager's `num_free_blocks` and each scheduled `Request`'s public fields. So it traces the
 reference engine, the learner's (`COURSE_IMPL=practice`), speculation and tensor parallelism alike. Nothing is
 wrapped until a tracer is made, so tracing off costs nothing; `close()` unwraps. While it is on, the phases are
 also `torch.profiler.record_function` ranges (schedule, forward, with prepare inside it, and sample: the rest of
@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from .observe import observe_schedule
 from .spec_decode import DraftedRequest
 
 FORMAT = "mini-llm-course step trace 1"
@@ -116,7 +117,7 @@ class StepTracer:
         self._wrapped: list[tuple[Any, str]] = []
         self._wrap(engine, "step", self._step)
         self._wrap(engine, "add_request", self._add_request)
-        self._wrap(engine.scheduler, "schedule", self._schedule)
+        self._detach = observe_schedule(engine.scheduler, self)
         self._wrap(engine.runner, "execute_model", self._execute_model)
         if hasattr(engine.runner, "build_batch"):
             self._wrap(engine.runner, "build_batch", self._phase("prepare"))
@@ -130,6 +131,8 @@ class StepTracer:
         for obj, name in reversed(self._wrapped):
             delattr(obj, name)
         self._wrapped.clear()
+        self._detach()
+        self._detach = lambda: None
 
     def _now(self) -> float:
         return time.perf_counter() - self._wall0
@@ -154,18 +157,18 @@ class StepTracer:
             return request
         return traced
 
-    def _schedule(self, schedule: Callable) -> Callable:
-        timed = self._phase("schedule")(schedule)
+    def before_schedule(self) -> None:
+        self._current["schedule_start"] = self._now()
+        self._current["scheduling"] = torch.profiler.record_function("schedule").__enter__()
 
-        def traced():
-            out = timed()
-            self._current["sched"] = out
-            # read now, before the step advances the requests
-            self._current["before"] = [(s.request.num_computed_tokens, s.request.num_tokens,
-                                        s.request.num_accepted_tokens, len(s.request.block_table))
-                                       for s in out.scheduled]
-            return out
-        return traced
+    def after_schedule(self, out: Any) -> None:
+        self._current.pop("scheduling").__exit__(None, None, None)
+        self._current.setdefault("phases", {})["schedule"] = [self._current.pop("schedule_start"), self._now()]
+        self._current["sched"] = out
+        # read now, before the step advances the requests
+        self._current["before"] = [(s.request.num_computed_tokens, s.request.num_tokens,
+                                    s.request.num_accepted_tokens, len(s.request.block_table))
+                                   for s in out.scheduled]
 
     def _execute_model(self, execute: Callable) -> Callable:
         timed = self._phase("forward")(execute)
@@ -189,8 +192,9 @@ class StepTracer:
                 error = f"{type(e).__name__}: {e}"
                 raise
             finally:
-                if "sample" in self._current:
-                    self._current.pop("sample").__exit__(None, None, None)
+                for name in ("scheduling", "sample"):  # "scheduling" is still open when schedule() raised
+                    if name in self._current:
+                        self._current.pop(name).__exit__(None, None, None)
                 if self._current.get("sched"):
                     self._record(start, cpu_start, error)
         return traced

@@ -28,7 +28,7 @@ def serve(**engine_config: Any) -> Iterator[tuple[Any, int]]:
     app = create_app(llm, async_llm, "tiny-qwen3")
     port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
+    thread = threading.Thread(target=srv.run, daemon=True, name="course-serve")  # its event loop
     thread.start()
     deadline = time.monotonic() + 30
     while not srv.started:

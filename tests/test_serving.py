@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -345,10 +346,25 @@ def test_logprobs_are_those_of_mini_llm_streamed_and_not(server32):
 
 
 def test_echo_with_max_tokens_0_gives_the_prompts_logprobs(server32):
+    """With the real openai client; the prompt's logprobs are computed in the engine's step thread, never on the
+    server's event loop (the thread uvicorn runs in)."""
     state, base = server32
+    engine = state.llm.engine
     prompt = state.llm.tokenizer.encode("Once upon a time, there was a little girl")
-    r = sync_client(base).completions.create(model="tiny-qwen3", prompt=prompt, max_tokens=0, echo=True,
-                                             logprobs=1)
+    threads, real = [], engine._prompt_logprobs
+
+    def recorded(request):
+        threads.append(threading.current_thread())
+        return real(request)
+
+    engine._prompt_logprobs = recorded
+    try:
+        r = sync_client(base).completions.create(model="tiny-qwen3", prompt=prompt, max_tokens=0, echo=True,
+                                                 logprobs=1)
+    finally:
+        del engine._prompt_logprobs
+    loop_thread = next(t for t in threading.enumerate() if t.name == "course-serve")
+    assert len(threads) == 1 and threads[0] is not loop_thread and threads[0] is not threading.main_thread()
     lp = r.choices[0].logprobs
     assert r.choices[0].text == state.llm.tokenizer.decode(prompt) and r.usage.completion_tokens == 0
     ref = direct_logprobs(state, prompt)
@@ -398,8 +414,17 @@ def test_what_the_server_does_not_implement_gets_a_400_naming_the_field(server32
     r = httpx.post(f"{base}/{endpoint}", json={"model": "tiny-qwen3", **body, field: value}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
     assert f"{field} is not supported" in r.json()["error"]["message"]
-    with pytest.raises(openai.BadRequestError, match="logit_bias is not supported"):
-        sync_client(base).completions.create(model="tiny-qwen3", prompt="Hi", logit_bias={"50": 10})
+
+def test_logit_bias_and_tools_get_a_400_naming_the_field_through_the_openai_client(server32):
+    _, base = server32
+    c = sync_client(base)
+    with pytest.raises(openai.BadRequestError, match="logit_bias is not supported") as refused:
+        c.completions.create(model="tiny-qwen3", prompt="Hi", logit_bias={"50": 10})
+    assert refused.value.param == "logit_bias"
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError, match="tools is not supported") as refused:
+        c.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "Hi"}], tools=[tool])
+    assert refused.value.param == "tools"
 
 
 def test_an_engine_that_samples_with_sample_token_refuses_logprobs_and_penalties(server32):

@@ -78,10 +78,17 @@ def test_a_10_mb_body_is_refused_at_the_door_and_no_stream_waits_a_second(server
     assert big.status_code == 413, big.text
     assert f"at most {MAX_BODY_BYTES:,} bytes" in big.json()["error"]["message"]
     assert long.status_code == 400 and "max_position_embeddings" in long.json()["error"]["message"], long.text
+    # A gap that spans the two requests, against the longest gap of the same streams outside that window: what
+    # the machine's own load causes (near a step's time on a quiet machine, up to a second when other work shares
+    # the cores), so that the verdict is about the requests and not about the load.
+    during, outside = [], []
     for times, events in streams:
         assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "length"
-        gaps = [b - a for a, b in zip(times, times[1:]) if b >= sent and a <= done]
-        assert gaps and max(gaps) < 1.0, f"a stream waited {max(gaps):.2f} s for its next chunk"
+        for a, b in zip(times, times[1:]):
+            (during if b >= sent and a <= done else outside).append(b - a)
+    assert during and outside
+    assert max(during) < 1.0 + max(outside), \
+        f"a stream waited {max(during):.2f} s for its next chunk (at most {max(outside):.2f} s otherwise)"
     wait_idle(state, 10)
 
 
