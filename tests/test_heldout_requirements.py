@@ -29,7 +29,7 @@ from judge.loader import load_file
 CASES_DIR = Path(__file__).parent / "judge_cases"
 FOLDERS = {125: "block_pool", 126: "slot_mapping", 127: "paged_attention", 128: "batch_layout", 129: "scheduler",
            130: "inference_loop", 131: "preemption", 132: "prefix_caching", 133: "online_loop", 134: "spec_decode",
-           135: "tensor_parallel"}
+           135: "tensor_parallel", 136: "structured_output"}
 
 
 def rows_of(ex_id: int) -> list[tuple[str, list[str]]]:

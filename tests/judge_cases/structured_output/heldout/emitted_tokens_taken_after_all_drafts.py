@@ -1,0 +1,33 @@
+# VIOLATES: Accept the emitted tokens after the accepted drafts
+"""Accepts the emitted tokens after as many as there were drafts, so after a rejection it misses the token emitted in the rejected draft's place."""
+from framework.spec_decode import accepted_length
+from framework.structured_output import apply_token_bitmask
+
+
+def _fill_rows(grammar, drafts, bitmask, first):
+    grammar.fill_bitmask(bitmask, first)
+    for i, tok in enumerate(drafts):
+        grammar.accept_token(tok)
+        grammar.fill_bitmask(bitmask, first + 1 + i)
+
+
+def apply_grammar_bitmask(logits, rows, bitmask):
+    at = 0
+    for r in rows:
+        if not r.need_logits:
+            continue
+        drafts = list(r.draft_token_ids)
+        if r.grammar is not None:
+            _fill_rows(r.grammar, drafts, bitmask, at)
+        at += 1 + len(drafts)
+    apply_token_bitmask(logits, bitmask)
+
+
+def update_grammar(grammar, draft_token_ids, token_ids, finish_reason):
+    n_ok = accepted_length(list(draft_token_ids), list(token_ids))
+    grammar.rollback(len(draft_token_ids) - n_ok)
+    for tok in token_ids[len(draft_token_ids):]:
+        grammar.accept_token(tok)
+    if grammar.is_terminated():
+        return "stop"
+    return finish_reason
