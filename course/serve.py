@@ -618,6 +618,19 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         taken from every stream. Its errors are FastAPI's, answered by `invalid`."""
         return await off_loop(parse_body, model, await client.body())
 
+    async def compile_grammar(params: SamplingParams, req: SamplingFields) -> None:
+        """A constraint's grammar compiled in the tokenizer thread before the request reaches the engine, which
+        then takes it from its cache: a compile (milliseconds, more for a large schema) never holds up the steps
+        of the requests already running, as vLLM keeps compiles off the step's path (`grammar_init`)."""
+        compiler = getattr(llm.engine, "grammar_compiler", None)  # absent from an engine without structured output
+        if params.structured_outputs is None or compiler is None:
+            return
+        try:
+            await off_loop(compiler.compile, params.structured_outputs)
+        except ValueError as error:
+            field = "response_format" if "response_format" in (req.model_extra or {}) else "structured_outputs"
+            raise BadRequest(str(error), field) from error
+
     @app.post("/v1/completions")
     async def completions(client: Request) -> Response:
         req = await parsed(CompletionRequest, client)
@@ -630,6 +643,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         params = sampling_params(req, 1 if echo_only else req.max_tokens,
                                  logprobs=None if echo_only else req.logprobs,
                                  prompt_logprobs=req.logprobs if req.echo else None)
+        await compile_grammar(params, req)
         gens = await start(prompt_ids, params, req.n)
         echo = None
         if req.echo:
@@ -651,6 +665,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
                                                         "messages", add_special_tokens=not own_template))
         max_tokens = req.max_completion_tokens or req.max_tokens or context_left(len(prompt_ids))
         params = sampling_params(req, max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+        await compile_grammar(params, req)
         return await respond(await start(prompt_ids, params, req.n), req, True, client)
 
     @app.get("/v1/models")

@@ -6,6 +6,7 @@ that comes back validates against its schema (jsonschema); a schema that is not 
 from __future__ import annotations
 
 import json
+import threading
 
 import jsonschema
 import openai
@@ -20,9 +21,13 @@ PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schem
 
 
 @pytest.fixture(scope="module")
-def client():
-    for _, port in live_server.serve(num_blocks=100, block_size=16):
-        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", max_retries=0, timeout=60)
+def server():
+    yield from live_server.serve(num_blocks=100, block_size=16)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server[1]}/v1", api_key="-", max_retries=0, timeout=60)
 
 
 def test_chat_and_completions_return_schema_valid_json(client):
@@ -70,3 +75,25 @@ def test_a_bad_response_format_is_a_400_naming_the_problem(client, response_form
                                        max_tokens=8, response_format=response_format)
     error = caught.value.body
     assert problem in error["message"] and error["param"] == "response_format", error
+
+
+def test_a_new_schema_is_compiled_in_the_tokenizer_thread_not_between_steps(server, client, monkeypatch):
+    """The server compiles a constraint before the request reaches the engine, off the event loop; the engine's
+    add_request, which runs between two steps, then finds it in the cache."""
+    compiler, threads = server[0].llm.engine.grammar_compiler, []
+    real = compiler.compile
+
+    def compile(params):
+        threads.append((threading.current_thread().name, tuple(compiler.cache)))
+        return real(params)
+
+    monkeypatch.setattr(compiler, "compile", compile)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    out = client.completions.create(model="tiny-qwen3", prompt="Is it?", max_tokens=20, extra_body={
+        "response_format": {"type": "json_schema", "json_schema": {"name": "ok", "schema": schema}}})
+    assert out.choices[0].finish_reason == "stop", out
+    jsonschema.validate(json.loads(out.choices[0].text), schema)
+    first_thread, cached_before = threads[0]
+    assert first_thread.startswith("tokenizer"), threads
+    assert len(compiler.cache) == len(cached_before) + 1  # compiled there once; the engine took it from the cache
