@@ -1,4 +1,4 @@
-# VIOLATES: Apply the whole bitmask to `logits` in one call, in place
+# VIOLATES: Apply the whole bitmask to `logits`, in place
 """Masks a copy of the logits, so the logits the sampler reads are unchanged."""
 from framework.spec_decode import accepted_length
 from framework.structured_output import apply_token_bitmask
