@@ -56,7 +56,8 @@ def test_messages_show_python_not_the_wire(ex_id):
                 out = harness.run_case(case, RemoteModule(InProcess(ex, {"impl": str(path)})))
                 messages.append(out.message + " " + " ".join(map(str, out.details.values())))
         assert any(messages), f"{path.name} passes every public case of {ex_id}"
-        shown = [m for m in messages if WIRE.search(m)]
+        # Quoted Python strings may hold JSON (136's grammars and outputs): the wire shows outside them.
+        shown = [m for m in messages if WIRE.search(re.sub(r"'[^'\n]*'", "''", m))]
         assert not shown, shown[0]
 
 
