@@ -145,8 +145,8 @@ def refuse_unsupported(req: SamplingFields) -> None:
     """A 400 naming the first field this server does not implement, when it has a value."""
     for name, value in (req.model_extra or {}).items():
         if value is not None:
-            raise BadRequest(f"{name} is not supported by this server: leave it out (docs/serving.md lists the "
-                             "fields it implements)", name)
+            raise BadRequest(f"{name} is not supported by this server: leave it out (chapter 10 of the course "
+                             "lists the fields it implements)", name)
     if req.stream and isinstance(req, CompletionRequest) and req.echo:
         raise BadRequest("echo is not supported with stream=true: ask without streaming", "echo")
 
