@@ -5,7 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,19 @@ os.environ["JUDGE_SECRET_SEED"] = ""
 
 ROOT = Path(__file__).resolve().parent.parent
 NBGRADER_ASSIGNMENTS = [128, 130]  # every exercise a test autogrades with nbgrader
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread for a module's tests, as the judge's sandbox runs (OMP_NUM_THREADS=1): tiny matrices gain
+    nothing from threads, and lose much when the two cores are shared. A module asks for it with
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module")

@@ -29,16 +29,7 @@ def expect_of(path: Path) -> str:
     return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """As in the sandbox (OMP_NUM_THREADS=1): tiny matrices gain nothing from threads, and lose much when the
-    CPU is shared."""
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("ex", [130, 132])

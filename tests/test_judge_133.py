@@ -25,15 +25,7 @@ def field_of(path: Path, name: str) -> str | None:
     return found.group(1).strip() if found else None
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """As in the sandbox (OMP_NUM_THREADS=1)."""
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_registered():

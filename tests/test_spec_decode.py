@@ -33,13 +33,7 @@ from solutions.engine import LLMEngine  # noqa: E402
 from solutions.spec_decode import SpecDecodeEngine, rejection_sample  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread, as the judge runs: on a shared 2-core machine, two threads fighting others are slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @functools.cache

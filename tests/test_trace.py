@@ -22,12 +22,7 @@ from solutions import spec_decode
 from solutions.engine import LLM
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def workload(llm, num: int, max_tokens: int) -> tuple[list[list[int]], list[SamplingParams]]:

@@ -33,12 +33,7 @@ WRONG = Path(__file__).parent / "judge_cases" / "scheduler" / "wrong_prefills_be
 CONFIG = EngineConfig(token_budget=64, max_num_seqs=8, num_blocks=4096, block_size=16)  # chapter 05's timeline
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
