@@ -35,7 +35,7 @@ from safetensors import safe_open
 from torch import nn
 
 from mini_llm import CheckpointError, Qwen3Config, Transformer, causal_attention, rope_cos_sin
-from mini_llm.model import DecoderLayer
+from mini_llm.model import DecoderLayer, output_logits
 from mini_llm.settings import model_path
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]  # the sum over ranks of a tensor of the same shape
@@ -131,7 +131,7 @@ class VocabParallelHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """On rank 0 the full logits `[L, vocab]`; elsewhere this rank's part (unused)."""
-        local = F.linear(hidden, self.weight)  # the last rank's part is padded to the others' width
+        local = output_logits(hidden, self.weight)  # the last rank's part is padded to the others' width
         return self.gather(F.pad(local, (0, self.rows_per_rank - local.shape[-1])))[..., : self.vocab_size]
 
 

@@ -62,6 +62,15 @@ def test_logits_match_transformers(model, hf_model, batches):
     assert worst <= TOL and same_argmax
 
 
+def test_output_layer_in_slices_is_the_one_product(model, batches, monkeypatch):
+    """On CPU the output layer runs slice by slice over the vocabulary (the embedded model's 1,516 rows fit in
+    one slice, so the slice is made smaller here): every logit is bit for bit the one product's."""
+    with torch.no_grad():
+        whole = [model(ids) for ids in batches]
+        monkeypatch.setattr(mm, "VOCAB_SLICE", 500)  # 4 slices, the last one shorter
+        assert all(torch.equal(model(ids), w) for ids, w in zip(batches, whole))
+
+
 def interleaved_rope(x, cos, sin):
     """A classic mistake: rotating adjacent pairs (GPT-J style) where Qwen3 rotates halves."""
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
