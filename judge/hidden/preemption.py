@@ -248,8 +248,19 @@ def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config
             engine.step()
         except Exception as exc:  # noqa: BLE001 - the step fails (StepError) when the learner's code raised
             cause = exc.__cause__ if isinstance(exc.__cause__, LearnerRaised131) else exc
+            if isinstance(cause, LearnerRaised131) and preemption.departure:
+                return {"departure": renamed(cause.record, {r.request_id: str(i) for i, r in enumerate(requests)})}
             if isinstance(cause, LearnerRaised131):
-                return {"departure" if preemption.departure else "error": cause.record}
+                return {"error": cause.record}
             raise
     return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
             "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}
+
+
+def renamed(departure: dict, names: dict[str, str]) -> dict:
+    """A departure with the engine's request ids (numbered per process) named by the requests' order instead."""
+    for call in (departure["made"], departure["expected"]):
+        if call is not None:
+            call["args"][0] = names.get(call["args"][0], call["args"][0])
+    departure["running"] = [names.get(rid, rid) for rid in departure["running"]]
+    return departure
