@@ -267,8 +267,8 @@ def step_world(world: World, step: int, parts: Any, recorded: dict | None = None
 def preemption_call(impl: ModuleType, config: dict, state: dict, fn: str, rid: str, n: int,
                     recorded: dict) -> dict[str, Any]:
     """131: the learner's `fn` ('preempt' or 'allocate_or_preempt') once on request `rid` of `state` (`world_state`:
-    the requests, queues, pool and SchedulerOutput a scheduler reached), its KV-cache calls replayed from the script `recorded`.
-    What it returned and the state it left, or {"error": ...}, or {"departure": ...}."""
+    the requests, queues, pool and SchedulerOutput a scheduler reached), its KV-cache calls replayed from the script
+    `recorded`. What it returned and the state it left, or {"error": ...}, or {"departure": ...}."""
     c = Config(**config)
     replay = Replay(c.num_blocks, c.block_size, c.prefix)
     replay.load(recorded)

@@ -508,18 +508,29 @@ class WorkerPreemption:
 
 
 def reference_script(fn: str, scheduler: Any, request: Any, n: int, out: Any) -> dict[str, Any]:
-    """The script of the KV-cache calls the reference `fn` makes from the scheduler's state: run on a copy."""
-    kv, running, waiting, request, out = copy.deepcopy((scheduler.kv, scheduler.running, scheduler.waiting, request,
-                                                        out))
+    """The script of the KV-cache calls the reference `fn` makes from the scheduler's state: run on a copy (of the
+    requests, their fields only; of the KV-cache manager, whose per-request records then name the copies)."""
+    twins = {id(r): _twin(r) for r in [*scheduler.running, *scheduler.waiting]}
+    kv = copy.deepcopy(scheduler.kv, dict(twins))
     for op in KV_OPS:  # a recorded manager's copy: its own methods
         vars(kv).pop(op, None)
     twin = SchedulerBase(kv, scheduler.token_budget, scheduler.max_num_seqs, scheduler.enable_chunked_prefill)
-    twin.preemption, twin.running, twin.waiting = ref_preemption, running, waiting
+    twin.preemption = ref_preemption
+    twin.running = [twins[id(r)] for r in scheduler.running]
+    twin.waiting.extend(twins[id(r)] for r in scheduler.waiting)
+    twin_out = SchedulerOutput([ScheduledRequest(twins[id(s.request)], s.num_new_tokens) for s in out.scheduled],
+                               [twins[id(r)] for r in out.preempted])
     rec = Recorder(kv)
-    rec.scheduler, rec.requests = twin, {r.request_id: r for r in [*running, *waiting]}
+    rec.scheduler, rec.requests = twin, {r.request_id: r for r in twins.values()}
     rec.begin()
-    call_preemption(ref_preemption, fn, twin, request, n, out)
+    call_preemption(ref_preemption, fn, twin, twins[id(request)], n, twin_out)
     return rec.script()
+
+
+def _twin(r: Any) -> Any:
+    twin = copy.copy(r)
+    twin.block_table, twin.output_token_ids = list(r.block_table), list(r.output_token_ids)
+    return twin
 
 
 def adopt(scheduler: Any, calls: list[dict], reply: dict, out: Any) -> None:
