@@ -107,9 +107,9 @@ class Replay:
             made["args"].append(plan(out))
         want = self.calls[self.consumed] if self.consumed < len(self.calls) else None
         if want is None or {k: want[k] for k in made} != made:
-            self.departure = {"made": made, "expected": want and {k: want[k] for k in made},
-                              "consumed": self.consumed,
-                              "message": f"{describe(made)} is not what the reference code calls here"}
+            expected = want and {k: want[k] for k in made}
+            self.departure = {"made": made, "expected": expected, "consumed": self.consumed,
+                              "message": departure_message(made, expected)}
             raise Departure(self.departure["message"])
         self.consumed += 1
         self.apply(want["effect"], out)
@@ -131,6 +131,18 @@ class Replay:
             out.scheduled = [kept.get((id(self.requests[rid]), n)) or ScheduledRequest(self.requests[rid], n)
                              for rid, n in effect["plan"]["scheduled"]]
             out.preempted[:] = [self.requests[rid] for rid in effect["plan"]["preempted"]]
+
+
+def departure_message(made: dict, expected: dict | None) -> str:
+    """What the learner's code called where the script held `expected` (None: no more calls)."""
+    shown = f"your code called {describe(made)}"
+    if expected is None:
+        return f"{shown}, where the reference's code calls nothing more"
+    if expected["op"] == made["op"] and expected["args"] == made["args"]:
+        key = next(k for k in expected["reads"] if expected["reads"][k] != made["reads"].get(k))
+        return (f"{shown} with {key} = {made['reads'][key]}; the reference's code makes this call with {key} = "
+                f"{expected['reads'][key]}")
+    return f"{shown}; the reference's code calls {describe(expected)} here"
 
 
 def describe(call: dict) -> str:

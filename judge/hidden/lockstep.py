@@ -19,7 +19,7 @@ from framework.kv_cache_manager import blocks_needed
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.drivers.scheduler import (Config, Spec, Workload, World, call_preemption, plan_of, script, snapshot,
                                     step_world, world_state)
-from judge.drivers.scripted import KV_OPS, describe, fields, ids, plan, reads, set_fields
+from judge.drivers.scripted import KV_OPS, departure_message, describe, fields, ids, plan, reads, set_fields
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
 from solutions import preemption as ref_preemption, scheduler as ref
@@ -387,19 +387,15 @@ def departure_failure(dep: dict, label: str, before: dict, c: Config, calls: lis
     broken = attempted_failure(dep, before, c, calls, label) if graded == "schedule" else None
     if broken is not None:
         return broken
-    shown = f"{label}: your code called {describe(made)}"
     tip = victim_hint(made, want, dep.get("running", before["running"])) if graded == "preemption" else \
         guess_hint(dep, before, c, calls, expected, hint)
+    message = f"{label}: {departure_message(made, want)}"
     if want is None:
-        return CaseFailure(f"{shown}, where the reference's code calls nothing more", field="call",
-                           expected="no call", got=describe(made), hint=tip)
-    if want["op"] == made["op"] and want["args"] == made["args"]:
-        key = next(k for k in want["reads"] if want["reads"][k] != made["reads"].get(k))
-        return CaseFailure(f"{shown} with {key} = {made['reads'][key]}; the reference's code makes this call with "
-                           f"{key} = {want['reads'][key]}", field=key, expected=want["reads"][key],
-                           got=made["reads"][key], hint=tip)
-    return CaseFailure(f"{shown}; the reference's code calls {describe(want)} here", field="call",
-                       expected=describe(want), got=describe(made), hint=tip)
+        return CaseFailure(message, field="call", expected="no call", got=describe(made), hint=tip)
+    key = next((k for k in want["reads"] if want["reads"][k] != made["reads"].get(k)), None)
+    if want["op"] == made["op"] and want["args"] == made["args"] and key:
+        return CaseFailure(message, field=key, expected=want["reads"][key], got=made["reads"][key], hint=tip)
+    return CaseFailure(message, field="call", expected=describe(want), got=describe(made), hint=tip)
 
 
 def attempted(dep: dict, calls: list[dict]) -> Plan:
