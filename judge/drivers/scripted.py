@@ -6,9 +6,9 @@ effect to the worker's own requests, queues and `SchedulerOutput`, in place. The
 The first state-changing call that differs from the next recorded one (another operation, other arguments, or the
 same call on other state) is a *departure*: the replay stops there and the driver reports it, with the call made and
 the call expected. Read-only calls are answered from the current state: `block_size`, `num_free_blocks`,
-`block_pool.ref_cnt`, `get_computed_blocks` (the prefix hits the grader recorded for each request at this point of
-the script), and an `allocate_slots` that needs more blocks than are free (framework/kv_cache_manager.py decides
-that, and it changes nothing), so only the order of the calls that change something is enforced.
+`block_pool.ref_cnt`, `get_computed_blocks` (the prefix hits the grader recorded for each queued request at this
+point of the script), and an `allocate_slots` that needs more blocks than are free (framework/kv_cache_manager.py
+decides that, and it changes nothing), so only the order of the calls that change something is enforced.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class ScriptedKVCacheManager:
             return []
         rid = getattr(request, "request_id", None)
         if rid not in self.replay.lookups:
-            raise TypeError(f"get_computed_blocks({str(request)[:60]}): only a waiting request is looked up")
+            raise TypeError(f"get_computed_blocks({str(request)[:60]}): a request neither waiting nor running")
         return list(self.replay.lookups[rid])
 
     def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: Any = ()) -> bool:

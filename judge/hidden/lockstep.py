@@ -341,9 +341,9 @@ class Recorder:
                 "pool": [self.kv.num_free_blocks, [int(c) for c in self.kv.block_pool.ref_cnt]]}
 
     def lookups(self) -> dict[str, list[int]]:
-        """The prefix hits of each waiting request, as the KV-cache manager is now."""
-        waiting = self.scheduler.waiting if self.scheduler is not None else ()
-        return {r.request_id: list(self.kv.get_computed_blocks(r)) for r in waiting}
+        """The prefix hits of each request in the queues, as the KV-cache manager is now."""
+        s = self.scheduler
+        return {r.request_id: list(self.kv.get_computed_blocks(r)) for r in ([*s.waiting, *s.running] if s else ())}
 
     def begin(self) -> None:
         self.calls, self.start = [], self.lookups() if self.kv.prefix_cache is not None else {}
