@@ -91,8 +91,8 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
     if "departure" in res:
-        failure = departure_failure(res["departure"], "in the call", before, w.config, recorded["calls"],
-                                    plan_of(out), hint_131, "preemption")
+        failure = departure_failure(res["departure"], "in the call", before, w.config, [], ([], []), hint_131,
+                                    "preemption")
         failure.input = text
         raise failure
     exp_plan, exp_pre = plan_of(out)
@@ -231,7 +231,7 @@ def _(impl):
 def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config: dict) -> dict[str, Any]:
     """131 end to end: the reference engine here with the learner's preemption (called in the worker), on the
     embedded model, with a KV cache too small for every request at once. Each request's output tokens and
-    preemptions, or the learner's error."""
+    preemptions, or the learner's error, or the first KV-cache call of theirs the reference's script did not hold."""
     cfg = EngineConfig(**config)
     preemption = WorkerPreemption(Driver(impl, "scheduler"),
                                   Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs))
