@@ -395,7 +395,7 @@ class EngineLoopHost(RequestHost):
 
 class Opener:
     """Host 0: makes the hosts the drivers ask for, on configurations checked to be small; the oldest is dropped
-    when MAX_HOSTS are open (a case uses a few at a time: its engines and their twins, a workload's world)."""
+    when MAX_HOSTS are open (a case uses a few at a time: its engines and their twins)."""
 
     LIMITS = {"num_blocks": 4096, "block_size": 256, "token_budget": MAX_TOKENS, "max_num_seqs": 1024}
 
