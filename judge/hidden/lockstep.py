@@ -435,9 +435,10 @@ def attempted_failure(dep: dict, before: dict, c: Config, calls: list[dict], lab
                            "request gets at most the budget left, and a new prompt larger than that gets a chunk (or, "
                            "without chunked prefill, waits)")
     admitted = [rid for rid, _ in got if rid in before["waiting"]]
-    if made["op"] == "allocate_slots" and len(before["running"]) + len(admitted) > c.max_num_seqs:
-        return CaseFailure(f"{label}: your code admits {admitted[-1]} while {c.max_num_seqs} requests run, more than "
-                           f"max_num_seqs={c.max_num_seqs}",
+    running = len(before["running"]) + len(admitted)
+    if made["op"] == "allocate_slots" and running > c.max_num_seqs:
+        return CaseFailure(f"{label}: your code admits {admitted[-1]}, which makes {running} requests running, more "
+                           f"than max_num_seqs={c.max_num_seqs}",
                            hint="admit a waiting request only while len(self.running) < self.max_num_seqs")
     return None
 
