@@ -276,9 +276,11 @@ def preemption_call(impl: ModuleType, config: dict, state: dict, fn: str, rid: s
     sched = type("Graded", (SchedulerBase,), {"preemption": impl})(kv, c.token_budget, c.max_num_seqs, c.chunked)
     world = SimpleNamespace(sched=sched, kv=kv, requests={})
     replay.scheduler, replay.requests = sched, world.requests
+    params: dict[int, SamplingParams] = {}  # shared by the requests of one max_tokens: nothing changes them
     for rec in state["requests"]:
-        r = Request(list(rec["prompt"]), SamplingParams(max_tokens=rec["max_tokens"], ignore_eos=True),
-                    request_id=rec["rid"])
+        if rec["max_tokens"] not in params:
+            params[rec["max_tokens"]] = SamplingParams(max_tokens=rec["max_tokens"], ignore_eos=True)
+        r = Request(list(rec["prompt"]), params[rec["max_tokens"]], request_id=rec["rid"])
         set_fields(r, rec)
         world.requests[r.request_id] = r
     replay.apply({"running": state["running"], "waiting": state["waiting"], "free": state["free"],
