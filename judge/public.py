@@ -80,6 +80,8 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return None
     if isinstance(g, dict) and isinstance(g.get("problem"), str):
         return f"{g['problem']}\ninput: {what}"
+    if isinstance(g, dict) and isinstance(g.get("departure"), dict) and "departure" not in w:  # a scripted part's
+        return f"{g['departure'].get('message')}\ninput: {what}"  # call that the script does not hold
     where, expected, value = _whole_list(w, g, *d)
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":

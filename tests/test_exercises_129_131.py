@@ -12,6 +12,7 @@ import pytest
 
 import judge
 from judge.hidden import preemption, scheduler
+from judge.hidden.lockstep import reference_world
 from judge.loader import load_file
 from solutions import scheduler as ref
 
@@ -104,7 +105,7 @@ def reference_stats(workloads: list[scheduler.Workload]) -> dict[str, int]:
     """What the reference does on the workloads: preemptions, prompt chunks, prefix hits, admissions refused."""
     stats = {"preempted": 0, "chunks": 0, "hits": 0, "steps": 0}
     for w in workloads:
-        world = scheduler.World(ref.Scheduler, w)
+        world = reference_world(w)[0]
         for step in range(1, 400):
             if not world.pending(step):
                 break
@@ -133,7 +134,7 @@ def test_random_workloads_chunk_preempt_and_hit_the_prefix_cache():
 def test_unit_states_of_131_preempt_as_described():
     """The hand-built states: who is preempted and what allocate_or_preempt returns, per the reference."""
     def run(w, rid, n, scheduled=()):
-        world = scheduler.World(ref.Scheduler, w)
+        world = reference_world(w)[0]
         out = ref.SchedulerOutput()
         for other in scheduled:
             assert world.kv.allocate_slots(world.requests[other], 1)

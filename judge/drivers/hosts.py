@@ -27,7 +27,6 @@ import torch
 from framework.engine import EngineConfig, StepError
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams, make_generator
-from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge import drivers, wire
 from judge.crossing import error_record
 from judge.drivers import OPENER, load_model
@@ -281,20 +280,6 @@ class RequestHost(Mirror):
     def answer(self, value: Any = None) -> dict:
         return {"state": self.state(), "value": value}
 
-    def output(self, plan: Any) -> SchedulerOutput:
-        """A SchedulerOutput of the copies from the names the worker sent (`plan`)."""
-        if not isinstance(plan, dict) or not isinstance(plan.get("scheduled"), list) or \
-                not isinstance(plan.get("preempted"), list):
-            raise CallbackRefused("a SchedulerOutput that is not the stand-ins'")
-        out = SchedulerOutput()
-        for pair in plan["scheduled"]:
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise CallbackRefused("a scheduled entry that is not [name, tokens]")
-            out.scheduled.append(ScheduledRequest(self.request(pair[0]), _int(pair[1], -MAX_TOKENS, MAX_TOKENS,
-                                                                                "num_new_tokens")))
-        out.preempted = [self.request(n) for n in plan["preempted"]]
-        return out
-
     def add_request(self, state: Any, name: Any) -> dict:
         """The scheduler's (an operation of the hosts that run one)."""
         self.apply(state)
@@ -359,32 +344,6 @@ class EngineHost(RequestHost):
         return wire.encode(self.runner.execute_model(plain))
 
 
-class KVHost(RequestHost):
-    """The reference KV-cache manager of a scheduler world (129, and 131's single calls), and the reference
-    preemption (131's answer) for 129's learner scheduler, whose queues are the copies here. `config`: the fields
-    of judge.drivers.scheduler.Config."""
-
-    def __init__(self, config: dict) -> None:
-        c = config
-        super().__init__(c["num_blocks"], c["block_size"], c["prefix"])
-        self.scheduler = SchedulerBase(self.kv, c["token_budget"], c["max_num_seqs"], c["chunked"])
-        self.ops.update(allocate_or_preempt=self.allocate_or_preempt, preempt=self.preempt)
-
-    def allocate_or_preempt(self, state: Any, name: Any, num_new_tokens: Any, plan: Any) -> dict:
-        self.scheduler.preemption = reference("preemption")  # only 129's: 131's answer
-        self.apply(state)
-        out = self.output(plan)
-        ok = self.scheduler.allocate_or_preempt(self.request(name), _int(num_new_tokens, -MAX_TOKENS, MAX_TOKENS,
-                                                                         "num_new_tokens"), out)
-        return self.answer([bool(ok), self.plan(out)])
-
-    def preempt(self, state: Any, name: Any) -> dict:
-        self.scheduler.preemption = reference("preemption")
-        self.apply(state)
-        self.scheduler.preempt(self.request(name))
-        return self.answer()
-
-
 class EngineLoopHost(RequestHost):
     """The reference engine of exercise 133's online loop (130's answer, with the reference scheduler, KV-cache
     manager and runner), stepping copies of the worker's requests: the learner's AsyncLLM drives a stand-in engine
@@ -436,12 +395,12 @@ class EngineLoopHost(RequestHost):
 
 class Opener:
     """Host 0: makes the hosts the drivers ask for, on configurations checked to be small; the oldest is dropped
-    when MAX_HOSTS are open (a case uses a few at a time: its engines and their twins, a workload's world)."""
+    when MAX_HOSTS are open (a case uses a few at a time: its engines and their twins)."""
 
     LIMITS = {"num_blocks": 4096, "block_size": 256, "token_budget": MAX_TOKENS, "max_num_seqs": 1024}
 
     def __init__(self) -> None:
-        self.ops = {"engine": self.engine, "engine_loop": self.engine_loop, "kv": self.kv}
+        self.ops = {"engine": self.engine, "engine_loop": self.engine_loop}
         self.opened: deque[int] = deque()
 
     def _open(self, host: Any) -> int:
@@ -475,7 +434,3 @@ class Opener:
             raise CallbackRefused("fail_at is not an int")
         c = self._config(config, ("enable_chunked_prefill", "enable_prefix_caching"))
         return self._open(EngineLoopHost(c, fail_at))
-
-    def kv(self, config: Any) -> int:
-        """A KVHost (exercises 129 and 131) for a scheduler world of judge.drivers.scheduler.Config(**config)."""
-        return self._open(KVHost(self._config(config, ("chunked", "prefix"))))

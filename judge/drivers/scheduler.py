@@ -8,9 +8,10 @@ its `num_new_tokens`, a request that completed its pending tokens gets a dummy o
 
 129: the learner's `Scheduler.schedule` on the framework's shell, with the reference preemption (131's answer).
 131: the learner's `preempt` and `allocate_or_preempt` inside the reference scheduler (129's answer).
-The references run in the grader: 129's World holds stand-ins (judge/drivers/stand_ins.py) for its KV-cache
-manager and preemption, which send plain data there; 131's workloads run their World in the grader, on the
-references, which calls the learner's functions here (`preemption_call`, on a copy of the requests).
+The references run in the grader, which sends with each request what they answer for its inputs: a script of their
+calls, replayed here by public fakes (judge/drivers/scripted.py). 129's World holds a scripted KV-cache manager and
+preemption; 131's workloads run their World in the grader, which calls the learner's functions here
+(`preemption_call`) on the state its scheduler reached, with the script of the reference KV-cache manager's calls.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from judge.crossing import learner_error
-from judge.drivers import OPENER, host_call, keep, kept
-from judge.drivers.stand_ins import Link, RemoteKVCacheManager, RemotePreemption, bound
+from judge.drivers import keep, kept
 from judge.wire import WorkerLost
+from judge.drivers.scripted import (Replay, ScriptedKVCacheManager, ScriptedPreemption, fields, ids,
+                                    set_fields)
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
-from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
+from framework.scheduler import SchedulerBase, SchedulerOutput
 
 
 @dataclass(frozen=True)
@@ -89,21 +91,16 @@ def dummy_token(r: Request) -> int:
 
 class World:
     """One scheduler (of class `cls`) and its requests, driven by the fake model loop, on the KV-cache manager
-    `kv` (in the worker: a stand-in whose work the grader does; in the grader: the reference)."""
+    `kv` (in the worker: a scripted one; in the grader: the reference). `parts`: what replays (in the worker) or
+    records (in the grader) the parts' calls, shown the world's scheduler and requests."""
 
-    def __init__(self, cls: type, w: Workload, kv: Any = None) -> None:
+    def __init__(self, cls: type, w: Workload, kv: Any, parts: Any = None) -> None:
         c = w.config
-        self.w = w
-        if kv is None:  # in the grader: the reference's (129 and 131 grade neither)
-            from solutions.kv_cache_manager import KVCacheManager
-
-            kv = KVCacheManager(c.num_blocks, c.block_size, c.prefix)
-        self.kv = kv
+        self.w, self.kv = w, kv
         self.sched = cls(self.kv, c.token_budget, c.max_num_seqs, c.chunked)
-        link = getattr(self.kv, "link", None)
-        if link is not None:
-            link.scheduler = self.sched  # its queues travel with every call of the grader's parts
         self.requests: dict[str, Request] = {}
+        if parts is not None:
+            parts.scheduler, parts.requests = self.sched, self.requests
         for sp in w.requests:
             if sp.computed is not None:
                 self.place_running(sp)
@@ -111,11 +108,11 @@ class World:
     def place_running(self, sp: Spec) -> None:
         r = make_request(sp)
         r.output_token_ids = list(sp.outputs)
+        self.requests[sp.rid] = r
         if not self.kv.allocate_slots(r, sp.computed):
             raise AssertionError(f"course bug: no blocks to place {sp.rid}")
         r.num_computed_tokens, r.status = sp.computed, RequestStatus.RUNNING
         self.sched.running.append(r)
-        self.requests[sp.rid] = r
 
     def arrive(self, step: int) -> None:
         for sp in self.w.requests:
@@ -199,77 +196,119 @@ def blocks(world: World) -> dict[str, Any]:
             "held": [b for r in world.requests.values() for b in r.block_table]}
 
 
-def graded_scheduler(impl: ModuleType, link: Any) -> type:
-    """129: the learner's schedule on the framework's shell, with the grader's preemption (131's answer, run
-    there)."""
+def graded_scheduler(impl: ModuleType, replay: Replay) -> type:
+    """129: the learner's schedule on the framework's shell, with the reference preemption (131's answer) replayed
+    from the grader's script."""
     learner = getattr(impl, "Scheduler", None)
     if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
         raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
     bases = (learner,) if issubclass(learner, SchedulerBase) else (learner, SchedulerBase)
-    return type("Graded", bases, {"preemption": RemotePreemption(link)})
-
-
-def _remote_kv(w: Workload) -> Any:
-    """A stand-in KV-cache manager for the world of `w`, on a KVHost the grader makes for it."""
-    c = w.config
-    return bound(RemoteKVCacheManager, Link(host_call(OPENER, "kv", asdict(c))))(c.num_blocks, c.block_size, c.prefix)
+    return type("Graded", bases, {"preemption": ScriptedPreemption(replay)})
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# What the grader calls (the learner's module comes first)
+# What the grader calls (the learner's module comes first; a script is what judge/drivers/scripted.py replays)
 
 
-def new_world(impl: ModuleType, name: str, workload: dict) -> None:
-    """129: the world of a workload on the learner's scheduler, kept as `name`, its KV-cache manager and preemption
-    in the grader (131's workloads run their world in the grader, calling `preemption_call` here)."""
+def new_world(impl: ModuleType, name: str, workload: dict, recorded: dict) -> None:
+    """129: the world of a workload on the learner's scheduler, kept as `name`; `recorded`: the script of the
+    KV-cache manager's calls that place the requests already running."""
     w = Workload.from_plain(workload)
-    kv = _remote_kv(w)
-    keep(name, World(graded_scheduler(impl, kv.link), w, kv))
+    c = w.config
+    replay = Replay(c.num_blocks, c.block_size, c.prefix)
+    replay.load(recorded)
+    keep(name, World(graded_scheduler(impl, replay), w, ScriptedKVCacheManager(replay), replay))
 
 
-def step(impl: ModuleType, name: str, step: int) -> dict[str, Any]:
+def step(impl: ModuleType, name: str, step: int, recorded: dict) -> dict[str, Any]:
     """One step of the world kept as `name`: arrivals, the learner's schedule(), its checks' data, then the fake
-    model's update."""
+    model's update. `recorded`: the scripts of the parts' calls of the reference's schedule ("schedule") and update
+    ("update"). A call the script does not hold ends the phase with "departure": the call made and the call
+    expected."""
     world: World = kept(name)
+    return step_world(world, step, world.kv.replay, recorded)
+
+
+def step_world(world: World, step: int, parts: Any, recorded: dict | None = None) -> dict[str, Any]:
+    """`step` on `world`, whose `parts` replay the scripts `recorded` (None: 131's world in the grader, on the
+    reference parts, calling the learner's preemption in the worker); a departure of theirs ends the phase."""
     world.arrive(step)
     before = snapshot(world)
+    if recorded is not None:
+        parts.load(recorded["schedule"])
     try:
         out = world.sched.schedule()
     except WorkerLost:  # 131, run in the grader: the worker calling the learner's preemption died or hung
         raise
     except BaseException as exc:  # noqa: BLE001 - the learner's exception, for the grader to show
-        return {"before": before, "error": learner_error(exc)}
+        if parts.departure is None:
+            return {"before": before, "error": learner_error(exc)}
+    if parts.departure is not None:
+        return {"before": before, "departure": parts.departure}
     problem = output_problem(out)
     if problem:
         return {"before": before, "problem": problem}
     plan, pre = plan_of(out)
     result = {"before": before, "plan": plan, "preempted": pre, "facts": facts(world, out), "after": snapshot(world)}
+    if recorded is not None:
+        parts.load(recorded["update"])
     try:
         world.update(out.scheduled)
     except BaseException as exc:  # noqa: BLE001
-        return {**result, "error": learner_error(exc)}
+        if parts.departure is None:
+            return {**result, "error": learner_error(exc)}
+    if parts.departure is not None:
+        return {**result, "departure": parts.departure}
     result["blocks"] = blocks(world)
     result["free"] = world.kv.num_free_blocks
     return result
 
 
-def call(impl: ModuleType, workload: dict, fn: str, rid: str, n: int, scheduled: list[str]) -> dict[str, Any]:
-    """131: the learner's `fn` ('preempt' or 'allocate_or_preempt') once on request `rid` of a hand-built state
-    (the requests in `scheduled` already scheduled in this step, one token each)."""
-    w = Workload.from_plain(workload)
-    world = World(type("Graded", (SchedulerBase,), {"preemption": impl}), w, _remote_kv(w))
+def preemption_call(impl: ModuleType, config: dict, state: dict, fn: str, rid: str, n: int,
+                    recorded: dict) -> dict[str, Any]:
+    """131: the learner's `fn` ('preempt' or 'allocate_or_preempt') once on request `rid` of `state` (`world_state`:
+    the requests, queues, pool and SchedulerOutput a scheduler reached), its KV-cache calls replayed from the script
+    `recorded`. What it returned and the state it left, or {"error": ...}, or {"departure": ...}."""
+    c = Config(**config)
+    replay = Replay(c.num_blocks, c.block_size, c.prefix)
+    replay.load(recorded)
+    kv = ScriptedKVCacheManager(replay)
+    sched = type("Graded", (SchedulerBase,), {"preemption": impl})(kv, c.token_budget, c.max_num_seqs, c.chunked)
+    world = SimpleNamespace(sched=sched, kv=kv, requests={})
+    replay.scheduler, replay.requests = sched, world.requests
+    params: dict[int, SamplingParams] = {}  # shared by the requests of one max_tokens: nothing changes them
+    for rec in state["requests"]:
+        if rec["max_tokens"] not in params:
+            params[rec["max_tokens"]] = SamplingParams(max_tokens=rec["max_tokens"], ignore_eos=True)
+        r = Request(list(rec["prompt"]), params[rec["max_tokens"]], request_id=rec["rid"])
+        set_fields(r, rec)
+        world.requests[r.request_id] = r
+    replay.apply({"running": state["running"], "waiting": state["waiting"], "free": state["free"],
+                  "ref_cnt": state["ref_cnt"]})
     out = SchedulerOutput()
-    for other in scheduled:
-        r = world.requests[other]
-        assert world.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
-        out.scheduled.append(ScheduledRequest(r, 1))
+    replay.apply({"plan": state["plan"]}, out)
     try:
-        ret = call_preemption(impl, fn, world.sched, world.requests[rid], n, out)
+        ret = call_preemption(impl, fn, sched, world.requests[rid], n, out)
     except BaseException as exc:  # noqa: BLE001
-        return {"error": learner_error(exc)}
+        if replay.departure is None:
+            return {"error": learner_error(exc)}
+    if replay.departure is not None:  # with the queue it was called on: the victims it could choose
+        return {"departure": {**replay.departure, "running": state["running"]}}
     plan, pre = plan_of(out)
-    return {"returned": _plain_return(ret), "plan": plan, "preempted": pre, "after": snapshot(world),
-            "blocks": blocks(world)}
+    return {"returned": _plain_return(ret), "plan": plan, "preempted": pre, "consumed": replay.consumed,
+            "state": {rid: fields(r) for rid, r in world.requests.items()}, "running": ids(sched.running),
+            "waiting": ids(sched.waiting), "after": snapshot(world), "blocks": blocks(world)}
+
+
+def world_state(scheduler: Any, out: SchedulerOutput) -> dict[str, Any]:
+    """What `preemption_call` is called on: the requests in the scheduler's queues, the queues, the pool and `out`
+    (in the grader, from the scheduler that calls the learner's preemption)."""
+    pool, queued = scheduler.kv.block_pool, [*scheduler.running, *scheduler.waiting]
+    return {"requests": [{"rid": r.request_id, "prompt": list(r.prompt_token_ids),
+                          "max_tokens": r.sampling_params.max_tokens, **fields(r)} for r in queued],
+            "running": ids(scheduler.running), "waiting": ids(scheduler.waiting), "free": pool.num_free_blocks,
+            "ref_cnt": [int(x) for x in pool.ref_cnt], "plan": {"scheduled": [list(x) for x in plan_of(out)[0]],
+                                                                "preempted": plan_of(out)[1]}}
 
 
 def call_preemption(preemption: Any, fn: str, scheduler: Any, request: Request, n: int, out: SchedulerOutput) -> Any:
@@ -281,30 +320,6 @@ def call_preemption(preemption: Any, fn: str, scheduler: Any, request: Request, 
 
 def _plain_return(ret: Any) -> Any:
     return ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200]
-
-
-def preemption_world(impl: ModuleType, name: str, host: int, config: dict) -> None:
-    """131: the learner's preemption for a scheduler the grader runs, kept as `name` (its requests and queues are
-    copies of the grader's, sent with each call of `preemption_call`)."""
-    link = Link(host)
-    kv = bound(RemoteKVCacheManager, link)(config["num_blocks"], config["block_size"], config["prefix"])
-    link.scheduler = type("Graded", (SchedulerBase,), {"preemption": impl})(kv)
-    keep(name, SimpleNamespace(kv=kv, sched=link.scheduler))
-
-
-def preemption_call(impl: ModuleType, world: str, fn: str, state: dict, rid: str, n: int, plan: dict) -> dict:
-    """131: the learner's `fn` called by the scheduler the grader runs for the world kept as `world`, on the state
-    it sent (`rid`: the request's name): {"state": the state the learner's code left, "value": [what it returned,
-    the SchedulerOutput as names]} or {"error": ...}."""
-    kept_world = kept(world)
-    link = kept_world.kv.link
-    link.apply(state)
-    request, out = link.requests[rid], link.output(plan)
-    try:
-        ret = call_preemption(impl, fn, kept_world.sched, request, n, out)
-        return {"state": link.state(), "value": [_plain_return(ret), link.plan(out)]}
-    except BaseException as exc:  # noqa: BLE001
-        return {"error": learner_error(exc)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -332,22 +347,27 @@ def script(w: Workload) -> str:
     return "\n".join(lines)
 
 
-def call_text(workload: dict, fn: str, rid: str, n: int, scheduled: list[str]) -> str:
-    """131's one call on a hand-built state, as code."""
-    text = script(Workload.from_plain(workload)).rsplit("\n", 1)[0]
-    if scheduled:
-        text += f"\nalready scheduled in this step (one token each, blocks allocated): {list(scheduled)}"
-    if fn == "preempt":
-        return text + f"\npreempt(s, {rid})"
-    return text + f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
-
-
 def describe(fn: str, *args: Any) -> str | None:
     """A call of this driver as what the learner's code was asked to do (None: the replay shows the call)."""
     if fn == "new_world":
         return script(Workload.from_plain(args[1]))
     if fn == "step":
         return f"engine step {args[1]}: out = s.schedule()"
-    if fn == "call":
-        return call_text(*args)
+    if fn == "preemption_call":
+        return state_text(*args[:5])
     return None
+
+
+def state_text(config: dict, state: dict, fn: str, rid: str, n: int) -> str:
+    """131's one call on the state a scheduler reached, as a learner reads it."""
+    c = Config(**config)
+    lines = [f"kv = KVCacheManager(num_blocks={c.num_blocks}, block_size={c.block_size}, "
+             f"enable_prefix_caching={c.prefix}) with {state['free']} free blocks, ref_cnt {state['ref_cnt']}",
+             f"s = Scheduler(kv, token_budget={c.token_budget}, max_num_seqs={c.max_num_seqs}, "
+             f"enable_chunked_prefill={c.chunked}); s.running = {state['running']}; s.waiting = {state['waiting']}"]
+    lines += [f"{r['rid']}: prompt {r['prompt']}, output_token_ids={r['output_token_ids']}, num_computed_tokens="
+              f"{r['num_computed_tokens']}, block_table={r['block_table']}, status={r['status']}" for r in
+              state["requests"]]
+    lines.append(f"out.scheduled = {state['plan']['scheduled']}, out.preempted = {state['plan']['preempted']}")
+    lines.append(f"preempt(s, {rid})" if fn == "preempt" else f"allocate_or_preempt(s, {rid}, {n}, out)")
+    return "\n".join(lines)

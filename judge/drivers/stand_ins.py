@@ -1,5 +1,5 @@
-"""Public stand-ins for the parts of the course the learner's code calls but that another exercise writes: the
-scheduler (129), the KV-cache manager (125 and 132), preemption (131) and the model runner (126 to 128). They hold
+"""Public stand-ins for the parts of the course the learner's engine (130, 133) calls but that another exercise
+writes: the scheduler (129), the KV-cache manager (125 and 132) and the model runner (126 to 128). They hold
 no answer: each call sends plain data to the grader, which runs the reference part there (a host, in
 judge/drivers/hosts.py) and sends back what it did, applied here to the worker's own objects, in place.
 
@@ -241,31 +241,9 @@ class _RemotePrefixCache:
         self.link.call("evict", operator.index(block_id))
 
 
-class RemotePreemption:
-    """The preemption module (exercise 131), run in the grader on the scheduler it is called with."""
-
-    def __init__(self, link: Link) -> None:
-        self.link = link
-
-    def allocate_or_preempt(self, scheduler: Any, request: Request, num_new_tokens: int, out: Any) -> bool:
-        self.link.scheduler = scheduler
-        if isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
-            raise TypeError("allocate_or_preempt(scheduler, request, num_new_tokens: int, out)")
-        name, n, plan = self.link.name_of(request), operator.index(num_new_tokens), self.link.plan(out)
-        if self.link.kv is not None and self.link.known_allocation(name, request, n, []):
-            return True  # the statement: True once allocate_slots succeeds (first try: nobody preempted)
-        ok, plan = self.link.call("allocate_or_preempt", name, n, plan)
-        self.link.set_plan(out, plan)
-        return ok
-
-    def preempt(self, scheduler: Any, request: Request) -> None:
-        self.link.scheduler = scheduler
-        self.link.call("preempt", self.link.name_of(request))
-
-
 class RemoteScheduler(SchedulerBase):
     """The scheduler, run in the grader: `add_request`, `schedule`, `finish`; `running` and `waiting` hold the
-    requests as the grader's scheduler left them (`preemption`: the module it calls, the learner's for 131)."""
+    requests as the grader's scheduler left them."""
 
     link: Link
 

@@ -11,7 +11,7 @@ EXERCISE = Exercise(
     api={"Scheduler": ("kv_cache_manager",)},
     statement="practice/exercises/129-scheduler.md",
     case_timeout=10.0,
-    # the parts its cases run in the grader (judge/drivers/hosts.py)
+    # the parts its cases run in the grader (their calls sent to the worker as scripts: judge/hidden/lockstep.py)
     part_references=("solutions.kv_cache_manager", "solutions.block_pool", "solutions.prefix_cache",
                      "solutions.preemption"),
 )

@@ -3,24 +3,27 @@ for 131, the reference scheduler calling the learner's preemption) steps beside 
 plan, request states and block pool, as the public driver (judge/drivers/scheduler.py) reports them, must match
 it and keep the invariants. A failing random workload is shrunk to a small one.
 
-Grader side only: the references run here; the learner's code runs in the worker, through the drivers.
+Grader side only: the references run here, recorded (`Recorder`) as the scripts the worker's fakes replay
+(judge/drivers/scripted.py); the learner's code runs in the worker, through the drivers, which never call back.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator
 
 from framework.kv_cache_manager import blocks_needed
-from judge.drivers.scheduler import Config, Spec, Workload, World, plan_of, script, snapshot
-from judge.drivers import keep
-from judge.drivers.hosts import register_host
-from judge.drivers.hosts import RequestHost
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
+from judge.drivers.scheduler import (Config, Spec, Workload, World, call_preemption, plan_of, script, snapshot,
+                                    step_world, world_state)
+from judge.drivers.scripted import KV_OPS, departure_message, describe, fields, ids, plan, reads, set_fields
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
-from solutions import scheduler as ref
+from solutions import preemption as ref_preemption, scheduler as ref
+from solutions.kv_cache_manager import KVCacheManager
 from framework.request import RequestStatus
 
 Plan = list[tuple[str, int]]
@@ -138,17 +141,12 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
                  name: str = "Scheduler.schedule", max_steps: int = 400) -> CaseFailure | None:
     """None if the learner's scheduler (in the worker, `graded` = "schedule" or "preemption") does what the
     reference does on `w` at every step, else the failure."""
-    drv = Driver(impl, "scheduler")
     text = script(w)
+    want, rec = reference_world(w)
     try:
-        if graded == "preemption":  # the world runs here, calling the learner's functions in the worker
-            keep(WORLD, world_calling_learner(w, drv))
-            drv = Driver(None, "scheduler")
-        else:
-            drv.new_world(WORLD, w.plain())
+        step_of = learner_world(w, impl, graded, rec.script())
     except TypeError as exc:
         return CaseFailure(str(exc), hint="keep `class Scheduler(SchedulerBase):` and write schedule")
-    want = World(ref.Scheduler, w)
     history: list[tuple[Plan, list[str]]] = []
     for step in range(1, max_steps + 1):
         if not want.pending(step):
@@ -156,24 +154,30 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
         want.arrive(step)
         label = f"engine step {step}"
         where = text + ("\n" + history_text(history) if history else "")
+        rec.begin()
         exp_out = want.sched.schedule()
-        res = drv.step(WORLD, step)
+        exp_plan, exp_pre = plan_of(exp_out)
+        exp_after, scheduled = snapshot(want), rec.script()
+        want.update(exp_out.scheduled)
+        res = step_of(step, {"schedule": scheduled, "update": rec.script()})
         before = res["before"]
         if "error" in res and "plan" not in res:
             return learner_failure(res["error"], name, where)
         try:  # the checks' failures are shown with the workload and the schedules so far
+            if "departure" in res and "plan" not in res:
+                raise departure_failure(res["departure"], label, before, w.config, scheduled["calls"],
+                                        (exp_plan, exp_pre), hint, graded)
             if "problem" in res:
                 raise CaseFailure(res["problem"]["message"], hint=res["problem"].get("hint"))
             check_invariants(res["facts"], res["after"], w.config, label)
             plan, pre = [tuple(x) for x in res["plan"]], res["preempted"]
-            exp_plan, exp_pre = plan_of(exp_out)
             if (plan, pre) != (exp_plan, exp_pre):
                 field = "scheduled (request_id, num_new_tokens)" if plan != exp_plan else "preempted"
                 raise CaseFailure(f"{label}: wrong {'schedule' if plan != exp_plan else 'preempted requests'}",
                                   field=field, expected=exp_plan if plan != exp_plan else exp_pre,
                                   got=plan if plan != exp_plan else pre,
                                   hint=hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
-            diff = first_difference(snapshot(want), res["after"])
+            diff = first_difference(exp_after, res["after"])
             if diff:
                 key, e, g = diff
                 raise CaseFailure(f"{label}: after schedule(), {key} differs", field=key, expected=e, got=g,
@@ -181,18 +185,34 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
                                   or hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
             if "error" in res:
                 return learner_failure(res["error"], name, where)
+            if "departure" in res:
+                raise departure_failure(res["departure"], f"{label}, after schedule()", before, w.config, [],
+                                        (exp_plan, exp_pre), hint, graded)
             check_blocks(res["blocks"], w.config.num_blocks, label)
         except CaseFailure as f:
             f.input = f.input or where
             return f
         history.append((plan, pre))
-        want.update(exp_out.scheduled)
     if want.pending(max_steps + 1):
         raise AssertionError("course bug: the reference did not finish the workload")
     if history and res["free"] != w.config.num_blocks:
         return CaseFailure(f"at the end {res['free']} of {w.config.num_blocks} blocks are free",
                            input=text, hint="every block returns to the pool once every request has finished")
     return None
+
+
+def learner_world(w: Workload, impl, graded: str, setup: dict) -> Callable[[int, dict], dict]:
+    """The learner's world of `w`: a function that runs its step (the step number, the scripts of the reference's
+    calls) and returns the driver's record. 129: in the worker (`setup`: the script that places the running
+    requests); 131: here, on the reference scheduler calling the learner's preemption in the worker."""
+    drv = Driver(impl, "scheduler")
+    if graded == "schedule":
+        drv.new_world(WORLD, w.plain(), setup)
+        return lambda step, recorded: drv.step(WORLD, step, recorded)
+    preemption = WorkerPreemption(drv, w.config)
+    c = w.config
+    world = World(preemption.scheduler_cls, w, KVCacheManager(c.num_blocks, c.block_size, c.prefix))
+    return lambda step, recorded: step_world(world, step, preemption)
 
 
 def workload_candidates(w: Workload) -> Iterator[Workload]:
@@ -268,58 +288,262 @@ def spec_new(rid: str, n_prompt: int, max_tokens: int = 3, arrival: int = 1, fir
 
 
 # ----------------------------------------------------------------------------------------------------------
-# 131: a reference scheduler here calling the learner's preemption in the worker (the hosts of the other parts
-# are public: judge/drivers/hosts.py)
+# Scripts: the reference parts' calls, recorded for the worker's fakes (judge/drivers/scripted.py)
 
 
-PREEMPTION_WORLD = "preemption world"  # the name of the worker's side of a world run here (131)
+class Recorder:
+    """Records the state-changing calls that the code it watches makes of the reference KV-cache manager `kv` (and
+    of `RecordedPreemption`), each with what the part read, returned and changed (the requests it changed, as
+    `fields`; the queues; the pool; `out`), as the script the worker's fakes replay. The parts' calls of each other
+    are theirs, not recorded. The world it watches sets `scheduler` and `requests`."""
+
+    def __init__(self, kv: Any) -> None:
+        self.kv, self.scheduler, self.requests = kv, None, {}
+        self.calls: list[dict] = []
+        self.start: dict[str, list[int]] = {}
+        self.depth = 0
+        allocate, free = kv.allocate_slots, kv.free
+        kv.allocate_slots = lambda request, n, computed=(): self.around(
+            "allocate_slots", lambda: allocate(request, n, computed), request, [n, [int(b) for b in computed]])
+        kv.free = lambda request: self.around("free", lambda: free(request), request, [])
+
+    def around(self, op: str, real: Callable[[], Any], request: Any, args: list, out: Any = None) -> Any:
+        if self.depth:
+            return real()
+        made = {"op": op, "args": [request.request_id, *args], "reads": reads(op, self.scheduler, request)}
+        if out is not None:
+            made["args"].append(plan(out))
+        before = self.state()
+        self.depth += 1
+        try:
+            value = real()
+        finally:
+            self.depth -= 1
+        if op == "allocate_slots" and not value:
+            return value  # it changed nothing: the worker answers it from the state
+        after = self.state()
+        effect: dict[str, Any] = {"requests": {rid: f for rid, f in after["requests"].items()
+                                               if before["requests"].get(rid) != f}}
+        effect.update({k: after[k] for k in ("running", "waiting") if after[k] != before[k]})
+        if after["pool"] != before["pool"]:
+            effect["free"], effect["ref_cnt"] = after["pool"]
+        if out is not None:
+            effect["plan"] = plan(out)
+        if self.kv.prefix_cache is not None:
+            effect["lookups"] = self.lookups()
+        self.calls.append({**made, "value": value, "effect": effect})
+        return value
+
+    def state(self) -> dict[str, Any]:
+        s = self.scheduler
+        return {"requests": {rid: fields(r) for rid, r in self.requests.items()},
+                "running": ids(s.running) if s else [], "waiting": ids(s.waiting) if s else [],
+                "pool": [self.kv.num_free_blocks, [int(c) for c in self.kv.block_pool.ref_cnt]]}
+
+    def lookups(self) -> dict[str, list[int]]:
+        """The prefix hits of each request in the queues, as the KV-cache manager is now."""
+        s = self.scheduler
+        return {r.request_id: list(self.kv.get_computed_blocks(r)) for r in ([*s.waiting, *s.running] if s else ())}
+
+    def begin(self) -> None:
+        self.calls, self.start = [], self.lookups() if self.kv.prefix_cache is not None else {}
+
+    def script(self) -> dict[str, Any]:
+        """The calls recorded since `begin`, with the prefix hits they started from; the next script begins."""
+        recorded = {"calls": self.calls, "lookups": self.start}
+        self.begin()
+        return recorded
+
+
+class RecordedPreemption:
+    """The reference preemption (131's answer) as a scheduler's `preemption`, recorded."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+
+    def allocate_or_preempt(self, scheduler: Any, request: Any, num_new_tokens: int, out: Any) -> bool:
+        return self.rec.around("allocate_or_preempt", lambda: ref_preemption.allocate_or_preempt(
+            scheduler, request, num_new_tokens, out), request, [num_new_tokens], out)
+
+    def preempt(self, scheduler: Any, request: Any) -> None:
+        self.rec.around("preempt", lambda: ref_preemption.preempt(scheduler, request), request, [])
+
+
+def reference_world(w: Workload) -> tuple[World, Recorder]:
+    """The reference's world of `w`, recorded: the script of its placements is the recorder's first."""
+    c = w.config
+    rec = Recorder(KVCacheManager(c.num_blocks, c.block_size, c.prefix))
+    rec.begin()
+    cls = type("Scheduler", (ref.Scheduler,), {"preemption": RecordedPreemption(rec)})
+    return World(cls, w, rec.kv, rec), rec
+
+
+def departure_failure(dep: dict, label: str, before: dict, c: Config, calls: list[dict],
+                      expected: tuple[Plan, list[str]], hint: HintFn, graded: str = "schedule") -> CaseFailure:
+    """The learner's code made a call the script does not hold (`dep`, after `dep["consumed"]` of the reference's
+    `calls` matched): the step, the call made and the call expected, with a hint (129: that of the plan it was
+    making; 131: of the victim)."""
+    made, want = dep["made"], dep["expected"]
+    broken = attempted_failure(dep, before, c, calls, label) if graded == "schedule" else None
+    if broken is not None:
+        return broken
+    tip = victim_hint(made, want, dep.get("running", before["running"])) if graded == "preemption" else \
+        guess_hint(dep, before, c, calls, expected, hint)
+    message = f"{label}: {departure_message(made, want)}"
+    if want is None:
+        return CaseFailure(message, field="call", expected="no call", got=describe(made), hint=tip)
+    key = next((k for k in want["reads"] if want["reads"][k] != made["reads"].get(k)), None)
+    if want["op"] == made["op"] and want["args"] == made["args"] and key:
+        return CaseFailure(message, field=key, expected=want["reads"][key], got=made["reads"][key], hint=tip)
+    return CaseFailure(message, field="call", expected=describe(want), got=describe(made), hint=tip)
+
+
+def attempted(dep: dict, calls: list[dict]) -> Plan:
+    """129: the tokens the learner's schedule was allocating when it departed: the allocations that matched the
+    script, then the one that did not."""
+    got = [(x["args"][0], x["args"][1]) for x in calls[:dep["consumed"]]
+           if x["op"] in ("allocate_slots", "allocate_or_preempt") and x["value"]]
+    made = dep["made"]
+    if made["op"] in ("allocate_slots", "allocate_or_preempt"):
+        got.append((made["args"][0], made["args"][1]))
+    return got
+
+
+def guess_hint(dep: dict, before: dict, c: Config, calls: list[dict], expected: tuple[Plan, list[str]],
+               hint: HintFn) -> str | None:
+    """The hint of the plan the learner's code was making: what it was allocating, then the rest of the
+    reference's plan."""
+    exp_plan, exp_pre = expected
+    got = attempted(dep, calls)
+    got += [x for x in exp_plan if x[0] not in {rid for rid, _ in got}]
+    return hint(before, c, exp_plan, got, exp_pre, exp_pre if dep["consumed"] else []) or None
+
+
+def attempted_failure(dep: dict, before: dict, c: Config, calls: list[dict], label: str) -> CaseFailure | None:
+    """129: the rule the call the learner's schedule departed with breaks: a request preempted earlier in the step
+    given tokens, the budget, max_num_seqs."""
+    made = dep["made"]
+    if made["op"] == "allocate_or_preempt" and made["args"][0] not in made["reads"]["running"]:
+        return CaseFailure(f"{label}: your code calls {describe(made)} for a request that is not in self.running",
+                           hint="it was preempted earlier in this step: skip a request that is no longer in "
+                                "self.running (allocate_or_preempt returns False when the request preempted itself)")
+    got = attempted(dep, calls)
+    total = sum(n for _, n in got)
+    if got and got[-1][0] == made["args"][0] and total > c.token_budget:
+        return CaseFailure(f"{label}: your code allocates {total} tokens in this step, more than token_budget="
+                           f"{c.token_budget}", hint="the tokens scheduled in one step never exceed the budget: each "
+                           "request gets at most the budget left, and a new prompt larger than that gets a chunk (or, "
+                           "without chunked prefill, waits)")
+    admitted = [rid for rid, _ in got if rid in before["waiting"]]
+    running = len(before["running"]) + len(admitted)
+    if made["op"] == "allocate_slots" and running > c.max_num_seqs:
+        return CaseFailure(f"{label}: your code admits {admitted[-1]}, which makes {running} requests running, more "
+                           f"than max_num_seqs={c.max_num_seqs}",
+                           hint="admit a waiting request only while len(self.running) < self.max_num_seqs")
+    return None
+
+
+def victim_hint(made: dict, want: dict | None, order: list[str]) -> str:
+    """131: what the learner's preemption did instead of the reference's KV-cache call `want` (`order`: the
+    running requests it was called with)."""
+    rid = made["args"][0]
+    if want is None:
+        return ("stop once allocate_slots succeeds, or once the request was its own victim (then return False)"
+                if made["op"] == "allocate_slots" else "preempt one victim at a time, until allocate_slots succeeds")
+    if made["op"] == "free" and want["op"] == "allocate_slots":
+        return "call scheduler.kv.allocate_slots(request, num_new_tokens) first: preempt only when it fails"
+    if made["op"] == want["op"] == "free" and rid != want["args"][0]:
+        older = rid in order and want["args"][0] in order and order.index(rid) < order.index(want["args"][0])
+        return "the victim is the most recently admitted running request, scheduler.running[-1]" + \
+            (", not the oldest" if older else "")
+    if made["op"] == "free":
+        return "free the victim's blocks with scheduler.kv.free(request) before changing the request"
+    return "allocate_or_preempt asks scheduler.kv.allocate_slots(request, num_new_tokens) for the request's tokens"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 131: a reference scheduler here calling the learner's preemption in the worker, with the script of the reference
+# KV-cache manager's calls for the state it reached
 
 
 class LearnerRaised131(Exception):
-    """The learner's preemption raised in the worker, called by a scheduler here: its record travels on."""
+    """The learner's preemption raised (or departed from the script) in the worker, called by a scheduler here: its
+    record travels on."""
 
     def __init__(self, record: dict) -> None:
         super().__init__(str(record.get("message", "")))
         self.record = self._judge_record = record  # the driver reports the learner's own record
 
 
-class LearnerPreemption:
+class WorkerPreemption:
     """`preemption` of a reference scheduler here (131): the learner's allocate_or_preempt and preempt, called in
-    the worker (`judge.drivers.scheduler.preemption_call`) on a copy of the host's requests and queues, whose
-    state comes back here. `attach` it to the scheduler's parts once they are built."""
+    the worker (`judge.drivers.scheduler.preemption_call`) on the state the scheduler reached, with the script of
+    the reference's KV-cache calls from that state (`reference_script`); the state the learner's code left comes
+    back here. `departure`: the first call of theirs the script did not hold."""
 
     def __init__(self, drv: Any, c: Config) -> None:
-        self.host, self.drv, self.config = RequestHost(c.num_blocks, c.block_size, c.prefix), drv, c
+        self.drv, self.config, self.departure = drv, asdict(c), None
         self.scheduler_cls = type("Scheduler", (ref.Scheduler,), {"preemption": self})
 
-    def attach(self, kv: Any, scheduler: Any) -> None:
-        self.host.kv, self.host.scheduler = kv, scheduler
-        self.drv.preemption_world(PREEMPTION_WORLD, register_host(self.host), asdict(self.config))
-
-    def _call(self, fn: str, request: Any, n: int = 0, out: Any = None) -> Any:
-        h = self.host
-        plan = h.plan(out) if out is not None else {"scheduled": [], "preempted": []}
-        reply = self.drv.preemption_call(PREEMPTION_WORLD, fn, h.state(), h.name_of(request), n, plan)
-        if "error" in reply:
-            raise LearnerRaised131(reply["error"])
-        h.apply(reply["state"])
-        ret, plan = reply["value"]
-        if out is not None:
-            new = h.output(plan)
-            out.scheduled, out.preempted[:] = new.scheduled, new.preempted
-        return ret
+    def _call(self, fn: str, scheduler: Any, request: Any, n: int = 0, out: Any = None) -> Any:
+        out = SchedulerOutput() if out is None else out
+        recorded = reference_script(fn, scheduler, request, n, out)
+        reply = self.drv.preemption_call(self.config, world_state(scheduler, out), fn, request.request_id, n,
+                                         recorded)
+        if "departure" in reply:
+            self.departure = reply["departure"]
+        if "error" in reply or "departure" in reply:
+            raise LearnerRaised131(reply.get("error") or reply["departure"])
+        adopt(scheduler, recorded["calls"][:reply["consumed"]], reply, out)
+        return reply["returned"]
 
     def allocate_or_preempt(self, scheduler: Any, request: Any, num_new_tokens: int, out: Any) -> Any:
-        return self._call("allocate_or_preempt", request, num_new_tokens, out)
+        return self._call("allocate_or_preempt", scheduler, request, num_new_tokens, out)
 
     def preempt(self, scheduler: Any, request: Any) -> None:
-        self._call("preempt", request)
+        self._call("preempt", scheduler, request)
 
 
-def world_calling_learner(w: Workload, drv: Any) -> World:
-    """131's workloads: a world here on the reference scheduler (129's answer) and KV-cache manager, whose
-    preemption is the learner's (`LearnerPreemption`)."""
-    preemption = LearnerPreemption(drv, w.config)
-    world = World(preemption.scheduler_cls, w)
-    preemption.attach(world.kv, world.sched)
-    return world
+def reference_script(fn: str, scheduler: Any, request: Any, n: int, out: Any) -> dict[str, Any]:
+    """The script of the KV-cache calls the reference `fn` makes from the scheduler's state: run on a copy (of the
+    requests, their fields only; of the KV-cache manager, whose per-request records then name the copies)."""
+    twins = {id(r): _twin(r) for r in [*scheduler.running, *scheduler.waiting]}
+    kv = copy.deepcopy(scheduler.kv, dict(twins))
+    for op in KV_OPS:  # a recorded manager's copy: its own methods
+        vars(kv).pop(op, None)
+    twin = SchedulerBase(kv, scheduler.token_budget, scheduler.max_num_seqs, scheduler.enable_chunked_prefill)
+    twin.preemption = ref_preemption
+    twin.running = [twins[id(r)] for r in scheduler.running]
+    twin.waiting.extend(twins[id(r)] for r in scheduler.waiting)
+    twin_out = SchedulerOutput([ScheduledRequest(twins[id(s.request)], s.num_new_tokens) for s in out.scheduled],
+                               [twins[id(r)] for r in out.preempted])
+    rec = Recorder(kv)
+    rec.scheduler, rec.requests = twin, {r.request_id: r for r in twins.values()}
+    rec.begin()
+    call_preemption(ref_preemption, fn, twin, twins[id(request)], n, twin_out)
+    return rec.script()
+
+
+def _twin(r: Any) -> Any:
+    twin = copy.copy(r)
+    twin.block_table, twin.output_token_ids = list(r.block_table), list(r.output_token_ids)
+    return twin
+
+
+def adopt(scheduler: Any, calls: list[dict], reply: dict, out: Any) -> None:
+    """Make the scheduler's world what the learner's code left: the KV-cache calls it made (the script's first
+    `calls`, each on the state it read), then the requests, queues and `out` it answered."""
+    requests = {r.request_id: r for r in [*scheduler.running, *scheduler.waiting]}
+    for call in calls:
+        r = requests[call["args"][0]]
+        r.block_table = list(call["reads"]["block_table"])
+        r.num_computed_tokens = call["reads"].get("num_computed_tokens", r.num_computed_tokens)
+        getattr(scheduler.kv, call["op"])(r, *call["args"][1:])
+    for rid, values in reply["state"].items():
+        set_fields(requests[rid], values)
+    scheduler.running[:] = [requests[rid] for rid in reply["running"]]
+    scheduler.waiting.clear()
+    scheduler.waiting.extend(requests[rid] for rid in reply["waiting"])
+    kept = {(id(s.request), s.num_new_tokens): s for s in out.scheduled}
+    out.scheduled = [kept.get((id(requests[rid]), k)) or ScheduledRequest(requests[rid], k) for rid, k in reply["plan"]]
+    out.preempted[:] = [requests[rid] for rid in reply["preempted"]]

@@ -9,16 +9,16 @@ that request alone, and preemptions must have happened.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
-from judge.drivers.scheduler import call_preemption, call_text
+from judge.drivers.scheduler import call_preemption, script, world_state
 from judge.hidden.end_to_end import alone, load_model
-from judge.hidden.lockstep import (Config, LearnerPreemption, LearnerRaised131, Plan, Workload, World, check_blocks,
-                                   check_workloads, first_difference, plan_of, random_workloads, snapshot, spec_new,
-                                   spec_running)
+from judge.hidden.lockstep import (Config, LearnerRaised131, Plan, Workload, WorkerPreemption, check_blocks,
+                                   check_workloads, departure_failure, first_difference, plan_of, random_workloads,
+                                   reference_script, reference_world, snapshot, spec_new, spec_running)
 from judge.remote import Driver, learner_failure
-from solutions import scheduler as ref
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerOutput
 from solutions.engine import EngineConfig, LLMEngine
@@ -62,25 +62,44 @@ def hint_131(before: dict[str, Any], c: Config, exp: Plan, got: Plan, exp_pre: l
 # One call on a hand-built state, against the reference on a twin scheduler
 
 
+def call_text(w: Workload, fn: str, rid: str, n: int, scheduled: tuple[str, ...]) -> str:
+    """131's one call on a hand-built state, as code."""
+    text = script(w).rsplit("\n", 1)[0]
+    if scheduled:
+        text += f"\nalready scheduled in this step (one token each, blocks allocated): {list(scheduled)}"
+    if fn == "preempt":
+        return text + f"\npreempt(s, {rid})"
+    return text + f"\nout = SchedulerOutput(); allocate_or_preempt(s, {rid}, {n}, out)"
+
+
 def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tuple[str, ...] = ()) -> None:
-    """Call `fn` ('preempt' or 'allocate_or_preempt') on request `rid`: the learner's in the worker (the driver),
-    the reference's on a twin scheduler here, and compare everything."""
-    want = World(ref.Scheduler, w)
+    """Call `fn` ('preempt' or 'allocate_or_preempt') on request `rid`: the learner's in the worker (the driver,
+    with the script of the reference KV-cache manager's calls), the reference's on a twin scheduler here, and
+    compare everything."""
+    want = reference_world(w)[0]
+    before = snapshot(want)
     out = SchedulerOutput()
     for other in scheduled:  # requests already scheduled in this step, one token each
         r = want.requests[other]
         assert want.kv.allocate_slots(r, 1), "course bug: no blocks for an already-scheduled request"
         out.scheduled.append(ScheduledRequest(r, 1))
-    text = call_text(w.plain(), fn, rid, n, list(scheduled))
-    exp_ret = call_preemption(want.sched.preemption, fn, want.sched, want.requests[rid], n, out)
-    res = Driver(impl, "scheduler").call(w.plain(), fn, rid, n, list(scheduled))
+    text = call_text(w, fn, rid, n, scheduled)
+    state, request = world_state(want.sched, out), want.requests[rid]
+    recorded = reference_script(fn, want.sched, request, n, out)
+    exp_ret = call_preemption(want.sched.preemption, fn, want.sched, request, n, out)
+    res = Driver(impl, "scheduler").preemption_call(asdict(w.config), state, fn, rid, n, recorded)
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
+    if "departure" in res:
+        failure = departure_failure(res["departure"], "in the call", before, w.config, [], ([], []), hint_131,
+                                    "preemption")
+        failure.input = text
+        raise failure
     exp_plan, exp_pre = plan_of(out)
     plan, pre, ret = [tuple(x) for x in res["plan"]], res["preempted"], res["returned"]
     if pre != exp_pre:
         raise CaseFailure("wrong out.preempted", input=text, field="out.preempted", expected=exp_pre, got=pre,
-                          hint=hint_131(snapshot(World(ref.Scheduler, w)), w.config, exp_plan, plan, exp_pre, pre))
+                          hint=hint_131(before, w.config, exp_plan, plan, exp_pre, pre))
     if plan != exp_plan:
         raise CaseFailure("wrong out.scheduled after the call", input=text, field="out.scheduled", expected=exp_plan,
                           got=plan, hint="a victim already scheduled in this step must be removed from "
@@ -185,6 +204,11 @@ def _(impl):
     res = generate_small_cache(impl, prompts, 12, config)
     if "error" in res:
         raise learner_failure(res["error"], LEARNER_FNS, text)
+    if "departure" in res:
+        failure = departure_failure(res["departure"], "end to end", {"running": []}, Config(**config), [],
+                                    ([], []), hint_131, "preemption")
+        failure.input = text
+        raise failure
     if res["unfinished"]:
         raise CaseFailure("requests still unfinished after 300 steps", input=text,
                           hint="a preempted request must come back (head of scheduler.waiting) and finish")
@@ -207,16 +231,15 @@ def _(impl):
 def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config: dict) -> dict[str, Any]:
     """131 end to end: the reference engine here with the learner's preemption (called in the worker), on the
     embedded model, with a KV cache too small for every request at once. Each request's output tokens and
-    preemptions, or the learner's error."""
+    preemptions, or the learner's error, or the first KV-cache call of theirs the reference's script did not hold."""
     cfg = EngineConfig(**config)
-    preemption = LearnerPreemption(Driver(impl, "scheduler"),
-                                   Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs))
+    preemption = WorkerPreemption(Driver(impl, "scheduler"),
+                                  Config(cfg.num_blocks, cfg.block_size, cfg.token_budget, cfg.max_num_seqs))
 
     class Engine(LLMEngine):
         scheduler_cls = preemption.scheduler_cls
 
     engine = Engine(load_model(), cfg, eos_token_id=None)
-    preemption.attach(engine.kv_cache_manager, engine.scheduler)
     requests = engine.add_requests(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     steps = 0
     while engine.has_unfinished_requests() and steps < 300:
@@ -225,8 +248,19 @@ def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config
             engine.step()
         except Exception as exc:  # noqa: BLE001 - the step fails (StepError) when the learner's code raised
             cause = exc.__cause__ if isinstance(exc.__cause__, LearnerRaised131) else exc
+            if isinstance(cause, LearnerRaised131) and preemption.departure:
+                return {"departure": renamed(cause.record, {r.request_id: str(i) for i, r in enumerate(requests)})}
             if isinstance(cause, LearnerRaised131):
                 return {"error": cause.record}
             raise
     return {"unfinished": engine.has_unfinished_requests(), "outputs": [list(r.output_token_ids) for r in requests],
             "preemptions": [r.num_preemptions for r in requests], "free": engine.kv_cache_manager.num_free_blocks}
+
+
+def renamed(departure: dict, names: dict[str, str]) -> dict:
+    """A departure with the engine's request ids (numbered per process) named by the requests' order instead."""
+    for call in (departure["made"], departure["expected"]):
+        if call is not None:
+            call["args"][0] = names.get(call["args"][0], call["args"][0])
+    departure["running"] = [names.get(rid, rid) for rid in departure["running"]]
+    return departure

@@ -12,7 +12,7 @@ import random
 from typing import Any
 
 from judge.harness import Cases
-from judge.hidden.lockstep import (Config, Plan, Spec, Workload, World, check_workloads,  # noqa: F401
+from judge.hidden.lockstep import (Config, Plan, Spec, Workload, check_workloads,  # noqa: F401
                                   random_workloads, spec_new, spec_running)
 
 CASES = Cases()

@@ -1,6 +1,6 @@
 """Wrong: preempts a victim before even trying to allocate.
 
-EXPECT: wrong out.preempted
+EXPECT: preempt only when it fails
 PUBLIC: caught
 """
 
