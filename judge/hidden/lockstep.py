@@ -14,12 +14,13 @@ from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator
 
 from framework.kv_cache_manager import blocks_needed
-from judge.drivers.scheduler import Config, Spec, Workload, World, plan_of, script, snapshot
+from judge.drivers.scheduler import Config, Spec, Workload, World, facts, plan_of, script, snapshot
 from judge.drivers import keep
 from judge.drivers.hosts import register_host
 from judge.drivers.hosts import RequestHost
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
+from judge.traces import StepLog, offer, row, step_record
 from solutions import scheduler as ref
 from framework.request import RequestStatus
 
@@ -134,10 +135,68 @@ HintFn = Callable[[dict[str, Any], Config, Plan, Plan, list[str], list[str]], st
 WORLD = "world"  # the name the scheduler driver keeps a case's world under (one world at a time)
 
 
+def traced_step(index: int, res: dict[str, Any], w: Workload):
+    """A step result (the driver's, or the reference's in the same form) as step `index` of a trace: the rows it
+    scheduled, its preemptions, the requests the fake model finished (sorted: the rows' order is compared once, as
+    "order"), prefix hits and the pool after the step."""
+    c, after, sched = w.config, res["after"], res["facts"]["scheduled"]
+    states = {x["rid"]: after["requests"].get(x["rid"], {}) for x in sched}
+    max_tokens = {s.rid: s.max_tokens for s in w.requests}
+    finished = sorted(x["rid"] for x in sched if x["num_computed"] + x["n"] == x["num_tokens"]
+                      and len(states[x["rid"]].get("output_token_ids", ())) + 1 >= max_tokens.get(x["rid"], 0))
+    hits = sum(states[x["rid"]].get("num_cached_tokens", 0) for x in sched if x["rid"] in res["before"]["waiting"])
+    free = res.get("free", after["free blocks"])
+    return step_record(index, [row(x["rid"], x["num_computed"], x["num_tokens"], x["n"], x["blocks"]) for x in sched],
+                       c.token_budget, c.num_blocks - free, free, res["preempted"], finished, hits)
+
+
+def reference_step(want: World, log: StepLog) -> tuple[Plan, list[str], dict[str, Any]]:
+    """One step of the reference's world: its plan, preemptions and snapshot right after schedule(); logged."""
+    before = snapshot(want)
+    out = want.sched.schedule()
+    plan, pre = plan_of(out)
+    res = {"before": before, "facts": facts(want, out), "after": snapshot(want), "preempted": pre}
+    want.update(out.scheduled)
+    log.reference.append(traced_step(len(log.reference), {**res, "free": want.kv.num_free_blocks}, want.w))
+    return plan, pre, res["after"]
+
+
+def log_learner_step(log: StepLog, res: dict[str, Any], w: Workload) -> None:
+    try:
+        log.yours.append(traced_step(len(log.yours), res, w))
+    except (KeyError, TypeError, ValueError, AttributeError):  # a worker's malformed answer: its checks say why
+        pass
+
+
+def with_table(f: CaseFailure, log: StepLog, index: int) -> CaseFailure:
+    """`f` with the first differing step's table under its first line, where the plans first differ at `index`."""
+    table = log.divergence(index)
+    if table:
+        first, _, rest = f.message.partition("\n")
+        f.message = "\n".join(part for part in (first, table, rest) if part)
+        f.args = (f.message,)
+    return f
+
+
+def new_log(w: Workload) -> StepLog:
+    order = sorted(w.requests, key=lambda s: -1 if s.computed is not None else s.arrival)
+    return StepLog({s.rid: len(s.prompt) for s in order},
+                   {s.rid: 0 if s.computed is not None else s.arrival - 1 for s in order})
+
+
 def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict[str, str] = FIELD_HINTS,
                  name: str = "Scheduler.schedule", max_steps: int = 400) -> CaseFailure | None:
     """None if the learner's scheduler (in the worker, `graded` = "schedule" or "preemption") does what the
-    reference does on `w` at every step, else the failure."""
+    reference does on `w` at every step, else the failure. Both runs' steps are offered as traces (--trace)."""
+    log = new_log(w)
+    try:
+        return _run_lockstep(w, impl, graded, hint, field_hints, name, max_steps, log)
+    finally:
+        offer(log)
+
+
+def _run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict[str, str], name: str,
+                  max_steps: int, log: StepLog) -> CaseFailure | None:
     drv = Driver(impl, "scheduler")
     text = script(w)
     try:
@@ -156,24 +215,25 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
         want.arrive(step)
         label = f"engine step {step}"
         where = text + ("\n" + history_text(history) if history else "")
-        exp_out = want.sched.schedule()
+        exp_plan, exp_pre, exp_after = reference_step(want, log)
         res = drv.step(WORLD, step)
         before = res["before"]
         if "error" in res and "plan" not in res:
             return learner_failure(res["error"], name, where)
+        if "plan" in res:
+            log_learner_step(log, res, w)
         try:  # the checks' failures are shown with the workload and the schedules so far
             if "problem" in res:
                 raise CaseFailure(res["problem"]["message"], hint=res["problem"].get("hint"))
             check_invariants(res["facts"], res["after"], w.config, label)
             plan, pre = [tuple(x) for x in res["plan"]], res["preempted"]
-            exp_plan, exp_pre = plan_of(exp_out)
             if (plan, pre) != (exp_plan, exp_pre):
                 field = "scheduled (request_id, num_new_tokens)" if plan != exp_plan else "preempted"
                 raise CaseFailure(f"{label}: wrong {'schedule' if plan != exp_plan else 'preempted requests'}",
                                   field=field, expected=exp_plan if plan != exp_plan else exp_pre,
                                   got=plan if plan != exp_plan else pre,
                                   hint=hint(before, w.config, exp_plan, plan, exp_pre, pre) or None)
-            diff = first_difference(snapshot(want), res["after"])
+            diff = first_difference(exp_after, res["after"])
             if diff:
                 key, e, g = diff
                 raise CaseFailure(f"{label}: after schedule(), {key} differs", field=key, expected=e, got=g,
@@ -184,9 +244,8 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
             check_blocks(res["blocks"], w.config.num_blocks, label)
         except CaseFailure as f:
             f.input = f.input or where
-            return f
+            return with_table(f, log, step - 1)
         history.append((plan, pre))
-        want.update(exp_out.scheduled)
     if want.pending(max_steps + 1):
         raise AssertionError("course bug: the reference did not finish the workload")
     if history and res["free"] != w.config.num_blocks:

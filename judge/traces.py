@@ -1,0 +1,117 @@
+"""Step traces of a case: the learner's run and the reference's run of one workload, side by side.
+
+They are built from the plain step results the grader already has (a driver's answers, the reference run here),
+never from the learner's objects. `StepLog.divergence` is the first step where the two plans differ as
+framework/trace_compare.py's table, for a failure's message; with `--trace DIR` (the option "trace") the last
+`StepLog` a case offered is written after the case as two files in framework/trace.py's format (Perfetto,
+chrome://tracing; `load_trace` reads them back). The judge has no clock worth drawing: step i spans [i, i+1]
+seconds, as in the chapters' stored traces. In a student edition only the recorded public cases run, and they offer
+no log, so no file is written there.
+
+framework.trace is imported where it is used: it needs torch, which grading a pure-Python exercise never imports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .harness import option
+
+if TYPE_CHECKING:
+    from framework.trace import RequestRecord, StepRecord
+
+SIDES = ("yours", "reference")
+
+
+def step_record(index: int, rows: list[dict], token_budget: int, kv_used: int, kv_free: int,
+                preempted: Sequence[str] = (), finished: Sequence[str] = (), prefix_hits: int = 0,
+                drafts_accepted: int = 0) -> StepRecord:
+    """Step `index` (from 0) of a judge's trace. `rows`: framework/trace.py's `scheduled` entries (request_id, kind,
+    tokens, drafts, context, blocks)."""
+    from framework.trace import StepRecord
+
+    rows = [dict(r) for r in rows]
+    counts = {"prefill": 0, "decode": 0, "draft": 0}
+    for r in rows:
+        counts[r["kind"]] += r["tokens"]
+        counts["draft"] += r["drafts"]
+    return StepRecord(index, float(index), float(index + 1), float(index), float(index + 1), {}, rows, counts,
+                      token_budget, sum(r["tokens"] + r["drafts"] for r in rows), kv_used, kv_free, prefix_hits,
+                      list(preempted), sum(r["drafts"] for r in rows), drafts_accepted, list(finished), 0, 0)
+
+
+def row(request_id: str, num_computed: int, num_tokens: int, new: int, blocks: int, drafts: int = 0) -> dict:
+    """One scheduled request as a trace row, from its state once scheduled: prefill while more than one token is
+    pending (a prompt, a chunk of it, a recomputation), else decode; as framework/trace.py classifies it."""
+    return {"request_id": request_id, "kind": "prefill" if num_tokens - num_computed > 1 else "decode",
+            "tokens": new, "drafts": drafts, "context": num_computed + new + drafts, "blocks": blocks}
+
+
+@dataclass
+class StepLog:
+    """Both runs of one workload: each side's steps (`step_record`), with the requests in order of arrival."""
+
+    prompts: dict[str, int]  # request id -> prompt length, in order of arrival
+    arrivals: dict[str, int] = field(default_factory=dict)  # request id -> index of the step it arrived before
+    yours: list[StepRecord] = field(default_factory=list)
+    reference: list[StepRecord] = field(default_factory=list)
+
+    def divergence(self, index: int) -> str | None:
+        """The table of step `index` if it is the first step where the plans differ (None otherwise), and how many
+        steps before it matched. Requests keep their ids: both runs name them alike."""
+        from framework.trace_compare import first_difference
+
+        diff = first_difference((self.yours, []), (self.reference, []), SIDES)
+        if diff is None or diff.step != index:
+            return None
+        return diff.table() + ("\nno step before it" if index == 0 else f"\nsteps 1..{index} matched")
+
+    def requests(self, steps: list[StepRecord]) -> list[RequestRecord]:
+        """Each request's slice: from its arrival to the end of the step that finished it."""
+        from framework.trace import RequestRecord
+
+        out = []
+        for rid, prompt in self.prompts.items():
+            ran = [s.index for s in steps if any(r["request_id"] == rid for r in s.scheduled)]
+            finish = next((s.end for s in steps if rid in s.finished), None)
+            out.append(RequestRecord(rid, prompt, float(self.arrivals.get(rid, ran[0] if ran else 0)), finish=finish,
+                                     steps=ran))
+        return out
+
+    def chrome_traces(self) -> dict[str, dict]:
+        """side -> its Chrome Trace Event JSON object."""
+        from framework.trace import chrome_trace
+
+        return {side: chrome_trace(steps, self.requests(steps), {"engine": f"judge: {side}"})
+                for side, steps in zip(SIDES, (self.yours, self.reference))}
+
+
+_offered: list[StepLog] = []  # the last log the running case offered, until `save` takes it
+
+
+def offer(log: StepLog) -> None:
+    """Keep `log` to be written after the case, where `--trace DIR` asks for it (the case's last log wins: after
+    a shrink, the smallest failing workload's)."""
+    if option("trace"):
+        _offered[:] = [log]
+
+
+def save(exercise: Any, case: str) -> list[Path]:
+    """Write the log the case `case` offered, if any, as DIR/<exercise>-<case>-yours.json and -reference.json;
+    their paths. Called after every case (nothing to do without --trace)."""
+    logs, _offered[:] = list(_offered), []
+    folder = option("trace")
+    if not logs or not folder:
+        return []
+    slug = re.sub(r"[^a-z0-9]+", "-", case.lower()).strip("-")[:80]
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    paths = []
+    for side, trace in logs[0].chrome_traces().items():
+        path = Path(folder) / f"{exercise.id}-{slug}-{side}.json"
+        path.write_text(json.dumps(trace))
+        paths.append(path)
+    return paths
