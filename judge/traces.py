@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .harness import option
+from .harness import CaseFailure, option
 
 if TYPE_CHECKING:
-    from framework.trace import RequestRecord, StepRecord
+    from framework.trace import RequestRecord, StepRecord, StepTracer
 
 SIDES = ("yours", "reference")
 
@@ -61,14 +61,8 @@ class StepLog:
     reference: list[StepRecord] = field(default_factory=list)
 
     def divergence(self, index: int) -> str | None:
-        """The table of step `index` if it is the first step where the plans differ (None otherwise), and how many
-        steps before it matched. Requests keep their ids: both runs name them alike."""
-        from framework.trace_compare import first_difference
-
-        diff = first_difference((self.yours, []), (self.reference, []), SIDES)
-        if diff is None or diff.step != index:
-            return None
-        return diff.table() + ("\nno step before it" if index == 0 else f"\nsteps 1..{index} matched")
+        """`divergence_table` of the two runs; requests keep their ids: both runs name them alike."""
+        return divergence_table((self.yours, []), (self.reference, []), index)
 
     def requests(self, steps: list[StepRecord]) -> list[RequestRecord]:
         """Each request's slice: from its arrival to the end of the step that finished it."""
@@ -90,10 +84,49 @@ class StepLog:
                 for side, steps in zip(SIDES, (self.yours, self.reference))}
 
 
-_offered: list[StepLog] = []  # the last log the running case offered, until `save` takes it
+@dataclass
+class TracedEngines:
+    """Two engines run here under framework/trace.py's StepTracer (134: the speculating engine calling your
+    function, and calling the reference's); requests are named by arrival, as engines number them apart."""
+
+    yours: StepTracer
+    reference: StepTracer
+
+    def divergence(self, index: int) -> str | None:
+        return divergence_table(self.yours, self.reference, index)
+
+    def chrome_traces(self) -> dict[str, dict]:
+        return {side: tracer.chrome_trace() for side, tracer in zip(SIDES, (self.yours, self.reference))}
 
 
-def offer(log: StepLog) -> None:
+def divergence_table(yours: Any, reference: Any, index: int) -> str | None:
+    """The table of the first step where the plans of two traces differ (framework/trace_compare.py's, steps called
+    engine steps), if that is step `index` or a later one (a step's other results may differ before its plan does),
+    and how many steps before it matched; else None."""
+    from framework.trace_compare import first_difference
+
+    diff = first_difference(yours, reference, SIDES)
+    if diff is None or diff.step < index:
+        return None
+    matched = f"the plans of engine steps 1..{diff.step} matched" if diff.step else "no engine step before it"
+    return f"{diff.table('engine step')}\n{matched}"
+
+
+def with_table(f: CaseFailure, runs: StepLog | TracedEngines, index: int) -> CaseFailure:
+    """`f`, a failure at step `index`, with the table of the first step whose plans differ (`divergence_table`)
+    under its first line."""
+    table = runs.divergence(index)
+    if table:
+        first, _, rest = f.message.partition("\n")
+        f.message = "\n".join(part for part in (first, table, rest) if part)
+        f.args = (f.message,)
+    return f
+
+
+_offered: list[StepLog | TracedEngines] = []  # the last log the running case offered, until `save` takes it
+
+
+def offer(log: StepLog | TracedEngines) -> None:
     """Keep `log` to be written after the case, where `--trace DIR` asks for it (the case's last log wins: after
     a shrink, the smallest failing workload's)."""
     if option("trace"):

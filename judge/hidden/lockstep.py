@@ -20,7 +20,7 @@ from judge.drivers.hosts import register_host
 from judge.drivers.hosts import RequestHost
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
-from judge.traces import StepLog, offer, row, step_record
+from judge.traces import StepLog, offer, row, step_record, with_table
 from solutions import scheduler as ref
 from framework.request import RequestStatus
 
@@ -166,16 +166,6 @@ def log_learner_step(log: StepLog, res: dict[str, Any], w: Workload) -> None:
         log.yours.append(traced_step(len(log.yours), res, w))
     except (KeyError, TypeError, ValueError, AttributeError):  # a worker's malformed answer: its checks say why
         pass
-
-
-def with_table(f: CaseFailure, log: StepLog, index: int) -> CaseFailure:
-    """`f` with the first differing step's table under its first line, where the plans first differ at `index`."""
-    table = log.divergence(index)
-    if table:
-        first, _, rest = f.message.partition("\n")
-        f.message = "\n".join(part for part in (first, table, rest) if part)
-        f.args = (f.message,)
-    return f
 
 
 def new_log(w: Workload) -> StepLog:
