@@ -14,6 +14,7 @@ from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator
 
 from framework.kv_cache_manager import blocks_needed
+from framework.trace import StepRecord
 from judge.drivers.scheduler import Config, Spec, Workload, World, facts, plan_of, script, snapshot
 from judge.drivers import keep
 from judge.drivers.hosts import register_host
@@ -135,7 +136,7 @@ HintFn = Callable[[dict[str, Any], Config, Plan, Plan, list[str], list[str]], st
 WORLD = "world"  # the name the scheduler driver keeps a case's world under (one world at a time)
 
 
-def traced_step(index: int, res: dict[str, Any], w: Workload):
+def traced_step(index: int, res: dict[str, Any], w: Workload) -> StepRecord:
     """A step result (the driver's, or the reference's in the same form) as step `index` of a trace: the rows it
     scheduled, its preemptions, the requests the fake model finished (sorted: the rows' order is compared once, as
     "order"), prefix hits and the pool after the step."""
@@ -162,6 +163,7 @@ def reference_step(want: World, log: StepLog) -> tuple[Plan, list[str], dict[str
 
 
 def log_learner_step(log: StepLog, res: dict[str, Any], w: Workload) -> None:
+    """The learner's step result, as the driver reported it, logged beside the reference's."""
     try:
         log.yours.append(traced_step(len(log.yours), res, w))
     except (KeyError, TypeError, ValueError, AttributeError):  # a worker's malformed answer: its checks say why
@@ -169,6 +171,7 @@ def log_learner_step(log: StepLog, res: dict[str, Any], w: Workload) -> None:
 
 
 def new_log(w: Workload) -> StepLog:
+    """An empty log of `w`'s two runs, its requests in order of arrival (those running at the start first)."""
     order = sorted(w.requests, key=lambda s: -1 if s.computed is not None else s.arrival)
     return StepLog({s.rid: len(s.prompt) for s in order},
                    {s.rid: 0 if s.computed is not None else s.arrival - 1 for s in order})
@@ -234,7 +237,7 @@ def _run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dic
             check_blocks(res["blocks"], w.config.num_blocks, label)
         except CaseFailure as f:
             f.input = f.input or where
-            return with_table(f, log, step - 1)
+            return with_table(f, log, step - 1) if len(log.yours) == step else f  # no table without your plan
         history.append((plan, pre))
     if want.pending(max_steps + 1):
         raise AssertionError("course bug: the reference did not finish the workload")
