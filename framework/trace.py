@@ -21,7 +21,8 @@ that scheduled something, its `args` the `StepRecord`; inside it, category "phas
 (`"ph": "C"`) "KV blocks" (used, free), "rows" (prefill, decode, draft) and "tokens" (scheduled, budget left);
 instant events (`"ph": "i"`) "preemption" and "prefix hit". Process 2 ("requests"): one thread per request, with a
 slice from arrival to finish (its `args` the `RequestRecord`) and a "queued" slice inside it up to its first step.
-`load_trace(path)` reads the records back; `framework/trace_compare.py` finds the first step where two traces of
+`load_trace(path)` reads the records back, and `chrome_trace(steps, requests, info)` writes records made without a
+tracer (the judge's, from its step results); `framework/trace_compare.py` finds the first step where two traces of
 one workload plan differently (your engine against the reference's).
 
 FLOPs and bytes of a step are computed from its items and the model's shapes (`step_cost`): the projections and

@@ -16,6 +16,7 @@ from typing import Any
 
 from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
+from framework.trace import StepRecord
 from judge.compare import difference
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
@@ -99,7 +100,7 @@ def _fail(step: int, message: str, hint: str = "", **kw: Any) -> CaseFailure:
     return CaseFailure(f"step {step}: {message}", hint=hint or None, **kw)
 
 
-def traced_step(index: int, rec: dict, budget: int, num_blocks: int):
+def traced_step(index: int, rec: dict, budget: int, num_blocks: int) -> StepRecord:
     """A step record of the engine driver as step `index` of a trace. The record names no pool: the blocks in use
     are those the requests hold (a block shared through the prefix cache counts once per holder)."""
     after = rec["after"]
@@ -110,7 +111,7 @@ def traced_step(index: int, rec: dict, budget: int, num_blocks: int):
                        finished=sorted(s["rid"] for s in rec["sched"] if after.get(s["rid"], {}).get("finished")))
 
 
-def log_steps(log: StepLog, records: list[dict], side: list, config: EngineConfig) -> None:
+def log_steps(log: StepLog, records: list[dict], side: list[StepRecord], config: EngineConfig) -> None:
     """Append the step records (those with work) to one side of `log`; a malformed one ends that side."""
     try:
         for rec in records:
