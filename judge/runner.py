@@ -132,10 +132,18 @@ def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
 
 
 def _replayed(log: list, impl: Any) -> None:
-    """A recorded public case, replayed to the student's code."""
-    problem = public.replay(object.__getattribute__(impl, "_session"), log)
+    """A recorded public case, replayed to the student's code; a scheduler's case (129) also as step traces (your
+    run's and the recorded reference's: a public case's input only), with the first differing step's table."""
+    answers: list = []
+    problem = public.replay(object.__getattribute__(impl, "_session"), log, answers)
+    runs = traces.replayed(answers)
+    if runs is not None:
+        traces.offer(runs)
     if problem:
-        raise harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented") else "fail")
+        failure = harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented")
+                                      else "fail")
+        both = runs is not None and runs.yours and len(runs.yours) == len(runs.reference)  # your failing step ran
+        raise traces.with_table(failure, runs, 0) if both and failure.kind == "fail" else failure
 
 
 def _graded(case: harness.Case, impl: Any, ex: Exercise, notes: list[str]) -> CaseResult:

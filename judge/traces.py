@@ -23,6 +23,7 @@ from .harness import CaseFailure, option
 
 if TYPE_CHECKING:
     from framework.trace import RequestRecord, StepRecord, StepTracer
+    from judge.drivers.scheduler import Workload
 
 SIDES = ("yours", "reference")
 
@@ -82,6 +83,58 @@ class StepLog:
 
         return {side: chrome_trace(steps, self.requests(steps), {"engine": f"judge: {side}"})
                 for side, steps in zip(SIDES, (self.yours, self.reference))}
+
+
+def scheduler_step(index: int, res: dict[str, Any], w: Workload) -> StepRecord:
+    """A step result of the scheduler driver (129, 131: yours, or the reference's in the same form) as step `index`
+    of a trace: the rows it scheduled, its preemptions, the requests the fake model finished (sorted: the rows'
+    order is compared once, as "order"), prefix hits and the pool after the step."""
+    c, after, sched = w.config, res["after"], res["facts"]["scheduled"]
+    states = {x["rid"]: after["requests"].get(x["rid"], {}) for x in sched}
+    max_tokens = {s.rid: s.max_tokens for s in w.requests}
+    finished = sorted(x["rid"] for x in sched if x["num_computed"] + x["n"] == x["num_tokens"]
+                      and len(states[x["rid"]].get("output_token_ids", ())) + 1 >= max_tokens.get(x["rid"], 0))
+    hits = sum(states[x["rid"]].get("num_cached_tokens", 0) for x in sched if x["rid"] in res["before"]["waiting"])
+    free = res.get("free", after["free blocks"])
+    return step_record(index, [row(x["rid"], x["num_computed"], x["num_tokens"], x["n"], x["blocks"]) for x in sched],
+                       c.token_budget, c.num_blocks - free, free, res["preempted"], finished, hits)
+
+
+def scheduler_log(w: Workload) -> StepLog:
+    """An empty log of `w`'s two runs, its requests in order of arrival (those running at the start first)."""
+    order = sorted(w.requests, key=lambda s: -1 if s.computed is not None else s.arrival)
+    return StepLog({s.rid: len(s.prompt) for s in order},
+                   {s.rid: 0 if s.computed is not None else s.arrival - 1 for s in order})
+
+
+def replayed(answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
+    """The two runs of a replayed public case of the scheduler driver (129), from its calls `answers` ((request,
+    the recorded reference's answer, yours)): the workload of its `new_world`, then each `step`; None for a case
+    of any other driver."""
+    from . import wire
+
+    log = workload = None
+    for req, *sides in answers:
+        args = [wire.decode(a) for a in req.get("args", [])]
+        if (req.get("driver"), req.get("attr")) == ("scheduler", "new_world"):
+            from .drivers.scheduler import Workload  # here: a pure-Python exercise's replay imports no framework
+
+            workload = Workload.from_plain(args[1])
+            log = scheduler_log(workload)
+        elif (req.get("driver"), req.get("attr")) == ("scheduler", "step") and log is not None:
+            for steps, answer in zip((log.reference, log.yours), sides):
+                value = wire.decode(answer.get("value")) if answer.get("ok") else None
+                if isinstance(value, dict) and "plan" in value:
+                    add_step(steps, value, workload)
+    return log
+
+
+def add_step(steps: list[StepRecord], res: dict[str, Any], w: Workload) -> None:
+    """A scheduler step result appended to `steps`; a malformed one (from a worker) is left out: its checks say why."""
+    try:
+        steps.append(scheduler_step(len(steps), res, w))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        pass
 
 
 @dataclass

@@ -8,13 +8,32 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 import judge
+from judge import harness, traces
 from judge.cli import main
 from judge.loader import load_file
+from judge.remote import RemoteModule
 from framework.trace import load_trace
+
+from in_process import InProcess
 
 CASES = Path(__file__).parent / "judge_cases"
 TABLE = re.compile(r"first difference at engine step (\d+) \(trace index (\d+)\)")
+
+
+class Recording(InProcess):
+    """The reference's answers to a case's calls, as a student edition records them."""
+
+    def __init__(self, ex, target: dict) -> None:
+        super().__init__(ex, target)
+        self.log: list = []
+
+    def request(self, msg: dict) -> dict:
+        reply = super().request(msg)
+        self.log.append([msg, reply])
+        return reply
 
 
 def traces_of(folder: Path, exercise: int, case: str) -> tuple[list, list]:
@@ -76,3 +95,24 @@ def test_134_end_to_end_failure_shows_the_first_differing_plan(tmp_path):
     assert "tokens differ from the engine's without speculation\n      first difference at engine step" in text
     step = check_written(text, tmp_path, 134, case)
     assert re.search(rf"the plans of engine steps 1\.\.{step - 1} matched", text)
+
+
+def test_a_replayed_public_case_shows_the_table_and_writes_both_traces(tmp_path):
+    """A student edition replays 129's public cases from recorded reference answers: the table and the traces come
+    from those answers and the student's."""
+    ex = judge.get_exercise(129)
+    case = next(c for c in judge.runner._case_list(ex, None) if c.name.startswith("decodes first"))
+    recording = Recording(ex, {"impl_module": ex.reference})
+    assert harness.run_case(case, RemoteModule(recording)).passed
+    wrong = RemoteModule(InProcess(ex, {"impl": str(CASES / "scheduler" / "wrong_prefills_before_decodes.py")}))
+    with harness.grading(harness.Context(options={"trace": str(tmp_path)}, exercise=ex)):
+        with pytest.raises(harness.CaseFailure) as failed:
+            judge.runner._replayed(recording.log, wrong)
+        written = traces.save(ex, case.name)
+    message = str(failed.value)
+    assert "\nfirst difference at engine step 1 (trace index 0): order\n" in message
+    assert "order    chunking decoding new      decoding chunking new" in message
+    assert len(written) == 2
+    yours, reference = traces_of(tmp_path, 129, case.name)
+    assert [r["request_id"] for r in yours[0].scheduled] == ["chunking", "decoding", "new"]
+    assert len(yours) == len(reference) == 1  # the replay stops at the first differing answer

@@ -14,14 +14,13 @@ from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator
 
 from framework.kv_cache_manager import blocks_needed
-from framework.trace import StepRecord
 from judge.drivers.scheduler import Config, Spec, Workload, World, facts, plan_of, script, snapshot
 from judge.drivers import keep
 from judge.drivers.hosts import register_host
 from judge.drivers.hosts import RequestHost
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
-from judge.traces import StepLog, offer, row, step_record, with_table
+from judge.traces import StepLog, add_step, offer, scheduler_log, scheduler_step, with_table
 from solutions import scheduler as ref
 from framework.request import RequestStatus
 
@@ -136,21 +135,6 @@ HintFn = Callable[[dict[str, Any], Config, Plan, Plan, list[str], list[str]], st
 WORLD = "world"  # the name the scheduler driver keeps a case's world under (one world at a time)
 
 
-def traced_step(index: int, res: dict[str, Any], w: Workload) -> StepRecord:
-    """A step result (the driver's, or the reference's in the same form) as step `index` of a trace: the rows it
-    scheduled, its preemptions, the requests the fake model finished (sorted: the rows' order is compared once, as
-    "order"), prefix hits and the pool after the step."""
-    c, after, sched = w.config, res["after"], res["facts"]["scheduled"]
-    states = {x["rid"]: after["requests"].get(x["rid"], {}) for x in sched}
-    max_tokens = {s.rid: s.max_tokens for s in w.requests}
-    finished = sorted(x["rid"] for x in sched if x["num_computed"] + x["n"] == x["num_tokens"]
-                      and len(states[x["rid"]].get("output_token_ids", ())) + 1 >= max_tokens.get(x["rid"], 0))
-    hits = sum(states[x["rid"]].get("num_cached_tokens", 0) for x in sched if x["rid"] in res["before"]["waiting"])
-    free = res.get("free", after["free blocks"])
-    return step_record(index, [row(x["rid"], x["num_computed"], x["num_tokens"], x["n"], x["blocks"]) for x in sched],
-                       c.token_budget, c.num_blocks - free, free, res["preempted"], finished, hits)
-
-
 def reference_step(want: World, log: StepLog) -> tuple[Plan, list[str], dict[str, Any]]:
     """One step of the reference's world: its plan, preemptions and snapshot right after schedule(); logged."""
     before = snapshot(want)
@@ -158,30 +142,15 @@ def reference_step(want: World, log: StepLog) -> tuple[Plan, list[str], dict[str
     plan, pre = plan_of(out)
     res = {"before": before, "facts": facts(want, out), "after": snapshot(want), "preempted": pre}
     want.update(out.scheduled)
-    log.reference.append(traced_step(len(log.reference), {**res, "free": want.kv.num_free_blocks}, want.w))
+    log.reference.append(scheduler_step(len(log.reference), {**res, "free": want.kv.num_free_blocks}, want.w))
     return plan, pre, res["after"]
-
-
-def log_learner_step(log: StepLog, res: dict[str, Any], w: Workload) -> None:
-    """The learner's step result, as the driver reported it, logged beside the reference's."""
-    try:
-        log.yours.append(traced_step(len(log.yours), res, w))
-    except (KeyError, TypeError, ValueError, AttributeError):  # a worker's malformed answer: its checks say why
-        pass
-
-
-def new_log(w: Workload) -> StepLog:
-    """An empty log of `w`'s two runs, its requests in order of arrival (those running at the start first)."""
-    order = sorted(w.requests, key=lambda s: -1 if s.computed is not None else s.arrival)
-    return StepLog({s.rid: len(s.prompt) for s in order},
-                   {s.rid: 0 if s.computed is not None else s.arrival - 1 for s in order})
 
 
 def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict[str, str] = FIELD_HINTS,
                  name: str = "Scheduler.schedule", max_steps: int = 400) -> CaseFailure | None:
     """None if the learner's scheduler (in the worker, `graded` = "schedule" or "preemption") does what the
     reference does on `w` at every step, else the failure. Both runs' steps are offered as traces (--trace)."""
-    log = new_log(w)
+    log = scheduler_log(w)
     try:
         return _run_lockstep(w, impl, graded, hint, field_hints, name, max_steps, log)
     finally:
@@ -214,7 +183,7 @@ def _run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dic
         if "error" in res and "plan" not in res:
             return learner_failure(res["error"], name, where)
         if "plan" in res:
-            log_learner_step(log, res, w)
+            add_step(log.yours, res, w)
         try:  # the checks' failures are shown with the workload and the schedules so far
             if "problem" in res:
                 raise CaseFailure(res["problem"]["message"], hint=res["problem"].get("hint"))
