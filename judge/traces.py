@@ -115,13 +115,13 @@ def replayed(answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
 
     log = workload = None
     for req, *sides in answers:
-        args = [wire.decode(a) for a in req.get("args", [])]
-        if (req.get("driver"), req.get("attr")) == ("scheduler", "new_world"):
+        call = (req.get("driver"), req.get("attr"))
+        if call == ("scheduler", "new_world"):
             from .drivers.scheduler import Workload  # here: a pure-Python exercise's replay imports no framework
 
-            workload = Workload.from_plain(args[1])
+            workload = Workload.from_plain(wire.decode(req["args"][1]))
             log = scheduler_log(workload)
-        elif (req.get("driver"), req.get("attr")) == ("scheduler", "step") and log is not None:
+        elif call == ("scheduler", "step") and log is not None:
             for steps, answer in zip((log.reference, log.yours), sides):
                 value = wire.decode(answer.get("value")) if answer.get("ok") else None
                 if isinstance(value, dict) and "plan" in value:
