@@ -21,7 +21,8 @@ that scheduled something, its `args` the `StepRecord`; inside it, category "phas
 (`"ph": "C"`) "KV blocks" (used, free), "rows" (prefill, decode, draft) and "tokens" (scheduled, budget left);
 instant events (`"ph": "i"`) "preemption" and "prefix hit". Process 2 ("requests"): one thread per request, with a
 slice from arrival to finish (its `args` the `RequestRecord`) and a "queued" slice inside it up to its first step.
-`load_trace(path)` reads the records back; `framework/trace_compare.py` finds the first step where two traces of
+`load_trace(path)` reads the records back, and `chrome_trace(steps, requests, info)` writes records made without a
+tracer (the judge's, from its step results); `framework/trace_compare.py` finds the first step where two traces of
 one workload plan differently (your engine against the reference's).
 
 FLOPs and bytes of a step are computed from its items and the model's shapes (`step_cost`): the projections and
@@ -244,28 +245,31 @@ class StepTracer:
 
     def chrome_trace(self) -> dict:
         """The trace as a Chrome Trace Event JSON object (see the module's docstring)."""
-        events = [_meta("process_name", ENGINE_PID, 0, "engine"), _meta("thread_name", ENGINE_PID, STEPS_TID, "steps"),
-                  _meta("process_name", REQUESTS_PID, 0, "requests")]
-        for step in self.steps:
-            events += _step_events(step)
-        for tid, record in enumerate(self.requests.values(), 1):
-            events += _request_events(record, tid, self._first_step_start(record))
         cfg = self.cfg
-        return {"traceEvents": events, "displayTimeUnit": "ms",
-                "otherData": {"format": FORMAT, "engine": type(self.engine).__name__,
-                              "model": {k: getattr(cfg, k) for k in ("hidden_size", "intermediate_size",
-                                        "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                        "head_dim", "vocab_size")},
-                              "dtype": str(self.engine.model.dtype), "num_blocks": self.engine.config.num_blocks}}
-
-    def _first_step_start(self, record: RequestRecord) -> float | None:
-        return self.steps[record.steps[0]].start if record.steps else None
+        return chrome_trace(self.steps, list(self.requests.values()),
+                            {"engine": type(self.engine).__name__,
+                             "model": {k: getattr(cfg, k) for k in ("hidden_size", "intermediate_size",
+                                       "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                       "head_dim", "vocab_size")},
+                             "dtype": str(self.engine.model.dtype), "num_blocks": self.engine.config.num_blocks})
 
     def save(self, path: str | Path | None = None) -> Path:
         """Write the trace to `path` (default: the tracer's); returns the path."""
         path = Path(path or self.path)
         path.write_text(json.dumps(self.chrome_trace()))
         return path
+
+
+def chrome_trace(steps: list[StepRecord], requests: list[RequestRecord], info: dict) -> dict:
+    """Steps (indexed from 0, in order) and requests as a Chrome Trace Event JSON object that `load_trace` reads
+    back; `info` joins the format's name in `otherData`. The judge writes its step traces with it too."""
+    events = [_meta("process_name", ENGINE_PID, 0, "engine"), _meta("thread_name", ENGINE_PID, STEPS_TID, "steps"),
+              _meta("process_name", REQUESTS_PID, 0, "requests")]
+    for step in steps:
+        events += _step_events(step)
+    for tid, record in enumerate(requests, 1):
+        events += _request_events(record, tid, steps[record.steps[0]].start if record.steps else None)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"format": FORMAT, **info}}
 
 
 def _us(seconds: float) -> float:

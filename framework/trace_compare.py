@@ -56,9 +56,10 @@ class Divergence:
     requests: tuple[list[RequestRecord], list[RequestRecord]]
     labels: tuple[str, str] = ("yours", "reference")
 
-    def table(self) -> str:
+    def table(self, step_name: str = "step") -> str:
         """The differing step as a short text table: one line per request scheduled in either trace, `<` where
-        they differ; then the step-level fields that differ. Steps are numbered from 1, as the figures draw them."""
+        they differ; then the step-level fields that differ. Steps are numbered from 1, as the figures draw them,
+        and called `step_name` (the judge says "engine step")."""
         a, b = ({r.request: r for r in rows} for rows in self.rows)
         order = list(dict.fromkeys([r.request for r in self.rows[1]] + [r.request for r in self.rows[0]]))
         drafts = any(r.drafts for rows in self.rows for r in rows)
@@ -74,7 +75,7 @@ class Divergence:
                            zip(columns, values)) + " " * 4
 
         head = "".join(f"{n:<{w}}" if n == "kind" else f"{n:>{w}}" for n, w in columns) + " " * 4
-        lines = [f"first difference at step {self.step + 1} (trace index {self.step}): {', '.join(self.what)}"
+        lines = [f"first difference at {step_name} {self.step + 1} (trace index {self.step}): {', '.join(self.what)}"
                  + (f"; {' and '.join(ended)} had no such step" if ended else ""),
                  (f"{'':9}{self.labels[0]:<{width}}{self.labels[1]}"),
                  f"{'request':9}{head}{head}".rstrip()]

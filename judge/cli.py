@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--memory", type=int, metavar="MB", help="memory limit of the grading process")
     ap.add_argument("--case", action="append", metavar="NAME", help="run only the cases whose name contains NAME")
     ap.add_argument("--model", metavar="DIR", help="checkpoint for end-to-end cases (default: the embedded model)")
+    ap.add_argument("--trace", metavar="DIR", help="write the step traces of your run and the reference's of each "
+                                                   "case that has them (129, 130, 131, 134) to DIR, for Perfetto")
     ap.add_argument("--grade", action="store_true", help="with list: grade exercises without a current result")
     ap.add_argument("-v", "--verbose", action="store_true", help="always show what your code printed")
     return ap
@@ -58,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _grade_one(ex: Exercise, args, impl: Path | None, isolated: bool = False) -> Report:
     cases = list(args.case) if args.case else None  # only the cases whose names contain these
-    options = {"model": str(Path(args.model).resolve())} if args.model else {}
+    options = {name: str(Path(value).resolve()) for name, value in (("model", args.model), ("trace", args.trace))
+               if value}
     try:
         report = grade(ex, impl, reference=args.reference, time_limit=args.timeout, memory_limit_mb=args.memory,
                        cases=cases, options=options, isolated=isolated, total_limit=args.total_timeout)

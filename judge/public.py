@@ -29,11 +29,14 @@ def _raised(err: dict) -> str:
         (f"\n{err['traceback']}" if err.get("traceback") else "")
 
 
-def replay(session: Session, log: list) -> str | None:
-    """Replay one recorded case to the student's code; None if every answer matches, else the first difference."""
+def replay(session: Session, log: list, answers: list | None = None) -> str | None:
+    """Replay one recorded case to the student's code; None if every answer matches, else the first difference.
+    `answers`, if given, receives (request, the recorded answer, the student's) for each call made."""
     calls: list[str] = []
     for req, want in log:
         got = session.request({k: v for k, v in req.items() if k != "id"})
+        if answers is not None:
+            answers.append((req, want, got))
         calls.append(_described(req))
         problem = _problem(want, got, calls[-1], req)
         if problem:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, Iterator
 
-from . import harness, public, remote, sandbox
+from . import harness, public, remote, sandbox, traces
 from .loader import SetupError, check_api
 from .notebooks import solution_source
 from .registry import ROOT as COURSE_ROOT, Exercise, get_exercise
@@ -132,10 +132,31 @@ def _public_cases(ex: Exercise, missing: ModuleNotFoundError) -> list:
 
 
 def _replayed(log: list, impl: Any) -> None:
-    """A recorded public case, replayed to the student's code."""
-    problem = public.replay(object.__getattribute__(impl, "_session"), log)
+    """A recorded public case, replayed to the student's code; a scheduler's case (129) also as step traces (your
+    run's and the recorded reference's: a public case's input only), with the first differing step's table."""
+    answers: list = []
+    problem = public.replay(object.__getattribute__(impl, "_session"), log, answers)
+    runs = traces.replayed(answers)
+    if runs is not None:
+        traces.offer(runs)
     if problem:
-        raise harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented") else "fail")
+        failure = harness.CaseFailure(problem, kind="not implemented" if problem.startswith("not implemented")
+                                      else "fail")
+        both = runs is not None and runs.yours and len(runs.yours) == len(runs.reference)  # your failing step ran
+        raise traces.with_table(failure, runs, 0) if both and failure.kind == "fail" else failure
+
+
+def _graded(case: harness.Case, impl: Any, ex: Exercise, notes: list[str]) -> CaseResult:
+    """Run one case, then write the step traces it offered where --trace asks (`notes` says where)."""
+    out = harness.run_case(case, impl)
+    try:
+        paths = traces.save(ex, case.name)
+    except OSError as exc:
+        notes.append(f"step traces of {case.name!r} not written: {exc}")
+        return out
+    if paths:
+        notes.append(f"step traces for https://ui.perfetto.dev: {paths[0]}, {', '.join(p.name for p in paths[1:])}")
+    return out
 
 
 def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | None = None, reference: bool = False,
@@ -176,6 +197,7 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
                     report.fatal = f"no case of exercise {ex.id} matches {cases}"
                 return report
             report.results, report.fatal = run.cases(selected)
+            report.notes += run.notes
         except MemoryError:  # the grader's own memory ran out on this submission: it scores 0, the next starts clean
             report.results = _not_run(selected, "not run", "grader memory")
             report.fatal = "the grader ran out of memory while grading this submission"
@@ -206,6 +228,7 @@ class _Run:
         self.time_limit, self.cap = time_limit, cap
         self.worker: WorkerHandle | None = None
         self.capped = 0
+        self.notes: list[str] = []  # where the cases' step traces were written (--trace)
         self.ceiling: int | None = None  # the grader's memory budget for this submission, from its first start
 
     def spawn(self) -> None:
@@ -251,7 +274,7 @@ class _Run:
             w.set_deadline(self.time_limit or case.timeout or self.ex.case_timeout, self.cap)
             t0 = time.perf_counter()
             with harness.grading(ctx):
-                out = harness.run_case(case, RemoteModule(w))
+                out = _graded(case, RemoteModule(w), self.ex, self.notes)
             if w.lost:  # whatever the case made of it, the worker's end is the verdict
                 out = CaseResult(case.name, False, time.perf_counter() - t0, *w.lost)
                 self.stop()
@@ -286,7 +309,7 @@ def grade_inprocess(exercise: int | str | Exercise, impl: Any, *, cases: list[st
                               options=options or {}, exercise=ex)
         with harness.grading(ctx):
             for c in selected:
-                report.results.append(harness.run_case(c, impl))
+                report.results.append(_graded(c, impl, ex, report.notes))
         return report
     finally:
         report.seconds = time.monotonic() - t0

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
+from framework.trace import StepRecord
 from judge.compare import difference
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
+from judge.traces import StepLog, offer, row, step_record, with_table
 from judge.hidden.end_to_end import alone, load_model, random_prompts
 from judge.remote import Driver, learner_failure
 from solutions import engine as ref
@@ -97,6 +100,28 @@ def _fail(step: int, message: str, hint: str = "", **kw: Any) -> CaseFailure:
     return CaseFailure(f"step {step}: {message}", hint=hint or None, **kw)
 
 
+def traced_step(index: int, rec: dict, budget: int, num_blocks: int) -> StepRecord:
+    """A step record of the engine driver as step `index` of a trace. The record names no pool: the blocks in use
+    are those the requests hold (a block shared through the prefix cache counts once per holder)."""
+    after = rec["after"]
+    used = sum(a.get("blocks", 0) for a in after.values())
+    return step_record(index, [row(s["rid"], s["num_computed"], len(s["token_ids"]), s["num_new"],
+                                   len(s["block_table"])) for s in rec["sched"]],
+                       budget, used, num_blocks - used,
+                       finished=sorted(s["rid"] for s in rec["sched"] if after.get(s["rid"], {}).get("finished")))
+
+
+def log_steps(log: StepLog, records: list[dict], side: list[StepRecord], config: EngineConfig) -> None:
+    """Append the step records (those with work) to one side of `log`; a malformed one ends that side."""
+    try:
+        for rec in records:
+            for s in rec["sched"]:  # requests named as they are first scheduled, with their prompt's length
+                log.prompts.setdefault(s["rid"], len(s["token_ids"]) - s["num_outputs"])
+            side.append(traced_step(len(side), rec, config.token_budget, config.num_blocks))
+    except (KeyError, TypeError, ValueError, AttributeError):  # a worker's malformed record: its checks say why
+        pass
+
+
 def completes(s: dict) -> bool:
     return s["num_computed"] + s["num_new"] == len(s["token_ids"])
 
@@ -169,6 +194,8 @@ class Engine:
         self.twin.new_engine(TWIN, *args)
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin
+        self.trace = StepLog({})  # both engines' steps with work, offered to --trace
+        offer(self.trace)
         _ENGINES.append(self)
 
     def params_of(self, rid: str) -> SamplingParams:
@@ -230,20 +257,25 @@ class Engine:
         out. The first difference is raised at the end of the case: the case's own checks, run before, say more about
         what is wrong."""
         got, want = [r for r in got if r.get("sched")], [r for r in want if r.get("sched")]
+        config = EngineConfig(**self.config)
+        log_steps(self.trace, got, self.trace.yours, config)
+        log_steps(self.trace, want, self.trace.reference, config)
         for i, (g, w) in enumerate(zip(got, want)):
             diff = difference(w, g, "record")
             if diff and self.unmatched is None:
                 where, expected, value = diff
-                self.unmatched = CaseFailure(
+                self.unmatched = with_table(CaseFailure(
                     f"engine step {self.twin_steps + i + 1} (counting steps that scheduled something): your engine's "
                     f"step differs from the reference engine's on the same requests, at {where}", field=where,
                     expected=expected, got=value,
-                    hint="the checks of the step passed: compare what it recorded with the statement")
+                    hint="the checks of the step passed: compare what it recorded with the statement"),
+                    self.trace, self.twin_steps + i)
         if len(got) != len(want) and self.unmatched is None:
-            self.unmatched = CaseFailure(
+            self.unmatched = with_table(CaseFailure(
                 f"{call} ran {len(got)} step(s) that scheduled something; the reference engine runs {len(want)} on "
                 "the same requests", hint="generate calls self.step() while self.has_unfinished_requests(); each "
-                                          "step calls self.scheduler.schedule() once")
+                                          "step calls self.scheduler.schedule() once"),
+                self.trace, self.twin_steps + min(len(got), len(want)))
         self.twin_steps += len(want)
 
     # -- the checks of one step

@@ -17,11 +17,12 @@ from typing import Any, Callable, Iterator
 
 from framework.kv_cache_manager import blocks_needed
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
-from judge.drivers.scheduler import (Config, Spec, Workload, World, call_preemption, plan_of, script, snapshot,
-                                    step_world, world_state)
+from judge.drivers.scheduler import (Config, Spec, Workload, World, call_preemption, facts, plan_of, script,
+                                    snapshot, step_world, world_state)
 from judge.drivers.scripted import KV_OPS, departure_message, describe, fields, ids, plan, reads, set_fields
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
+from judge.traces import StepLog, add_step, allocations, offer, scheduler_log, scheduler_step, with_table
 from solutions import preemption as ref_preemption, scheduler as ref
 from solutions.kv_cache_manager import KVCacheManager
 from framework.request import RequestStatus
@@ -137,10 +138,33 @@ HintFn = Callable[[dict[str, Any], Config, Plan, Plan, list[str], list[str]], st
 WORLD = "world"  # the name the scheduler driver keeps a case's world under (one world at a time)
 
 
+def reference_step(want: World, rec: Recorder, log: StepLog) -> tuple[Plan, list[str], dict[str, Any], dict]:
+    """One step of the reference's world: its plan, preemptions and snapshot right after schedule(), and the
+    scripts of its parts' calls during schedule() and the update after it; logged for the trace."""
+    before = snapshot(want)
+    rec.begin()
+    out = want.sched.schedule()
+    plan, pre = plan_of(out)
+    res = {"before": before, "facts": facts(want, out), "after": snapshot(want), "preempted": pre}
+    scheduled = rec.script()
+    want.update(out.scheduled)
+    log.reference.append(scheduler_step(len(log.reference), {**res, "free": want.kv.num_free_blocks}, want.w))
+    return plan, pre, res["after"], {"schedule": scheduled, "update": rec.script()}
+
+
 def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict[str, str] = FIELD_HINTS,
                  name: str = "Scheduler.schedule", max_steps: int = 400) -> CaseFailure | None:
     """None if the learner's scheduler (in the worker, `graded` = "schedule" or "preemption") does what the
-    reference does on `w` at every step, else the failure."""
+    reference does on `w` at every step, else the failure. Both runs' steps are offered as traces (--trace)."""
+    log = scheduler_log(w)
+    try:
+        return _run_lockstep(w, impl, graded, hint, field_hints, name, max_steps, log)
+    finally:
+        offer(log)
+
+
+def _run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict[str, str], name: str,
+                  max_steps: int, log: StepLog) -> CaseFailure | None:
     text = script(w)
     want, rec = reference_world(w)
     try:
@@ -154,17 +178,18 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
         want.arrive(step)
         label = f"engine step {step}"
         where = text + ("\n" + history_text(history) if history else "")
-        rec.begin()
-        exp_out = want.sched.schedule()
-        exp_plan, exp_pre = plan_of(exp_out)
-        exp_after, scheduled = snapshot(want), rec.script()
-        want.update(exp_out.scheduled)
-        res = step_of(step, {"schedule": scheduled, "update": rec.script()})
+        exp_plan, exp_pre, exp_after, recorded = reference_step(want, rec, log)
+        scheduled = recorded["schedule"]
+        res = step_of(step, recorded)
         before = res["before"]
         if "error" in res and "plan" not in res:
             return learner_failure(res["error"], name, where)
+        if "plan" in res:
+            add_step(log.yours, res, w)
         try:  # the checks' failures are shown with the workload and the schedules so far
             if "departure" in res and "plan" not in res:
+                if graded == "schedule":
+                    add_step(log.yours, res, w, scheduled["calls"])
                 raise departure_failure(res["departure"], label, before, w.config, scheduled["calls"],
                                         (exp_plan, exp_pre), hint, graded)
             if "problem" in res:
@@ -191,7 +216,7 @@ def run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dict
             check_blocks(res["blocks"], w.config.num_blocks, label)
         except CaseFailure as f:
             f.input = f.input or where
-            return f
+            return with_table(f, log, step - 1) if len(log.yours) == step else f  # no table without your plan
         history.append((plan, pre))
     if want.pending(max_steps + 1):
         raise AssertionError("course bug: the reference did not finish the workload")
@@ -401,12 +426,7 @@ def departure_failure(dep: dict, label: str, before: dict, c: Config, calls: lis
 def attempted(dep: dict, calls: list[dict]) -> Plan:
     """129: the tokens the learner's schedule was allocating when it departed: the allocations that matched the
     script, then the one that did not."""
-    got = [(x["args"][0], x["args"][1]) for x in calls[:dep["consumed"]]
-           if x["op"] in ("allocate_slots", "allocate_or_preempt") and x["value"]]
-    made = dep["made"]
-    if made["op"] in ("allocate_slots", "allocate_or_preempt"):
-        got.append((made["args"][0], made["args"][1]))
-    return got
+    return [(x["args"][0], x["args"][1]) for x in allocations(dep, calls)]
 
 
 def guess_hint(dep: dict, before: dict, c: Config, calls: list[dict], expected: tuple[Plan, list[str]],

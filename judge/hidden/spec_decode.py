@@ -19,12 +19,14 @@ import torch
 from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
 from framework.spec_decode import SpeculativeConfig, speculating_engine
+from framework.trace import StepTracer
 from judge.drivers import spec_decode as spec_driver
 from judge.drivers.engine import plain_params
-from judge.harness import CaseFailure, Cases
+from judge.harness import CaseFailure, Cases, option
 from judge.hidden.end_to_end import load_model
 from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded
+from judge.traces import TracedEngines, offer, with_table
 from solutions import spec_decode as ref
 from solutions.engine import LLMEngine
 
@@ -206,9 +208,10 @@ def _(impl):
 
 
 def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, Any],
-             speculative: dict[str, Any]) -> dict[str, Any]:
+             speculative: dict[str, Any]) -> tuple[dict[str, Any], StepTracer]:
     """Greedy outputs of the reference engine with speculation, run here, calling the learner's verify_and_update
-    in the worker (the driver's `verify`, on a copy of the request) and taking back the request's new state."""
+    in the worker (the driver's `verify`, on a copy of the request) and taking back the request's new state; and the
+    engine's step trace."""
     drv = Driver(impl, "spec_decode")
 
     class Raised(Exception):
@@ -229,15 +232,18 @@ def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, 
 
     engine = speculating_engine(LLMEngine, verify_and_update)(
         load_model(), EngineConfig(**config, speculative=SpeculativeConfig(**speculative)))
+    tracer = StepTracer(engine)
     try:
         outputs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     except Exception as exc:  # noqa: BLE001 - a StepError caused by the learner's function
         if isinstance(exc.__cause__, Raised):
-            return {"error": exc.__cause__.record}
+            return {"error": exc.__cause__.record}, tracer
         raise
+    finally:
+        tracer.close()
     return {"outputs": [o.outputs[0].token_ids for o in outputs], "num_draft_tokens": engine.num_draft_tokens,
             "num_accepted_tokens": engine.num_accepted_tokens,
-            "free_blocks": engine.kv_cache_manager.num_free_blocks}
+            "free_blocks": engine.kv_cache_manager.num_free_blocks}, tracer
 
 
 @CASES("end to end: greedy with speculation equals without", timeout=120)
@@ -252,15 +258,26 @@ def _(impl):
     speculative = {"num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
     text = (f"SpecDecodeEngine(model, EngineConfig(**{config}, speculative=SpeculativeConfig(**{speculative})))"
             f".generate({prompts}, SamplingParams(max_tokens=12, ignore_eos=True))")
-    got = generate(impl, prompts, 12, config, speculative)
+    got, yours = generate(impl, prompts, 12, config, speculative)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
     plain = LLMEngine(load_model(), EngineConfig(**config))
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))]
+    failure = e2e_failure(got, want, config, text)
+    if failure is not None or option("trace"):  # the reference's speculating run, for the table and --trace
+        runs = TracedEngines(yours, generate(ref, prompts, 12, config, speculative)[1])
+        offer(runs)
+        if failure is not None:
+            raise with_table(failure, runs, 0)
+
+
+def e2e_failure(got: dict[str, Any], want: list[list[int]], config: dict[str, Any], text: str) -> CaseFailure | None:
+    """What is wrong with the speculating engine's run `got`, given the tokens without speculation."""
     for i, (w, g) in enumerate(zip(want, got["outputs"])):
         if w != g:
-            raise CaseFailure(f"request {i}'s tokens differ from the engine's without speculation", input=text,
-                              field=f"output {i}", expected=w, got=g, hint=HINTS["returned"])
+            return CaseFailure(f"request {i}'s tokens differ from the engine's without speculation", input=text,
+                               field=f"output {i}", expected=w, got=g, hint=HINTS["returned"])
     if got["free_blocks"] != config["num_blocks"]:
-        raise CaseFailure("blocks are still held after every request finished", input=text, field="free blocks",
-                          expected=config["num_blocks"], got=got["free_blocks"])
+        return CaseFailure("blocks are still held after every request finished", input=text, field="free blocks",
+                           expected=config["num_blocks"], got=got["free_blocks"])
+    return None

@@ -1,0 +1,120 @@
+"""The judge shows the first step where your run's plan differs from the reference's as a table, and `--trace DIR`
+writes both step traces (framework/trace.py's format): 129 through the command line on a scheduler that puts
+prefill chunks before decodes, 130 and 134 in this process on an engine batching statically and on a
+verify_and_update that advances num_computed_tokens by the drafts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import judge
+from judge import harness, traces
+from judge.cli import main
+from judge.loader import load_file
+from judge.remote import RemoteModule
+from framework.trace import load_trace
+
+from in_process import InProcess
+
+CASES = Path(__file__).parent / "judge_cases"
+TABLE = re.compile(r"first difference at engine step (\d+) \(trace index (\d+)\)")
+
+
+class Recording(InProcess):
+    """The reference's answers to a case's calls, as a student edition records them."""
+
+    def __init__(self, ex, target: dict) -> None:
+        super().__init__(ex, target)
+        self.log: list = []
+
+    def request(self, msg: dict) -> dict:
+        reply = super().request(msg)
+        self.log.append([msg, reply])
+        return reply
+
+
+def traces_of(folder: Path, exercise: int, case: str) -> tuple[list, list]:
+    """The steps of the two traces the judge wrote for `case`, yours then the reference's."""
+    slug = re.sub(r"[^a-z0-9]+", "-", case.lower()).strip("-")
+    return tuple(load_trace(folder / f"{exercise}-{slug}-{side}.json")[0] for side in ("yours", "reference"))
+
+
+def check_written(text: str, folder: Path, exercise: int, case: str) -> int:
+    """The step the table names (from 1), after checking that both traces reach it and say where they are."""
+    step = int(TABLE.search(text)[1])
+    yours, reference = traces_of(folder, exercise, case)
+    assert len(yours) >= step and len(reference) >= step
+    assert f"{folder / f'{exercise}-'}" in text  # the report names the files it wrote
+    return step
+
+
+def test_129_report_names_the_step_and_the_rows_and_trace_writes_both_runs(tmp_path, capsys):
+    case = "decodes first, then prefill chunks, then new requests"
+    wrong = CASES / "scheduler" / "wrong_prefills_before_decodes.py"
+    assert main(["129", "--impl", str(wrong), "--unisolated", "--case", case, "--trace", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    # it first calls allocate_or_preempt for the chunk, where the reference's calls it for the decode: the step's
+    # table shows your plan as far as it got, beside the reference's
+    message = out.split("engine step 1: your code called preemption.allocate_or_preempt(<request chunking>, 12", 1)[1]
+    assert "\n      first difference at engine step 1 (trace index 0): scheduled requests, KV blocks used\n" in message
+    rows = {words[0]: words[1:] for words in map(str.split, message.splitlines()[:7])
+            if words and words[0] in ("decoding", "chunking", "new")}
+    assert rows == {"decoding": ["-", "decode", "1", "1", "<"], "chunking": ["prefill", "12", "5", "prefill", "12", "5"],
+                    "new": ["-", "prefill", "4", "1", "<"]}
+    assert "KV blocks used: yours 6, reference 7" in message
+    assert check_written(out, tmp_path, 129, case) == 1
+    yours, reference = traces_of(tmp_path, 129, case)
+    assert [r["request_id"] for r in yours[0].scheduled] == ["chunking"]
+    assert [r["request_id"] for r in reference[0].scheduled] == ["decoding", "chunking", "new"]
+
+
+def test_the_right_scheduler_gets_no_table_and_no_trace_without_the_option():
+    report = judge.grade_inprocess(129, load_file(CASES / "scheduler" / "right_reference_style.py"),
+                                   cases=["decodes first"])
+    assert report.ok and not report.notes and "first difference" not in report.text()
+
+
+def test_130_twin_mismatch_shows_the_first_differing_plan(tmp_path):
+    case = "a mixed workload: chunks, decodes, admissions and a full cache"
+    report = judge.grade_inprocess(130, load_file(CASES / "inference_loop" / "wrong_static_batching.py"),
+                                   cases=[case], options={"trace": str(tmp_path)})
+    text = report.text()
+    assert "your engine's step differs from the reference engine's" in text
+    step = check_written(text, tmp_path, 130, case)
+    yours, reference = traces_of(tmp_path, 130, case)
+    assert [r["request_id"] for r in yours[step - 1].scheduled] != [r["request_id"] for r in
+                                                                   reference[step - 1].scheduled]
+
+
+def test_134_end_to_end_failure_shows_the_first_differing_plan(tmp_path):
+    case = "end to end: greedy with speculation equals without"
+    report = judge.grade_inprocess(134, load_file(CASES / "spec_decode" / "wrong_num_computed_by_drafts.py"),
+                                   cases=[case], options={"trace": str(tmp_path)})
+    text = report.text()
+    assert "tokens differ from the engine's without speculation\n      first difference at engine step" in text
+    step = check_written(text, tmp_path, 134, case)
+    assert re.search(rf"the plans of engine steps 1\.\.{step - 1} matched", text)
+
+
+def test_a_replayed_public_case_shows_the_table_and_writes_both_traces(tmp_path):
+    """A student edition replays 129's public cases from recorded reference answers: the table and the traces come
+    from those answers and the student's."""
+    ex = judge.get_exercise(129)
+    case = next(c for c in judge.runner._case_list(ex, None) if c.name.startswith("decodes first"))
+    recording = Recording(ex, {"impl_module": ex.reference})
+    assert harness.run_case(case, RemoteModule(recording)).passed
+    wrong = RemoteModule(InProcess(ex, {"impl": str(CASES / "scheduler" / "wrong_prefills_before_decodes.py")}))
+    with harness.grading(harness.Context(options={"trace": str(tmp_path)}, exercise=ex)):
+        with pytest.raises(harness.CaseFailure) as failed:
+            judge.runner._replayed(recording.log, wrong)
+        written = traces.save(ex, case.name)
+    message = str(failed.value)
+    assert "\nfirst difference at engine step 1 (trace index 0): scheduled requests, KV blocks used\n" in message
+    assert "KV blocks used: yours 6, reference 7" in message
+    assert len(written) == 2
+    yours, reference = traces_of(tmp_path, 129, case.name)
+    assert [r["request_id"] for r in yours[0].scheduled] == ["chunking"]
+    assert len(yours) == len(reference) == 1  # the replay stops at the first differing answer
