@@ -325,40 +325,6 @@ class RequestHost(Mirror):
         return self.answer()
 
 
-class EngineHost(RequestHost):
-    """The reference scheduler, KV-cache manager and model runner of one engine under test (exercise 130)."""
-
-    def __init__(self, config: dict, chunks_first: bool = False) -> None:
-        c = self.config = EngineConfig(**config)
-        super().__init__(c.num_blocks, c.block_size, c.enable_prefix_caching, load_model().cfg.vocab_size)
-        self.scheduler = reference("scheduler").Scheduler(self.kv, c.token_budget, c.max_num_seqs,
-                                                          c.enable_chunked_prefill)
-        self.chunks_first, self.runner_cls, self.runner = chunks_first, reference("model_runner").ModelRunner, None
-        self.ops.update(add_request=self.add_request, schedule=self.schedule, finish=self.finish,
-                        execute_model=self.execute_model)
-
-    def schedule(self, state: Any) -> dict:
-        self.apply(state)
-        out = self.scheduler.schedule()
-        if self.chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
-            out.scheduled.sort(key=lambda s: s.completes_prompt)
-        return self.answer(self.plan(out))
-
-    def finish(self, state: Any, name: Any, reason: Any) -> dict:
-        self.apply(state)
-        if type(reason) is not str:
-            raise CallbackRefused("a finish reason that is not a str")
-        self.scheduler.finish(self.request(name), reason[:100])
-        return self.answer()
-
-    def execute_model(self, items: Any) -> Any:
-        c = self.config
-        plain = _items(items, self.max_id, c.num_blocks * c.block_size, c.num_blocks)
-        if self.runner is None:
-            self.runner = self.runner_cls(load_model(), c.num_blocks, c.block_size)
-        return wire.encode(self.runner.execute_model(plain))
-
-
 class KVHost(RequestHost):
     """The reference KV-cache manager of a scheduler world (129, and 131's single calls), and the reference
     preemption (131's answer) for 129's learner scheduler, whose queues are the copies here. `config`: the fields
@@ -441,7 +407,7 @@ class Opener:
     LIMITS = {"num_blocks": 4096, "block_size": 256, "token_budget": MAX_TOKENS, "max_num_seqs": 1024}
 
     def __init__(self) -> None:
-        self.ops = {"engine": self.engine, "engine_loop": self.engine_loop, "kv": self.kv}
+        self.ops = {"engine_loop": self.engine_loop, "kv": self.kv}
         self.opened: deque[int] = deque()
 
     def _open(self, host: Any) -> int:
@@ -461,13 +427,6 @@ class Opener:
         if config["num_blocks"] * config["block_size"] > MAX_TOKENS:
             raise ValueError(f"a KV cache of more than {MAX_TOKENS} tokens")
         return config
-
-    def engine(self, config: Any, chunks_first: Any) -> int:
-        """An EngineHost (exercise 130) for an engine built with EngineConfig(**config)."""
-        if type(chunks_first) is not bool:
-            raise CallbackRefused("chunks_first is not a bool")
-        c = self._config(config, ("enable_chunked_prefill", "enable_prefix_caching"))
-        return self._open(EngineHost(c, chunks_first))
 
     def engine_loop(self, config: Any, fail_at: Any) -> int:
         """An EngineLoopHost (exercise 133) for an engine built with EngineConfig(**config)."""

@@ -71,6 +71,64 @@ def raised(err: dict, name: str, input: str | None = None) -> CaseFailure:
     return failure
 
 
+def call_text(call: list | None) -> str:
+    """A call of the engine on its parts, from the script (judge/drivers/engine.py), as code."""
+    if call is None:
+        return "nothing more"
+    op, args = call[0], call[1:]
+    if op == "execute_model":
+        return f"self.runner.execute_model({short(args[0])})"
+    owner = "self.kv_cache_manager" if op == "free" else "self.scheduler"
+    shown = [f"request {a}" if isinstance(a, str) and a.startswith("#") else repr(a) for a in args[:2]]
+    return f"{owner}.{op}({', '.join(shown)})"
+
+
+FIELD_HINTS = {
+    "num_computed_tokens": "after the forward pass every scheduled request does num_computed_tokens += "
+                           "num_new_tokens, once per step",
+    "output_token_ids": "append exactly one sampled token to request.output_token_ids, only for a request whose "
+                        "pending tokens this step completed",
+    "running": "leave the scheduler's queues to it: self.scheduler.finish(request, reason) retires a request",
+    "waiting": "leave the scheduler's queues to it: the engine adds requests with self.add_request(s)",
+}
+
+
+def departed(k: int, d: dict, where: str, params: SamplingParams | None = None) -> CaseFailure:
+    """Where the learner's engine left the script of the reference engine's calls (judge/drivers/script.py): the
+    same call on a request in another state (`params`: that request's), or another call."""
+    call, want = call_text(d["call"]), call_text(d["expected"])
+    if "field" in d:
+        hint = FIELD_HINTS.get(d["field"], "finish a request only with self.scheduler.finish(request, reason), "
+                                           "when stop_reason(...) returns a reason")
+        if d["field"] == "output_token_ids" and params is not None and params.temperature > 0:
+            hint = (f"this request samples at temperature {params.temperature} with seed {params.seed}: sample with "
+                    "sample_token(row, request.sampling_params, request.generator), its own generator")
+        subject = "the scheduler's queue" if d["request"] == "scheduler" else f"request {d['request']}"
+        return _fail(k, f"when your engine called {call} ({where}), {subject} has {d['field']} {short(d['got'])}; "
+                        f"the reference engine's had {short(d['want'])} at that call", field=d["field"],
+                     expected=d["want"], got=d["got"], hint=hint)
+    ops = (d["call"][0], d["expected"][0] if d["expected"] else None)
+    if ops == ("finish", "finish") and d["call"][1] == d["expected"][1]:
+        return _fail(k, f"request {d['call'][1]} finished with reason {d['call'][2]!r}, expected "
+                        f"{d['expected'][2]!r}", field="reason", expected=d["expected"][2], got=d["call"][2],
+                     hint="pass stop_reason(request, self.eos_token_id, self.tokenizer)'s result to "
+                          "self.scheduler.finish")
+    return _fail(k, f"your engine called {call} ({where}) where the reference engine, on the same requests, called "
+                    f"{want}", hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
+
+
+ORDER_HINTS = {
+    ("schedule", "add_request"): "add every prompt at once (self.add_requests) and step until none is unfinished: "
+                                 "the scheduler admits a waiting request as soon as a running one finishes, while "
+                                 "adding them in groups runs them in groups (static batching)",
+    ("add_request", "schedule"): "add every prompt at once (self.add_requests), then step until none is unfinished",
+    ("schedule", "finish"): "a request is done when stop_reason(request, self.eos_token_id, self.tokenizer) returns "
+                            "a reason: call self.scheduler.finish(request, reason) in that same step",
+    None: "each step: one self.scheduler.schedule(), one self.runner.execute_model(items), then "
+          "self.scheduler.finish(request, reason) for each request that is done, in scheduled order",
+}
+
+
 ITEM_FIELDS = ("token_ids", "num_computed", "block_table", "need_logits")
 ITEM_HINTS = {
     "token_ids": "the next num_new_tokens tokens of request.all_token_ids, starting at num_computed_tokens",
@@ -165,8 +223,8 @@ class Engine:
                                                      "generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine(...)")
-        self.twin = Driver(ref, "engine")  # the reference engine, here, driven the same way
-        self.twin.new_engine(TWIN, *args)
+        self.twin = Driver(ref, "engine")  # the reference engine, here, driven the same way: it records the script
+        self.twin.new_engine(TWIN, *args, record=True)
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin
         _ENGINES.append(self)
@@ -175,18 +233,19 @@ class Engine:
         return self.params[self.arrivals.index(rid)]
 
     def add(self, prompt: list[int], params: SamplingParams) -> str:
-        reply = self.drv.add(ENGINE, prompt, plain_params(params))
+        script = self.twin.add(TWIN, prompt, plain_params(params)).get("_script", [])
+        reply = self.drv.add(ENGINE, prompt, plain_params(params), script)
+        if "departure" in reply:
+            raise self.departed(len(self.log) + 1, reply["departure"], "add_request")
         if "error" in reply:
             raise raised(reply["error"], "add_request", input=f"engine.add_request({prompt}, {params})")
-        self.twin.add(TWIN, prompt, plain_params(params))
         self.params.append(params)
         return reply["request_id"]
 
     def step(self) -> list[dict]:
-        """One learner step, checked; what it returned (plain outputs). The twin steps while the worker does."""
-        pending = self.drv.begin("step", ENGINE)
+        """One learner step, checked, on the script of the twin's step; what it returned (plain outputs)."""
         twin = self.twin.step(TWIN)
-        record = pending()
+        record = self.drv.step(ENGINE, twin.pop("_script", []))
         outs = self.check_step(record)
         self.match([record], [twin], "step")
         return outs
@@ -197,11 +256,12 @@ class Engine:
             (plain_params(params) if params is not None else None)
         self.params += per_prompt(params, len(prompts))
         text = f"engine.generate({prompts!r}, {params!r})"
-        pending = self.drv.begin("generate", ENGINE, [list(p) for p in prompts], wire_params)
-        twin = self.twin.generate(TWIN, [list(p) for p in prompts], wire_params)  # meanwhile
-        reply = pending()
+        twin = self.twin.generate(TWIN, [list(p) for p in prompts], wire_params)
+        reply = self.drv.generate(ENGINE, [list(p) for p in prompts], wire_params, twin.pop("_script", []))
         for record in reply["steps"]:
             self.check_step(record)
+        if "departure" in reply:
+            raise self.departed(len(self.log) + 1, reply["departure"], "LLMEngine.generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine.generate", input=text)
         self.match(reply["steps"], twin["steps"], "generate")
@@ -224,6 +284,10 @@ class Engine:
 
     def final(self) -> dict:
         return self.drv.final(ENGINE)
+
+    def departed(self, k: int, d: dict, where: str) -> CaseFailure:
+        rid = d.get("request")
+        return departed(k, d, where, self.params_of(rid) if rid in self.arrivals else None)
 
     def match(self, got: list[dict], want: list[dict], call: str) -> None:
         """Compare the learner's step records (already checked) with the twin's, steps that scheduled nothing left
@@ -259,8 +323,10 @@ class Engine:
                 self.arrivals.append(rid)
         sched, calls = rec.get("sched", []), rec.get("calls", [])
         self.log.append(sched)
-        for call in calls:  # the items first: wrong ones may have made the runner fail
+        for call in calls:  # the items first: they say more than the departure they made
             check_items(k, sched, call["items"])
+        if "departure" in rec:
+            raise self.departed(k, rec["departure"], "LLMEngine.step")
         if "error" in rec:
             raise raised(rec["error"], "LLMEngine.step")
         if rec.get("schedules") != 1:
