@@ -15,6 +15,7 @@ before in the process.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import asdict, dataclass, field
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Sequence
@@ -26,7 +27,6 @@ from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.crossing import learner_error
 from judge.drivers import keep, kept, load_model
 from judge.drivers.script import Script
-from judge.drivers.stand_ins import plain_runner_item
 from judge.harness import int_values, short
 
 
@@ -55,6 +55,19 @@ def ints(xs: Any) -> list[int]:
     if values is None:
         raise ValueError("not a list of ints")
     return values
+
+
+def plain_runner_item(item: Any) -> list:
+    """An item of `execute_model` as plain values; TypeError (in the learner's code) when it is not one."""
+    try:
+        tokens, num_computed, table, need = item
+    except (TypeError, ValueError):
+        raise TypeError(f"an item is {item!r:.80}; each item is (token_ids, num_computed, block_table, "
+                        "need_logits)") from None
+    tokens, table = int_values(tokens), int_values(table)
+    if tokens is None or table is None or isinstance(num_computed, bool) or not hasattr(num_computed, "__index__"):
+        raise TypeError(f"an item is {item!r:.80}: token_ids and block_table are lists of ints, num_computed an int")
+    return [tokens, operator.index(num_computed), table, bool(need)]
 
 
 def plain_item(item: Any) -> dict:

@@ -24,15 +24,12 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from framework.engine import EngineConfig, StepError
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams, make_generator
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge import drivers, wire
 from judge.crossing import error_record
-from judge.drivers import OPENER, load_model
-from judge.drivers.async_engine import InjectedFailure
-from judge.drivers.engine import BracketTokenizer
+from judge.drivers import OPENER
 from judge.drivers.stand_ins import Mirror
 from judge.practice_finder import PracticeFinder
 from judge.registry import ROOT
@@ -107,7 +104,7 @@ if drivers.channel is drivers.no_channel:  # this is the grader's process: its o
 
 
 MAX_TOKENS = 1 << 16  # tokens of one request, or of one forward pass, a host accepts
-MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it (the model's vocabulary for 130)
+MAX_ID = 1 << 31  # token ids of the scheduler exercises' requests are below it
 _STATUSES = {s.value: s for s in RequestStatus}
 
 
@@ -157,24 +154,6 @@ def _params(value: Any) -> SamplingParams:
     return SamplingParams(**value)
 
 
-def _items(items: Any, max_id: int, max_start: int, num_blocks: int) -> list[tuple]:
-    """The items of a forward pass the stand-ins sent, (token_ids, num_computed, block_table, need_logits): token ids
-    below `max_id`, block ids below `num_blocks`, at most MAX_TOKENS tokens in all."""
-    if not isinstance(items, list) or len(items) > MAX_TOKENS:
-        raise CallbackRefused("items that are not a list")
-    plain = []
-    for it in items:
-        if not isinstance(it, list) or len(it) != 4 or type(it[3]) is not bool:
-            raise CallbackRefused("an item that is not the stand-ins'")
-        plain.append((_ints(it[0], 0, max_id - 1, "an item's token id"), _int(it[1], 0, max_start,
-                                                                               "an item's num_computed"),
-                      _ints(it[2], 0, num_blocks - 1, "an item's block id", num_blocks), it[3]))
-    total = sum(len(tokens) for tokens, *_ in plain)
-    if total > MAX_TOKENS:
-        raise ValueError(f"a forward pass of {total} tokens")
-    return plain
-
-
 def _text(value: Any) -> str | None:
     if value is not None and (type(value) is not str or len(value) > 100):
         raise CallbackRefused("a name or reason that is not a short str")
@@ -190,10 +169,10 @@ class RequestHost(Mirror):
 
     mark = "g"
 
-    def __init__(self, num_blocks: int, block_size: int, prefix: bool, max_id: int = MAX_ID) -> None:
+    def __init__(self, num_blocks: int, block_size: int, prefix: bool) -> None:
         super().__init__()
         self.kv = reference("kv_cache_manager").KVCacheManager(num_blocks, block_size, prefix)
-        self.num_blocks, self.max_id = num_blocks, max_id
+        self.num_blocks = num_blocks
         self.synced_pool: list | None = None
         self.synced_named: dict[str, int] = {}
         self.ops: dict[str, Callable] = {"get_computed_blocks": self.get_computed_blocks,
@@ -210,7 +189,7 @@ class RequestHost(Mirror):
             if not isinstance(rec, list) or len(rec) != 4 or rec[0] in self.requests:
                 raise CallbackRefused("a new request that is not the stand-ins'")
             name, request_id, prompt, params = _text(rec[0]), _text(rec[1]), rec[2], _params(rec[3])
-            prompt = _ints(prompt, 0, self.max_id - 1, f"a prompt token of request {request_id}")
+            prompt = _ints(prompt, 0, MAX_ID - 1, f"a prompt token of request {request_id}")
             if not prompt:
                 raise ValueError(f"request {request_id} has no prompt token")
             r = Request(prompt, params, request_id=request_id, generator=make_generator(params, torch.device("cpu")))
@@ -219,7 +198,7 @@ class RequestHost(Mirror):
             if not isinstance(rec, list) or len(rec) != 9:
                 raise CallbackRefused("a request's state that is not the stand-ins'")
             r = self.request(rec[0])
-            outputs = _ints(rec[2], 0, self.max_id - 1, f"request {r.request_id}: an output token")
+            outputs = _ints(rec[2], 0, MAX_ID - 1, f"request {r.request_id}: an output token")
             table = _ints(rec[3], 0, self.num_blocks - 1, f"request {r.request_id}: a block id", self.num_blocks)
             nc = _int(rec[1], 0, len(r.prompt_token_ids) + len(outputs), f"request {r.request_id}: num_computed_tokens")
             status = _STATUSES.get(rec[4]) if type(rec[4]) is str else None
@@ -351,63 +330,14 @@ class KVHost(RequestHost):
         return self.answer()
 
 
-class EngineLoopHost(RequestHost):
-    """The reference engine of exercise 133's online loop (130's answer, with the reference scheduler, KV-cache
-    manager and runner), stepping copies of the worker's requests: the learner's AsyncLLM drives a stand-in engine
-    (judge/drivers/async_engine.py) whose `step` is this one. The runner raises InjectedFailure at forward pass
-    `fail_at`, so that the step fails as the engine's own would."""
-
-    def __init__(self, config: dict, fail_at: int | None) -> None:
-        class FailingRunner(reference("model_runner").ModelRunner):
-            calls = 0
-
-            def execute_model(self, items):
-                self.calls += 1
-                if self.calls == fail_at:
-                    raise InjectedFailure(f"injected failure at forward pass {fail_at}")
-                return super().execute_model(items)
-
-        engine_cls = type("LLMEngine", (reference("engine").LLMEngine,), {"runner_cls": FailingRunner})
-        self.engine = engine_cls(load_model(), EngineConfig(**config), BracketTokenizer())
-        c = self.engine.config
-        super().__init__(c.num_blocks, c.block_size, c.enable_prefix_caching, load_model().cfg.vocab_size)
-        self.kv, self.scheduler = self.engine.kv_cache_manager, self.engine.scheduler
-        self.ops.update(add_request=self.add_request, step=self.step)
-
-    def step(self, state: Any) -> dict:
-        """{"scheduled": names, "outputs": [[name, new tokens], ...]}, or with "failed": the StepError's message,
-        the names of its requests and its cause."""
-        self.apply(state)
-        scheduled: list[str] = []
-        schedule = self.scheduler.schedule
-
-        def recorded():
-            out = schedule()
-            scheduled.extend(self.name_of(s.request) for s in out.scheduled)
-            return out
-
-        self.scheduler.schedule = recorded
-        names = {r.request_id: n for n, r in self.requests.items()}
-        try:
-            outputs = self.engine.step()
-        except StepError as exc:
-            failed = {"message": str(exc), "names": [names[i] for i in exc.request_ids if i in names],
-                      "cause": str(exc.__cause__)}
-            return self.answer({"scheduled": scheduled, "failed": failed})
-        finally:
-            del self.scheduler.schedule
-        return self.answer({"scheduled": scheduled, "outputs": [[names[o.request_id], list(o.new_token_ids)]
-                                                                for o in outputs]})
-
-
 class Opener:
     """Host 0: makes the hosts the drivers ask for, on configurations checked to be small; the oldest is dropped
-    when MAX_HOSTS are open (a case uses a few at a time: its engines and their twins, a workload's world)."""
+    when MAX_HOSTS are open (a case uses a few at a time: a workload's worlds)."""
 
     LIMITS = {"num_blocks": 4096, "block_size": 256, "token_budget": MAX_TOKENS, "max_num_seqs": 1024}
 
     def __init__(self) -> None:
-        self.ops = {"engine_loop": self.engine_loop, "kv": self.kv}
+        self.ops = {"kv": self.kv}
         self.opened: deque[int] = deque()
 
     def _open(self, host: Any) -> int:
@@ -427,13 +357,6 @@ class Opener:
         if config["num_blocks"] * config["block_size"] > MAX_TOKENS:
             raise ValueError(f"a KV cache of more than {MAX_TOKENS} tokens")
         return config
-
-    def engine_loop(self, config: Any, fail_at: Any) -> int:
-        """An EngineLoopHost (exercise 133) for an engine built with EngineConfig(**config)."""
-        if fail_at is not None and type(fail_at) is not int:
-            raise CallbackRefused("fail_at is not an int")
-        c = self._config(config, ("enable_chunked_prefill", "enable_prefix_caching"))
-        return self._open(EngineLoopHost(c, fail_at))
 
     def kv(self, config: Any) -> int:
         """A KVHost (exercises 129 and 131) for a scheduler world of judge.drivers.scheduler.Config(**config)."""

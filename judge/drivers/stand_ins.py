@@ -1,5 +1,5 @@
 """Public stand-ins for the parts of the course the learner's code calls but that another exercise writes: the
-scheduler (129), the KV-cache manager (125 and 132), preemption (131) and the model runner (126 to 128). They hold
+KV-cache manager (125 and 132) under 129's scheduler, and preemption (131). They hold
 no answer: each call sends plain data to the grader, which runs the reference part there (a host, in
 judge/drivers/hosts.py) and sends back what it did, applied here to the worker's own objects, in place.
 
@@ -20,8 +20,7 @@ from typing import Any
 from framework.kv_cache_manager import blocks_to_allocate
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
-from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
-from judge import wire
+from framework.scheduler import ScheduledRequest, SchedulerOutput
 from judge.drivers import host_call
 from judge.harness import int_values
 
@@ -263,60 +262,6 @@ class RemotePreemption:
         self.link.call("preempt", self.link.name_of(request))
 
 
-class RemoteScheduler(SchedulerBase):
-    """The scheduler, run in the grader: `add_request`, `schedule`, `finish`; `running` and `waiting` hold the
-    requests as the grader's scheduler left them (`preemption`: the module it calls, the learner's for 131)."""
-
-    link: Link
-
-    def __init__(self, kv_cache_manager: Any, token_budget: int = 256, max_num_seqs: int = 16,
-                 enable_chunked_prefill: bool = True) -> None:
-        super().__init__(kv_cache_manager, token_budget, max_num_seqs, enable_chunked_prefill)
-        self.link.scheduler = self
-
-    def add_request(self, request: Request) -> None:
-        self.link.call("add_request", self.link.name_of(request))
-
-    def schedule(self) -> SchedulerOutput:
-        return self.link.output(self.link.call("schedule"))
-
-    def finish(self, request: Request, reason: str) -> None:
-        if not isinstance(reason, str):
-            raise TypeError(f"finish(request, reason): reason is {reason!r:.40}, it must be a str")
-        self.link.call("finish", self.link.name_of(request), reason[:100])
-
-
-class RemoteModelRunner:
-    """The model runner, run in the grader on its paged KV cache: `execute_model(items)` returns the logits."""
-
-    link: Link
-
-    def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
-        self.num_blocks, self.block_size = num_blocks, block_size
-
-    def execute_model(self, items: Any) -> Any:
-        return wire.decode(host_call(self.link.host, "execute_model", [plain_runner_item(it) for it in items]))
-
-
-def plain_runner_item(item: Any) -> list:
-    """An item of `execute_model` as plain values; TypeError (in the learner's code) when it is not one."""
-    try:
-        tokens, num_computed, table, need = item
-    except (TypeError, ValueError):
-        raise TypeError(f"an item is {item!r:.80}; each item is (token_ids, num_computed, block_table, "
-                        "need_logits)") from None
-    tokens, table = int_values(tokens), int_values(table)
-    if tokens is None or table is None or isinstance(num_computed, bool) or not hasattr(num_computed, "__index__"):
-        raise TypeError(f"an item is {item!r:.80}: token_ids and block_table are lists of ints, num_computed an int")
-    return [tokens, operator.index(num_computed), table, bool(need)]
-
-
 def bound(cls: type, link: Link) -> type:
     """`cls` on `link`: a class the framework can build with its usual arguments."""
     return type(cls.__name__.removeprefix("Remote"), (cls,), {"link": link})
-
-
-def engine_parts(host: int) -> tuple[type, type, type]:
-    """(scheduler, KV-cache manager, model runner) classes for `LLMEngineBase`, all on one new link to `host`."""
-    link = Link(host)
-    return bound(RemoteScheduler, link), bound(RemoteKVCacheManager, link), bound(RemoteModelRunner, link)
