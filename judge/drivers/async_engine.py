@@ -26,7 +26,7 @@ import asyncio
 import inspect
 import threading
 import time
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from framework.engine import EngineConfig, LLMEngineBase, RequestOutput
@@ -52,7 +52,7 @@ class ScriptedKVCacheManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
         self.block_size, self.prefix_cache = block_size, None
-        self.block_pool = type("Pool", (), {"num_blocks": num_blocks})()
+        self.block_pool = SimpleNamespace(num_blocks=num_blocks)  # what SchedulerBase.add_request reads
         self.free_ids = list(range(num_blocks))
 
     @property
@@ -73,6 +73,8 @@ class ScriptedKVCacheManager:
 
 
 class ScriptedScheduler(SchedulerBase):
+    """The framework's queues, and the scripted engine's choice of the requests each step runs."""
+
     def run_next(self) -> list[Request]:
         """The requests of the next step: the running ones that have blocks for their tokens, then waiting ones
         in order while a slot and their blocks are free."""
