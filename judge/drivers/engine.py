@@ -82,8 +82,9 @@ def plain_item(item: Any) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # The parts: the reference's, recording the script (in the grader), or fakes replaying it (beside the learner's code)
 
-FIELDS = ("num_computed_tokens", "output_token_ids", "block_table", "status", "finish_reason", "num_cached_tokens",
-          "num_preemptions", "error")  # what the parts read and write of a request
+# What the parts read and write of a request: its sampled tokens are the engine's answer, so only their number
+FIELDS = ("num_computed_tokens", "num_output_tokens", "block_table", "status", "finish_reason", "num_cached_tokens",
+          "num_preemptions", "error")
 QUEUES = "scheduler"  # the name the scheduler's queues go by in a state
 
 
@@ -120,7 +121,7 @@ class Parts:
                              "waiting": [self.name_of(r) for r in s.waiting]}
             elif name in self.requests:
                 r = self.requests[name]
-                out[name] = {f: _plain_field(getattr(r, f, None)) for f in FIELDS}
+                out[name] = {f: _plain_field(_field(r, f)) for f in FIELDS}
         return out
 
     def everything(self) -> list[str]:
@@ -164,6 +165,13 @@ class Parts:
                 _set_fields(self.requests[name], fields)
         self.kv.block_pool.num_free_blocks = entry["free"]
         return entry["value"]
+
+
+def _field(r: Request, f: str) -> Any:
+    if f == "num_output_tokens":
+        outputs = r.output_token_ids
+        return len(outputs) if isinstance(outputs, list) else short(outputs)
+    return getattr(r, f, None)
 
 
 def _plain_field(value: Any) -> Any:

@@ -86,28 +86,27 @@ def call_text(call: list | None) -> str:
 FIELD_HINTS = {
     "num_computed_tokens": "after the forward pass every scheduled request does num_computed_tokens += "
                            "num_new_tokens, once per step",
-    "output_token_ids": "append exactly one sampled token to request.output_token_ids, only for a request whose "
-                        "pending tokens this step completed",
+    "num_output_tokens": "append exactly one sampled token to request.output_token_ids, only for a request whose "
+                         "pending tokens this step completed",
     "running": "leave the scheduler's queues to it: self.scheduler.finish(request, reason) retires a request",
     "waiting": "leave the scheduler's queues to it: the engine adds requests with self.add_request(s)",
 }
 
 
-def departed(k: int, d: dict, where: str, params: SamplingParams | None = None) -> CaseFailure:
+def departed(k: int, d: dict, where: str, rids: list[str] = ()) -> CaseFailure:
     """Where the learner's engine left the script of the reference engine's calls (judge/drivers/script.py): the
-    same call on a request in another state (`params`: that request's), or another call."""
+    same call on a request in another state, another forward pass (`rids`: its requests), or another call."""
     call, want = call_text(d["call"]), call_text(d["expected"])
+    ops = (d["call"][0], d["expected"][0] if d["expected"] else None)
+    if ops == ("execute_model", "execute_model"):
+        return other_items(k, d["call"][1], d["expected"][1], rids)
     if "field" in d:
         hint = FIELD_HINTS.get(d["field"], "finish a request only with self.scheduler.finish(request, reason), "
                                            "when stop_reason(...) returns a reason")
-        if d["field"] == "output_token_ids" and params is not None and params.temperature > 0:
-            hint = (f"this request samples at temperature {params.temperature} with seed {params.seed}: sample with "
-                    "sample_token(row, request.sampling_params, request.generator), its own generator")
         subject = "the scheduler's queue" if d["request"] == "scheduler" else f"request {d['request']}"
         return _fail(k, f"when your engine called {call} ({where}), {subject} has {d['field']} {short(d['got'])}; "
                         f"the reference engine's had {short(d['want'])} at that call", field=d["field"],
                      expected=d["want"], got=d["got"], hint=hint)
-    ops = (d["call"][0], d["expected"][0] if d["expected"] else None)
     if ops == ("finish", "finish") and d["call"][1] == d["expected"][1]:
         return _fail(k, f"request {d['call'][1]} finished with reason {d['call'][2]!r}, expected "
                         f"{d['expected'][2]!r}", field="reason", expected=d["expected"][2], got=d["call"][2],
@@ -115,6 +114,23 @@ def departed(k: int, d: dict, where: str, params: SamplingParams | None = None) 
                           "self.scheduler.finish")
     return _fail(k, f"your engine called {call} ({where}) where the reference engine, on the same requests, called "
                     f"{want}", hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
+
+
+def other_items(k: int, got: list, want: list, rids: list[str]) -> CaseFailure:
+    """The forward pass differs from the reference engine's, though its items match this step's plan: the plan
+    was the same, so the tokens sampled before differ."""
+    for i, (g, w) in enumerate(zip(got, want)):
+        for name, a, b in zip(ITEM_FIELDS, g, w):
+            if a != b:
+                rid = rids[i] if i < len(rids) else f"number {i}"
+                return _fail(k, f"the item of request {rid} has {name} {short(a)}; the reference engine's forward "
+                                f"pass on the same requests has {short(b)}", field=name, expected=b, got=a,
+                             hint="a token sampled at an earlier step differs from the reference engine's: greedy "
+                                  "takes the argmax of the request's row of logits; with temperature > 0, "
+                                  "sample_token(row, request.sampling_params, request.generator) draws it with the "
+                                  "request's own seeded generator")
+    return _fail(k, f"the forward pass carried {len(got)} item(s); the reference engine's on the same requests "
+                    f"carried {len(want)}", hint=ORDER_HINTS[None])
 
 
 ORDER_HINTS = {
@@ -152,7 +168,7 @@ def _advance_hint(before: int, num_new: int, got: int) -> str:
 
 
 def _fail(step: int, message: str, hint: str = "", **kw: Any) -> CaseFailure:
-    return CaseFailure(f"step {step}: {message}", hint=hint or None, **kw)
+    return CaseFailure(f"engine step {step}: {message}", hint=hint or None, **kw)
 
 
 def completes(s: dict) -> bool:
@@ -236,7 +252,7 @@ class Engine:
         script = self.twin.add(TWIN, prompt, plain_params(params)).get("_script", [])
         reply = self.drv.add(ENGINE, prompt, plain_params(params), script)
         if "departure" in reply:
-            raise self.departed(len(self.log) + 1, reply["departure"], "add_request")
+            raise departed(len(self.log) + 1, reply["departure"], "add_request")
         if "error" in reply:
             raise raised(reply["error"], "add_request", input=f"engine.add_request({prompt}, {params})")
         self.params.append(params)
@@ -261,7 +277,7 @@ class Engine:
         for record in reply["steps"]:
             self.check_step(record)
         if "departure" in reply:
-            raise self.departed(len(self.log) + 1, reply["departure"], "LLMEngine.generate")
+            raise departed(len(self.log) + 1, reply["departure"], "LLMEngine.generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine.generate", input=text)
         self.match(reply["steps"], twin["steps"], "generate")
@@ -284,10 +300,6 @@ class Engine:
 
     def final(self) -> dict:
         return self.drv.final(ENGINE)
-
-    def departed(self, k: int, d: dict, where: str) -> CaseFailure:
-        rid = d.get("request")
-        return departed(k, d, where, self.params_of(rid) if rid in self.arrivals else None)
 
     def match(self, got: list[dict], want: list[dict], call: str) -> None:
         """Compare the learner's step records (already checked) with the twin's, steps that scheduled nothing left
@@ -326,7 +338,7 @@ class Engine:
         for call in calls:  # the items first: they say more than the departure they made
             check_items(k, sched, call["items"])
         if "departure" in rec:
-            raise self.departed(k, rec["departure"], "LLMEngine.step")
+            raise departed(k, rec["departure"], "LLMEngine.step", [s["rid"] for s in sched])
         if "error" in rec:
             raise raised(rec["error"], "LLMEngine.step")
         if rec.get("schedules") != 1:
