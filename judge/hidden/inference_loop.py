@@ -12,7 +12,7 @@ reference for the tokens is `mini_llm.generate` run here, each request alone (gr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from framework.sampling import SamplingParams
 from judge.compare import difference
@@ -93,7 +93,7 @@ FIELD_HINTS = {
 }
 
 
-def departed(k: int, d: dict, where: str, rids: list[str] = ()) -> CaseFailure:
+def departed(k: int, d: dict, where: str, rids: Sequence[str] = ()) -> CaseFailure:
     """Where the learner's engine left the script of the reference engine's calls (judge/drivers/script.py): the
     same call on a request in another state, another forward pass (`rids`: its requests), or another call."""
     call, want = call_text(d["call"]), call_text(d["expected"])
@@ -116,7 +116,7 @@ def departed(k: int, d: dict, where: str, rids: list[str] = ()) -> CaseFailure:
                     f"{want}", hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
 
 
-def other_items(k: int, got: list, want: list, rids: list[str]) -> CaseFailure:
+def other_items(k: int, got: list, want: list, rids: Sequence[str]) -> CaseFailure:
     """The forward pass differs from the reference engine's, though its items match this step's plan: the plan
     was the same, so the tokens sampled before differ."""
     for i, (g, w) in enumerate(zip(got, want)):
