@@ -39,8 +39,10 @@ from judge.harness import short
 
 READ_TIMEOUT = 3.0  # seconds a consumer waits for its stream's next output before calling it hung
 TIMELINE = ("steps", "aborts", "idle")  # the facts that say when the loop stepped
-STEP_SECONDS = 0.02  # what a step of the scripted engine lasts, as a forward pass would: the schedule's events
+STEP_SECONDS = 0.05  # what a step of the scripted engine lasts, as a forward pass would: the schedule's events
 # (an abort, a new request, a consumer that leaves) happen while requests decode, not after they all finished
+STEP_START = 0.01  # of which before the step counts as started: what the event loop does as a step begins (the
+# consumer woken by the last outputs, the abort it asks for) comes first, whatever the threads' timing
 
 
 class InjectedFailure(RuntimeError):
@@ -133,15 +135,16 @@ class ScriptedEngine(LLMEngineBase):
     def step(self) -> list[RequestOutput]:
         self._touch("step")
         record = {"thread": threading.get_ident(), "scheduled": [], "failed": False}
-        self.steps.append(record)
         self.in_step, self.step_thread = True, threading.get_ident()
         try:
+            time.sleep(STEP_START)
+            self.steps.append(record)
             scheduled = self.scheduler.run_next()
             record["scheduled"] = [self.names.get(r.request_id, "?") for r in scheduled]
             if not scheduled:
                 return []
             self.passes += 1
-            time.sleep(STEP_SECONDS)
+            time.sleep(STEP_SECONDS - STEP_START)
             if self.passes == self.fail_at:
                 error = InjectedFailure(f"injected failure at forward pass {self.fail_at}")
                 raise self.fail_step(scheduled, error) from error
