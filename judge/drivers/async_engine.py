@@ -39,7 +39,7 @@ from judge.harness import short
 
 READ_TIMEOUT = 3.0  # seconds a consumer waits for its stream's next output before calling it hung
 TIMELINE = ("steps", "aborts", "idle")  # the facts that say when the loop stepped
-STEP_SECONDS = 0.05  # what a step of the scripted engine lasts, as a forward pass would: the schedule's events
+STEP_SECONDS = 0.02  # what a step of the scripted engine lasts, as a forward pass would: the schedule's events
 # (an abort, a new request, a consumer that leaves) happen while requests decode, not after they all finished
 STEP_START = 0.01  # of which before the step counts as started: what the event loop does as a step begins (the
 # consumer woken by the last outputs, the abort it asks for) comes first, whatever the threads' timing
