@@ -120,8 +120,9 @@ class ScriptedEngine(LLMEngineBase):
 
     def add_request(self, prompt_token_ids, params=None):
         self._touch("add_request")
+        name = self.next_names.pop(0) if self.next_names else None  # a refused request takes its name too
         request = super().add_request(prompt_token_ids, params)
-        self.names[request.request_id] = self.next_names.pop(0) if self.next_names else request.request_id
+        self.names[request.request_id] = name or request.request_id
         return request
 
     def abort_requests(self, requests, reason="abort"):
