@@ -53,8 +53,8 @@ class Exercise:
     case_timeout: float = 20.0  # default seconds per case (a case may set its own); `time_limit=` overrides
     memory_limit_mb: int = 4096  # address-space limit of the grading process
     total_timeout: float = 600.0  # seconds for one submission, all cases together (the rest are not run)
-    # the references of the parts the learner's code calls (other exercises' answers), run in the grader
-    # (judge/drivers/hosts.py); in a student edition without one, the student's practice module of that name
+    # the references of the parts the learner's code calls (other exercises' answers), run in the grader to record
+    # their scripts; in a student edition without one, the student's practice module of that name
     part_references: tuple[str, ...] = ()
     # the cases that run those parts where not all of them do, e.g. "its end-to-end case" ("": every case)
     parts_run_by: str = ""

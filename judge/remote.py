@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import sys
 from typing import Any, Callable
 
 from . import crossing, drivers, wire
@@ -17,13 +16,10 @@ from .registry import ROOT, load_exercises
 
 
 def forget() -> None:
-    """Drop the classes made for what a submission's worker sent, and the parts the grader ran for its stand-ins
-    (the runner calls it after each submission)."""
+    """Drop the classes made for what a submission's worker sent, and the objects its drivers kept (the runner
+    calls it after each submission)."""
     crossing.forget()
     drivers.forget()
-    hosts = sys.modules.get("judge.drivers.hosts")  # loaded only where a submission used them (it imports torch)
-    if hosts is not None:
-        hosts.forget()
 
 
 class Session:
@@ -78,7 +74,6 @@ class Driver:
     def begin(self, fn: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
         """Start `fn`; the function returned waits for its answer (the grader works meanwhile)."""
         if not isinstance(self._impl, RemoteModule):  # code of this process: the driver's function called here
-            from .drivers import hosts  # noqa: F401 - its stand-ins call the hosts directly
             value = getattr(importlib.import_module(f"judge.drivers.{self._name}"), fn)(self._impl, *args, **kwargs)
             return lambda: value
         session = object.__getattribute__(self._impl, "_session")

@@ -171,8 +171,8 @@ def missing_references(ex: Exercise, root: Path = ROOT) -> list[str]:
 
 
 def course_binds(root: Path = ROOT) -> list[str]:
-    """What a student receives, in /course: no reference, whatever the exercise (the parts it runs on are the
-    grader's, judge/drivers/hosts.py)."""
+    """What a student receives, in /course: no reference, whatever the exercise (the parts it runs on run in the
+    grader, which sends their scripts)."""
     args = ["--dir", COURSE]
     for rel in visible_files(root):
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]

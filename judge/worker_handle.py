@@ -27,7 +27,6 @@ KEEP_OUTPUT = 1500  # bytes kept from the start and from the end of the learner'
 GRADER_MEMORY_MB = 768  # growth of the grader's resident memory one submission may cause
 ENDS_SUBMISSION = ("protocol", "grader memory")  # verdicts after which the submission's other cases are not run
 WALL_FACTOR = 4  # a case's wall-clock bound, in multiples of its CPU limit (a loop that sleeps or blocks uses none)
-MAX_CALLBACK_DEPTH = 4  # callbacks served while serving one (a host calling the learner's code, which calls back)
 _POLL = 0.05  # seconds between checks of the deadline and of the process while nothing arrives
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -125,7 +124,6 @@ class WorkerHandle(Session):
         self.buf = bytearray()
         self.pending: dict[int, dict | None] = {}  # ids sent -> their reply, None while not there
         self.next_id = 0
-        self.callback_depth = 0
         self.tmp = sandbox.private_tmp("worker")
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
@@ -174,8 +172,6 @@ class WorkerHandle(Session):
         msg = self._read_message()
         rid = msg.get("id")
         awaited = type(rid) is int and rid in self.pending and self.pending[rid] is None
-        if msg.get("t") == "callback" and awaited:
-            return self._serve_callback(msg)
         if msg.get("t") != "reply" or not awaited:
             raise self.violation(f"a message the grader did not ask for ({_describe(msg)})")
         problem = wire.reply_problem(msg)
@@ -184,22 +180,6 @@ class WorkerHandle(Session):
         if not msg["ok"]:
             msg["error"] = crossing.received_error(msg["error"])
         self.pending[rid] = msg
-
-    def _serve_callback(self, msg: dict) -> None:
-        """Answer a stand-in's call of a part the grader runs; a malformed one is a violation."""
-        from .drivers.hosts import CallbackRefused, serve_callback
-
-        if self.callback_depth >= MAX_CALLBACK_DEPTH:
-            raise self.violation(f"callbacks nested more than {MAX_CALLBACK_DEPTH} deep")
-        self.callback_depth += 1
-        try:
-            answer = serve_callback(msg.get("host"), msg.get("name"), msg.get("args"),  # JSON, checked by the host
-                                    self.ex.part_references)
-        except CallbackRefused as err:
-            raise self.violation(f"a call of the judge's parts it does not serve ({wire.cut(str(err), 200)})") from None
-        finally:
-            self.callback_depth -= 1
-        self._write({"t": "answer", **answer})
 
     def ready(self, import_limit: float, cap: float | None = None) -> "WorkerHandle":
         """This worker once the learner's module is imported (within `import_limit` seconds of the worker's own

@@ -10,12 +10,11 @@ import json
 import os
 import resource
 import sys
-import threading
 from contextlib import suppress
 from typing import Any, Iterator
 
 import judge
-from judge import drivers, harness, wire
+from judge import harness, wire
 from judge.crossing import learner_error
 from judge.loader import SetupError, check_api, load_file
 from judge.practice_finder import PracticeFinder
@@ -42,8 +41,6 @@ class Worker:
         self.cfg, self.send, self.read = cfg, send, read  # read(): the next request line, b"" at the end
         self.module: Any = None
         self.learner_file: str | None = None
-        self.serving: list[Any] = []  # ids of the requests being answered, the innermost last
-        self.lock = threading.RLock()  # one callback on the pipes at a time (the learner's code may use threads)
 
     def load(self) -> None:
         ex = get_exercise(self.cfg["exercise"])
@@ -95,31 +92,12 @@ class Worker:
             self.answer(req)
 
     def answer(self, req: dict) -> None:
-        self.serving.append(req.get("id"))
-        try:
-            reply = self.handle(req)
-        finally:
-            self.serving.pop()
+        reply = self.handle(req)
         reply.update(t="reply", id=req.get("id"))
         try:
             self.send(reply)
         except (TypeError, ValueError) as exc:  # a value the encoder refused
             self.send({**_cannot_grade(exc), "t": "reply", "id": req.get("id")})
-
-    def callback(self, host: int, name: str, args: list) -> dict:
-        """Ask the grader to run `name` of its host `host` (the parts of the course that run there, see
-        judge/drivers/stand_ins.py) while it waits for the reply to the request being answered; its answer,
-        {"value": ...} or {"error": ...}. A request the grader sends meanwhile (the host calling the learner's
-        code back) is answered first."""
-        with self.lock:
-            if not self.serving:
-                raise RuntimeError("the judge's parts can be called only while the judge runs your code")
-            self.send({"t": "callback", "id": self.serving[-1], "host": host, "name": name, "args": args})
-            for msg in self.messages():
-                if msg.get("t") == "answer":
-                    return msg
-                self.answer(msg)
-            raise EOFError("the grader closed the request pipe")
 
 
 def main() -> None:
@@ -142,7 +120,6 @@ def main() -> None:
     send({"t": "hello"})  # nothing of the learner's has run yet
 
     worker = Worker(cfg, send, requests.readline)
-    drivers.channel = worker.callback  # the stand-ins reach the grader's parts through this process's pipes
     ctx = harness.Context(options=cfg.get("options") or {}, memory_mb=cfg.get("memory_mb"))
     with harness.grading(ctx):
         worker.load()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 from judge import wire
-from judge.drivers import hosts  # noqa: F401 - the stand-ins' callbacks are served in this process
 from judge.worker_main import Worker
 from judge.remote import Session
 

@@ -73,31 +73,39 @@ def test_correct_version_is_accepted(ex, path, model_dir):
     assert report.ok, report.text()
 
 
-def test_130_grades_step_and_generate_on_reference_components(model_dir):
+def test_130_grades_step_and_generate_on_a_script_of_the_references(model_dir):
     """A learner whose other practice files are still stubs is graded on 130 alone: the engine under test calls
-    stand-ins whose work the reference scheduler, KV-cache manager and runner do in the grader (the host), not
-    practice/'s."""
-    report = judge.grade_inprocess(130, load_file(FIXTURES[130] / "right_reference_style.py"),
-                                   cases=["several requests"], options={"model": model_dir})
+    fakes that replay what the reference scheduler, KV-cache manager and runner did in the grader (a script), not
+    practice/'s, and nothing else; the first call that differs from the script ends the run (a departure)."""
+    right = load_file(FIXTURES[130] / "right_reference_style.py")
+    report = judge.grade_inprocess(130, right, cases=["several requests"], options={"model": model_dir})
     assert report.ok, report.text()
     from judge import drivers
-    from judge.drivers import engine as engine_driver, hosts, stand_ins
+    from judge.drivers import engine as engine_driver
+    from solutions import engine as ref
     from solutions.kv_cache_manager import KVCacheManager
     from solutions.model_runner import ModelRunner
     from solutions.scheduler import Scheduler
 
-    assert engine_driver.new_engine(load_file(FIXTURES[130] / "right_reference_style.py"), "engine",
-                                    {"num_blocks": 8, "block_size": 4}, None) == {}
-    engine = drivers.kept("engine").engine
-    assert isinstance(engine.scheduler, stand_ins.RemoteScheduler)
-    assert isinstance(engine.runner, stand_ins.RemoteModelRunner)
-    assert isinstance(engine.kv_cache_manager, stand_ins.RemoteKVCacheManager)
-    host = hosts._hosts[engine.scheduler.link.host]  # the grader's side (here, in this process)
-    assert type(host.scheduler) is Scheduler and type(host.kv) is KVCacheManager
-    engine.add_request([1, 2, 3, 4, 5], engine_driver.params_of({"max_tokens": 2}))
-    engine.step()
-    assert isinstance(host.runner, ModelRunner) and host.kv.num_free_blocks == 8 - 2
+    config = {"num_blocks": 8, "block_size": 4}
+    assert engine_driver.new_engine(ref, "twin", config, None, record=True) == {}
+    assert engine_driver.new_engine(right, "engine", config, None) == {}
+    twin, engine = drivers.kept("twin").engine, drivers.kept("engine").engine
+    assert isinstance(twin.scheduler, Scheduler) and isinstance(twin.kv_cache_manager, KVCacheManager)
+    assert isinstance(twin.runner, ModelRunner)
+    assert not any(isinstance(part, (Scheduler, KVCacheManager, ModelRunner))
+                   for part in (engine.scheduler, engine.kv_cache_manager, engine.runner))
+    script = engine_driver.add(ref, "twin", [1, 2, 3, 4, 5], {"max_tokens": 2})["_script"]
+    assert [entry["call"][0] for entry in script] == ["add_request"]
+    assert engine_driver.add(right, "engine", [1, 2, 3, 4, 5], {"max_tokens": 2}, script) == {"request_id": "#0"}
+    step = engine_driver.step(ref, "twin")["_script"]
+    assert [entry["call"][0] for entry in step] == ["schedule", "execute_model"]
+    assert "departure" not in engine_driver.step(right, "engine", step)
     assert engine.kv_cache_manager.num_free_blocks == 6 and engine.scheduler.running[0].block_table == [0, 1]
+    assert engine.scheduler.running[0].output_token_ids == twin.scheduler.running[0].output_token_ids
+    again = engine_driver.step(right, "engine", step)  # the first step's script again: #0 has moved on since
+    assert again["departure"] == {"call": ["schedule"], "expected": ["schedule"], "request": "#0",
+                                  "field": "num_computed_tokens", "want": 0, "got": 5}, again
 
 
 def test_130_step_only_without_generate_names_generate(model_dir):

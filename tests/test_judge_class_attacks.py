@@ -9,8 +9,8 @@ any line of the reference and of the hidden inputs the recording submission prin
 side go through `nbgrader autograde` with a 2 GB limit too: each exported with its honest part, the feedback
 bounded. Also: the grader's memory budget stops a submission and the next one starts clean; a non-editable install
 is refused before anything runs; no worker holds a reference (a 130 engine that searches its sandbox's disk and
-memory finds none, no exercise's worker can import `solutions`, the sandbox binds none), and a callback the stand-ins
-never send (or one asking for a part that runs the graded exercise's own answer) is the protocol verdict.
+memory finds none, no exercise's worker can import `solutions`, the sandbox binds none), and a message the grader
+did not ask for (a call of its parts: the worker never calls the grader) is the protocol verdict.
 
 The CLI part needs bubblewrap; it is skipped, saying so, only where it cannot run (CI installs it).
 """
@@ -284,12 +284,12 @@ def test_no_solutions_module_is_importable_in_the_isolated_worker(ex_id, tmp_pat
     assert "does not define" in (report.fatal or ""), report.text()
 
 
-@pytest.mark.parametrize("kind", ["host", "operation", "arguments", "state", "oracle"])
-def test_a_forged_callback_is_the_protocol_verdict(kind, tmp_path):
-    """A step that calls the grader's parts as the stand-ins never do (no such host or operation, arguments of
-    the wrong kinds, a part that runs 130's own answer) ends its submission with `protocol`."""
-    forged = tmp_path / f"forged_{kind}.py"
-    forged.write_text((ATTACKS / "exercise_130" / "forged_callbacks.py").read_text())
+@pytest.mark.parametrize("kind", ["callback", "reply"])
+def test_a_message_the_grader_did_not_ask_for_is_the_protocol_verdict(kind, tmp_path):
+    """The worker never calls the grader: a step that writes on its reply pipe a call of the grader's parts, or a
+    reply to a request never sent, ends its submission with `protocol`."""
+    forged = tmp_path / f"unasked_{kind}.py"
+    forged.write_text((ATTACKS / "exercise_130" / "unasked_message.py").read_text())
     report = judge.grade(130, forged, cases=["one request: step by step", "several requests"], time_limit=20)
     assert [r.verdict for r in report.results] == ["protocol", "not run"], report.text()
 

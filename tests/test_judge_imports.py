@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADER = {"judge.runner", "judge.worker_handle", "judge.remote", "judge.public", "judge.edition", "judge.cli",
-          "judge.nbgrading", "judge.sandbox", "judge.drivers.hosts"}
+          "judge.nbgrading", "judge.sandbox"}
 
 
 def modules() -> dict[str, Path]:

@@ -1,5 +1,12 @@
-"""Driver of exercise 133 (the online loop): the learner's `AsyncLLM` around a stand-in engine whose `step` and
-parts the grader runs (judge/drivers/hosts.py, EngineLoopHost), on a scripted arrival schedule, in one event loop.
+"""Driver of exercise 133 (the online loop): the learner's `AsyncLLM` around an engine that replays a script, on a
+scripted arrival schedule, in one event loop.
+
+The script is what the reference engine generates for each request of the schedule (its tokens, and why it
+finished), recorded by the grader and sent with the call; the engine here (`ScriptedEngine`) holds no model pass
+nor sampling: each step gives every request it runs its next recorded token. It is the framework's engine shell
+(adding, aborting, failing a step, outputs) with fakes for its scheduler (running requests first, then waiting
+ones while `max_num_seqs` and the blocks allow) and its KV-cache manager (enough blocks for a running request's
+tokens, given back when it is freed), so the worker never calls the grader.
 
 `run_schedule` plays the grader's events (add a request and start a consumer of its stream, which reads all of it or
 some outputs and then closes the stream or is cancelled; wait for a consumer's outputs; abort; wait for every
@@ -19,82 +26,145 @@ import asyncio
 import inspect
 import threading
 import time
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from framework.engine import EngineConfig, LLMEngineBase, StepError
+from framework.engine import EngineConfig, LLMEngineBase, RequestOutput
+from framework.request import Request, RequestStatus
+from framework.scheduler import SchedulerBase
 from judge.crossing import learner_error
-from judge.drivers import OPENER, host_call, load_model
+from judge.drivers import load_model
 from judge.drivers.engine import BracketTokenizer, ints, params_of
 from judge.harness import short
 
 READ_TIMEOUT = 3.0  # seconds a consumer waits for its stream's next output before calling it hung
 TIMELINE = ("steps", "aborts", "idle")  # the facts that say when the loop stepped
+STEP_SECONDS = 0.02  # what a step of the scripted engine lasts, as a forward pass would: the schedule's events
+# (an abort, a new request, a consumer that leaves) happen while requests decode, not after they all finished
+STEP_START = 0.01  # of which before the step counts as started: what the event loop does as a step begins (the
+# consumer woken by the last outputs, the abort it asks for) comes first, whatever the threads' timing
 
 
 class InjectedFailure(RuntimeError):
-    """What the runner raises at the scheduled forward pass (a failing step)."""
+    """What the forward pass raises at the scheduled step (a failing step)."""
 
 
-def _engine_class(host: int) -> type:
-    """An engine whose scheduler, KV-cache manager and `step` are the grader's (judge/drivers/hosts.py,
-    EngineLoopHost: the reference engine, run there on copies of these requests), recording every call."""
-    from judge.drivers.stand_ins import engine_parts
+class ScriptedKVCacheManager:
+    """Blocks for the scripted engine: a running request holds enough for its tokens; `free` gives them back."""
 
-    scheduler, kv_manager, runner = engine_parts(host)
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+        self.block_size, self.prefix_cache = block_size, None
+        self.block_pool = SimpleNamespace(num_blocks=num_blocks)  # what SchedulerBase.add_request reads
+        self.free_ids = list(range(num_blocks))
 
-    class Recorded(LLMEngineBase):
-        scheduler_cls, kv_cache_manager_cls, runner_cls = scheduler, kv_manager, runner
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_ids)
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.steps: list[dict] = []
-            self.names: dict[str, str] = {}  # engine request id -> the schedule's name
-            self.next_names: list[str] = []  # the names of the requests the schedule is adding, in order
-            self.in_step, self.step_thread = False, None
-            self.touched_in_step: list[str] = []  # engine calls made while a step ran (in another thread)
-            self.calls = 0  # every engine call the loop made: step, add_request, has_unfinished_requests, ...
+    def grow(self, request: Request) -> bool:
+        """Blocks for every token of `request`; False (and none taken) when too few are free."""
+        need = -(-request.num_tokens // self.block_size) - len(request.block_table)
+        if need > len(self.free_ids):
+            return False
+        request.block_table.extend(self.free_ids.pop() for _ in range(max(need, 0)))
+        return True
 
-        def _touch(self, what: str) -> None:
-            self.calls += 1
-            if self.in_step and threading.get_ident() != self.step_thread:
-                self.touched_in_step.append(what)
+    def free(self, request: Request) -> None:
+        self.free_ids.extend(request.block_table)
+        request.block_table.clear()
 
-        def add_request(self, prompt_token_ids, params=None):
-            self._touch("add_request")
-            request = super().add_request(prompt_token_ids, params)
-            self.names[request.request_id] = self.next_names.pop(0) if self.next_names else request.request_id
-            return request
 
-        def abort_requests(self, requests, reason="abort"):
-            self._touch("abort_requests")
-            return super().abort_requests(requests, reason)
+class ScriptedScheduler(SchedulerBase):
+    """The framework's queues, and the scripted engine's choice of the requests each step runs."""
 
-        def has_unfinished_requests(self) -> bool:
-            self._touch("has_unfinished_requests")
-            return super().has_unfinished_requests()
+    def run_next(self) -> list[Request]:
+        """The requests of the next step: the running ones that have blocks for their tokens, then waiting ones
+        in order while a slot and their blocks are free."""
+        scheduled = [r for r in self.running if self.kv.grow(r)]
+        while self.waiting and len(self.running) < self.max_num_seqs and self.kv.grow(self.waiting[0]):
+            request = self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            scheduled.append(request)
+        return scheduled
 
-        def step(self):
-            self._touch("step")
-            record = {"thread": threading.get_ident(), "scheduled": [], "failed": False}
+
+class NoRunner:
+    """The scripted engine runs no model."""
+
+    def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
+        pass
+
+
+class ScriptedEngine(LLMEngineBase):
+    """The engine the learner's loop drives: each step replays the recorded tokens of the requests it runs (the
+    forward pass number `fail_at` raises InjectedFailure, and the step fails as the engine's own would), and
+    every call is recorded."""
+
+    scheduler_cls, kv_cache_manager_cls, runner_cls = ScriptedScheduler, ScriptedKVCacheManager, NoRunner
+
+    def __init__(self, model: Any, config: EngineConfig, script: dict[str, list], fail_at: int | None) -> None:
+        super().__init__(model, config, BracketTokenizer())
+        self.script, self.fail_at, self.passes = script, fail_at, 0  # name -> [tokens, finish reason]
+        self.steps: list[dict] = []
+        self.names: dict[str, str] = {}  # engine request id -> the schedule's name
+        self.next_names: list[str] = []  # the names of the requests the schedule is adding, in order
+        self.in_step, self.step_thread = False, None
+        self.touched_in_step: list[str] = []  # engine calls made while a step ran (in another thread)
+        self.calls = 0  # every engine call the loop made: step, add_request, has_unfinished_requests, ...
+
+    def _touch(self, what: str) -> None:
+        self.calls += 1
+        if self.in_step and threading.get_ident() != self.step_thread:
+            self.touched_in_step.append(what)
+
+    def add_request(self, prompt_token_ids, params=None):
+        self._touch("add_request")
+        name = self.next_names.pop(0) if self.next_names else None  # a refused request takes its name too
+        request = super().add_request(prompt_token_ids, params)
+        self.names[request.request_id] = name or request.request_id
+        return request
+
+    def abort_requests(self, requests, reason="abort"):
+        self._touch("abort_requests")
+        return super().abort_requests(requests, reason)
+
+    def has_unfinished_requests(self) -> bool:
+        self._touch("has_unfinished_requests")
+        return super().has_unfinished_requests()
+
+    def step(self) -> list[RequestOutput]:
+        self._touch("step")
+        record = {"thread": threading.get_ident(), "scheduled": [], "failed": False}
+        self.in_step, self.step_thread = True, threading.get_ident()
+        try:
+            time.sleep(STEP_START)
             self.steps.append(record)
-            self.in_step, self.step_thread = True, threading.get_ident()
-            link = self.scheduler.link
-            try:
-                result = link.call("step")
-                record["scheduled"] = [self.names.get(link.requests[n].request_id, "?") for n in result["scheduled"]]
-                if "failed" in result:
-                    failed = result["failed"]
-                    raise StepError(failed["message"], [link.requests[n].request_id for n in failed["names"]]) \
-                        from InjectedFailure(failed["cause"])
-                return [self.make_output(link.requests[n], tokens) for n, tokens in result["outputs"]]
-            except BaseException:
-                record["failed"] = True
-                raise
-            finally:
-                self.in_step = False
+            scheduled = self.scheduler.run_next()
+            record["scheduled"] = [self.names.get(r.request_id, "?") for r in scheduled]
+            if not scheduled:
+                return []
+            self.passes += 1
+            time.sleep(STEP_SECONDS - STEP_START)
+            if self.passes == self.fail_at:
+                error = InjectedFailure(f"injected failure at forward pass {self.fail_at}")
+                raise self.fail_step(scheduled, error) from error
+            return [self.replay(r) for r in scheduled]
+        except BaseException:
+            record["failed"] = True
+            raise
+        finally:
+            self.in_step = False
 
-    return Recorded
+    def replay(self, request: Request) -> RequestOutput:
+        """The request's next recorded token, appended; finished with the recorded reason after its last."""
+        tokens, reason = self.script[self.names.get(request.request_id, "?")]
+        token = tokens[len(request.output_token_ids)]
+        request.num_computed_tokens = request.num_tokens
+        request.output_token_ids.append(token)
+        if len(request.output_token_ids) == len(tokens):
+            self.scheduler.finish(request, reason)
+        return self.make_output(request, [token])
 
 
 def plain_stream_output(o: Any) -> dict:
@@ -213,17 +283,13 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
 
 
 def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: int | None = None,
-                 time_limit: float = 30.0, timeline: bool = True) -> dict:
-    """Play `events` on the learner's AsyncLLM around a fresh reference engine (EngineConfig(**config), the
-    bracket tokenizer); the runner raises at forward pass number `fail_at`. What happened, as plain data (the
-    timeline as diagnostics unless `timeline`)."""
+                 time_limit: float = 30.0, timeline: bool = True, script: dict[str, list] | None = None) -> dict:
+    """Play `events` on the learner's AsyncLLM around a fresh engine (EngineConfig(**config), the bracket
+    tokenizer) replaying `script` (request name -> [its tokens, its finish reason]); forward pass number `fail_at`
+    raises. What happened, as plain data (the timeline as diagnostics unless `timeline`)."""
     if not isinstance(getattr(impl, "AsyncLLM", None), type):
         return {"problem": "AsyncLLM must be a class, as in the starter file"}
-    c = EngineConfig(**config)
-    sizes = ("num_blocks", "block_size", "token_budget", "max_num_seqs", "enable_chunked_prefill",
-             "enable_prefix_caching")
-    host = host_call(OPENER, "engine_loop", {k: getattr(c, k) for k in sizes}, fail_at)
-    engine = _engine_class(host)(load_model(), c, BracketTokenizer())
+    engine = ScriptedEngine(load_model(), EngineConfig(**config), script or {}, fail_at)
     try:
         played = asyncio.run(asyncio.wait_for(_play(impl, engine, events), time_limit))
     except TimeoutError:

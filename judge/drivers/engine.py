@@ -1,26 +1,32 @@
-"""Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on stand-ins for the
-scheduler, KV-cache manager and model runner (judge/drivers/stand_ins.py), each recording what it was asked.
+"""Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on fakes of the
+scheduler, KV-cache manager and model runner that replay a script (judge/drivers/script.py), each recording what it
+was asked.
 
-The grader builds an engine here (`new_engine`, kept under a name it chooses), adds requests, steps it or calls its
-`generate`, and receives one record per step: what the scheduler scheduled (each request as it was before the step
-ran), the items of every `execute_model` call and the greedy token of each row of logits it returned, what `step`
-returned, and every request's state after the step. Nothing here decides a verdict (judge/hidden/inference_loop.py
+The grader runs the reference engine first, through this same driver on its own parts (`new_engine(...,
+record=True)`): their state-changing calls, with what they read, did and returned, are the script it sends with the
+same driver call to the learner's engine. The driver builds an engine here (`new_engine`, kept under a name the
+grader chooses), adds requests, steps it or calls its `generate`, and returns one record per step: what the
+scheduler scheduled (each request as it was before the step ran), the items of every `execute_model` call and the
+greedy token of each row of logits it returned, what `step` returned, every request's state after the step, and
+where the engine left the script (a departure). Nothing here decides a verdict (judge/hidden/inference_loop.py
 does). Requests are named by their order of arrival, "#0", "#1", ..., so that records do not depend on what ran
 before in the process.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import asdict, dataclass, field
-from types import ModuleType
-from typing import Any, Sequence
+from types import ModuleType, SimpleNamespace
+from typing import Any, Callable, Sequence
 
 from framework.engine import EngineConfig, LLMEngineBase
-from framework.request import Request
+from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
+from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.crossing import learner_error
-from judge.drivers import OPENER, host_call, keep, kept, load_model
-from judge.drivers.stand_ins import engine_parts, plain_runner_item
+from judge.drivers import keep, kept, load_model
+from judge.drivers.script import Script
 from judge.harness import int_values, short
 
 
@@ -51,9 +57,22 @@ def ints(xs: Any) -> list[int]:
     return values
 
 
+def plain_runner_item(item: Any) -> list:
+    """An item of `execute_model` as plain values; TypeError (in the learner's code) when it is not one."""
+    try:
+        tokens, num_computed, table, need = item
+    except (TypeError, ValueError):
+        raise TypeError(f"an item is {item!r:.80}; each item is (token_ids, num_computed, block_table, "
+                        "need_logits)") from None
+    tokens, table = int_values(tokens), int_values(table)
+    if tokens is None or table is None or isinstance(num_computed, bool) or not hasattr(num_computed, "__index__"):
+        raise TypeError(f"an item is {item!r:.80}: token_ids and block_table are lists of ints, num_computed an int")
+    return [tokens, operator.index(num_computed), table, bool(need)]
+
+
 def plain_item(item: Any) -> dict:
-    """A learner's item as the stand-in runner sends it: {"item": [token_ids, num_computed, block_table,
-    need_logits]}, or {"bad": its repr} when it is not such a 4-tuple."""
+    """A learner's item as recorded: {"item": [token_ids, num_computed, block_table, need_logits]}, or {"bad": its
+    repr} when it is not such a 4-tuple."""
     try:
         return {"item": plain_runner_item(item)}
     except TypeError:
@@ -61,11 +80,224 @@ def plain_item(item: Any) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The engine under test, on parts run in the grader (judge/drivers/stand_ins.py) that record what they are asked
+# The parts: the reference's, recording the script (in the grader), or fakes replaying it (beside the learner's code)
+
+# What the parts read and write of a request: its sampled tokens are the engine's answer, so only their number
+FIELDS = ("num_computed_tokens", "num_output_tokens", "block_table", "status", "finish_reason", "num_cached_tokens",
+          "num_preemptions", "error")
+QUEUES = "scheduler"  # the name the scheduler's queues go by in a state
 
 
-def _checked_class(learner: type, host: int) -> type:
-    scheduler, kv_manager, runner = engine_parts(host)
+class Parts:
+    """One engine's scheduler, KV-cache manager and model runner, and its requests by name. Each state-changing call
+    of the engine on them is an entry of `script`: recorded (`record`, the reference's parts) or replayed
+    (`replay`, the fakes). `schedule()` reads every request and the queues, as the steps before left them; the
+    other calls are checked on their arguments (a step's own updates are checked on its record)."""
+
+    def __init__(self) -> None:
+        self.script = Script()
+        self.recorded: list[dict] = []  # entries recorded since the grader last took them
+        self.requests: dict[str, Request] = {}
+        self.names: dict[int, str] = {}  # id(request) -> name
+        self.scheduler: Any = None
+        self.kv: Any = None
+        self.depth = 0  # > 0 inside a recorded call: the parts' calls of each other are theirs, not the engine's
+
+    def name_of(self, request: Any, new: bool = False) -> str:
+        """The request's name; a new name for a request the engine adds, a repr for anything else."""
+        name = self.names.get(id(request))
+        if name is None and new and isinstance(request, Request):
+            name = self.names[id(request)] = f"#{len(self.requests)}"
+            self.requests[name] = request
+        return name if name is not None else short(request)
+
+    def state(self, names: Sequence[str]) -> dict[str, dict]:
+        """The fields of the named requests (and the queues, named QUEUES) as they are now."""
+        out = {}
+        for name in names:
+            if name == QUEUES:
+                s = self.scheduler
+                out[name] = {"running": [self.name_of(r) for r in s.running],
+                             "waiting": [self.name_of(r) for r in s.waiting]}
+            elif name in self.requests:
+                r = self.requests[name]
+                out[name] = {f: _plain_field(_field(r, f)) for f in FIELDS}
+        return out
+
+    def everything(self) -> list[str]:
+        return [*self.requests, QUEUES]
+
+    def record(self, call: list, reads: Sequence[str], run: Callable[[], Any],
+               value: Callable[[Any], Any] = lambda v: None) -> Any:
+        """Run the reference's call and record it: what it read, its effect, what it returned (`value`)."""
+        if self.depth:
+            return run()
+        before = self.state(self.everything())
+        self.depth += 1
+        try:
+            result = run()
+        finally:
+            self.depth -= 1
+        after = self.state(self.everything())
+        effect = {name: {f: v for f, v in fields.items() if before.get(name, {}).get(f) != v}
+                  for name, fields in after.items()}
+        self.recorded.append({"call": call, "state": {n: before[n] for n in reads if n in before}, "value": value(result),
+                              "effect": {n: e for n, e in effect.items() if e}, "free": self.kv.num_free_blocks})
+        return result
+
+    def taken(self) -> list[dict]:
+        """The entries recorded since the last time, for the grader to send."""
+        out, self.recorded = self.recorded, []
+        return out
+
+    def replay(self, call: list, reads: Sequence[str]) -> Any:
+        """The next entry of the script, if it is this call on this state (else the departure, raised): its effect
+        applied to the requests here, in place, and its value."""
+        entry = self.script.take(call, self.state(reads))
+        for name, fields in entry["effect"].items():
+            if name == QUEUES:
+                if "running" in fields:
+                    self.scheduler.running[:] = [self.requests[n] for n in fields["running"]]
+                if "waiting" in fields:
+                    self.scheduler.waiting.clear()
+                    self.scheduler.waiting.extend(self.requests[n] for n in fields["waiting"])
+            else:
+                _set_fields(self.requests[name], fields)
+        self.kv.block_pool.num_free_blocks = entry["free"]
+        return entry["value"]
+
+
+def _field(r: Request, f: str) -> Any:
+    if f == "num_output_tokens":
+        outputs = r.output_token_ids
+        return len(outputs) if isinstance(outputs, list) else short(outputs)
+    return getattr(r, f, None)
+
+
+def _plain_field(value: Any) -> Any:
+    if isinstance(value, RequestStatus):
+        return value.value
+    return list(value) if isinstance(value, list) else value
+
+
+def _set_fields(r: Request, fields: dict) -> None:
+    """The fields as the reference's parts left them; lists in place (the learner's code may hold them)."""
+    for f, value in fields.items():
+        old = getattr(r, f, None)
+        if isinstance(old, list) and isinstance(value, list):
+            old[:] = value
+        else:
+            setattr(r, f, RequestStatus(value) if f == "status" else value)
+
+
+def _plan(out: Any, parts: Parts) -> dict:
+    return {"scheduled": [[parts.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
+            "preempted": [parts.name_of(r) for r in out.preempted]}
+
+
+def _identity(r: Request) -> list:
+    return [list(r.prompt_token_ids), plain_params(r.sampling_params)]
+
+
+def recording_parts(engine_cls: type, parts: Parts, chunks_first: bool) -> tuple[type, type, type]:
+    """The parts of `engine_cls` (the reference engine's, in the grader), recording into `parts`."""
+
+    class Recording(engine_cls.scheduler_cls):  # type: ignore[name-defined]
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            parts.scheduler = self
+
+        def add_request(self, request: Request) -> None:
+            run = super().add_request
+            parts.record(["add_request", parts.name_of(request, new=True), *_identity(request)], (),
+                         lambda: run(request))
+
+        def schedule(self) -> SchedulerOutput:
+            if not (self.running or self.waiting):  # nothing to schedule: answered from the state, not scripted
+                return super().schedule()
+            run = super().schedule
+
+            def ordered() -> SchedulerOutput:
+                out = run()
+                if chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
+                    out.scheduled.sort(key=lambda s: s.completes_prompt)
+                return out
+
+            return parts.record(["schedule"], parts.everything(), ordered, lambda out: _plan(out, parts))
+
+        def finish(self, request: Request, reason: str) -> None:
+            run = super().finish
+            parts.record(["finish", parts.name_of(request), reason], (), lambda: run(request, reason))
+
+    class RecordingKV(engine_cls.kv_cache_manager_cls):  # type: ignore[name-defined]
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            parts.kv = self
+
+        def free(self, request: Request) -> None:
+            run = super().free
+            parts.record(["free", parts.name_of(request)], (), lambda: run(request))
+
+    class RecordingRunner(engine_cls.runner_cls):  # type: ignore[name-defined]
+        def execute_model(self, items: Any) -> Any:
+            run = super().execute_model
+            return parts.record(["execute_model", [plain_runner_item(it) for it in items]], (), lambda: run(items),
+                                lambda logits: logits)
+
+    return Recording, RecordingKV, RecordingRunner
+
+
+def scripted_parts(parts: Parts) -> tuple[type, type, type]:
+    """Fakes of the scheduler, KV-cache manager and model runner, replaying `parts.script`."""
+
+    class ScriptedScheduler(SchedulerBase):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            parts.scheduler = self
+
+        def add_request(self, request: Request) -> None:
+            parts.replay(["add_request", parts.name_of(request, new=True), *_identity(request)], ())
+
+        def schedule(self) -> SchedulerOutput:
+            if not (self.running or self.waiting):
+                return SchedulerOutput()
+            plan = parts.replay(["schedule"], parts.everything())
+            return SchedulerOutput([ScheduledRequest(parts.requests[n], k) for n, k in plan["scheduled"]],
+                                   [parts.requests[n] for n in plan["preempted"]])
+
+        def finish(self, request: Request, reason: str) -> None:
+            parts.replay(["finish", parts.name_of(request), reason if isinstance(reason, str) else short(reason)], ())
+
+    class ScriptedKVCacheManager:
+        def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+            self.block_size, self.prefix_cache = block_size, None
+            self.block_pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks)
+            parts.kv = self
+
+        @property
+        def num_free_blocks(self) -> int:
+            return self.block_pool.num_free_blocks
+
+        def free(self, request: Request) -> None:
+            parts.replay(["free", parts.name_of(request)], ())
+
+    class ScriptedRunner:
+        def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
+            self.num_blocks, self.block_size = num_blocks, block_size
+
+        def execute_model(self, items: Any) -> Any:
+            return parts.replay(["execute_model", [plain_runner_item(it) for it in items]], ())
+
+    return ScriptedScheduler, ScriptedKVCacheManager, ScriptedRunner
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The engine under test, on those parts, recording what they are asked
+
+
+def _checked_class(learner: type, parts: Parts, record: bool, chunks_first: bool) -> type:
+    scheduler, kv_manager, runner = recording_parts(learner, parts, chunks_first) if record else \
+        scripted_parts(parts)
 
     class RecordingScheduler(scheduler):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,14 +311,14 @@ def _checked_class(learner: type, host: int) -> type:
             self.added.append(request)
 
         def name(self, request_id: Any) -> str:
-            return next((n for n, r in self.link.requests.items() if r.request_id == request_id), str(request_id))
+            return next((n for n, r in parts.requests.items() if r.request_id == request_id), str(request_id))
 
         def schedule(self):
             out = super().schedule()
-            names = self.link.names
-            self.states.append({names[r]: [len(r.output_token_ids), r.num_computed_tokens]
+            names = parts.name_of
+            self.states.append({names(r): [len(r.output_token_ids), r.num_computed_tokens]
                                 for r in [*self.running, *self.waiting]})
-            self.log.append([{"rid": names[s.request], "num_new": s.num_new_tokens,
+            self.log.append([{"rid": names(s.request), "num_new": s.num_new_tokens,
                               "num_computed": s.request.num_computed_tokens,
                               "token_ids": list(s.request.all_token_ids), "block_table": list(s.request.block_table),
                               "num_outputs": len(s.request.output_token_ids)} for s in out.scheduled])
@@ -122,6 +354,7 @@ def _checked_class(learner: type, host: int) -> type:
                 outs = super().step()
             except BaseException as exc:  # noqa: BLE001 - recorded, and raised on into the learner's code
                 record.update(_step_facts(self, n_sched, n_calls), error=learner_error(exc))
+                run.departed(record)
                 raise
             record.update(_step_facts(self, n_sched, n_calls), **plain_outputs(outs, self.scheduler.name))
             return outs
@@ -159,7 +392,25 @@ class Run:
 
     engine: Any
     limit: int
+    parts: Parts
     records: list[dict] = field(default_factory=list)
+    reported: bool = False  # whether the departure, if any, is in a reply already
+
+    def departed(self, reply: dict) -> dict:
+        """`reply` with the departure from the script, the first time it is there to report."""
+        if self.parts.script.departure is not None and not self.reported:
+            reply["departure"], self.reported = self.parts.script.departure, True
+        return reply
+
+    def load(self, script: list[dict] | None) -> None:
+        if script is not None:
+            self.parts.script.load(script)
+
+    def answer(self, reply: dict) -> dict:
+        """The reply of a driver call: with the departure, if any, and with what the reference's parts recorded."""
+        if self.parts.recorded:
+            reply["_script"] = self.parts.taken()
+        return self.departed(reply)
 
 
 def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
@@ -174,50 +425,53 @@ def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
 
 
 def new_engine(impl: ModuleType, name: str, config: dict, eos: int | None, chunks_first: bool = False,
-               tokenizer: bool = False, step_limit: int = 400) -> dict:
+               tokenizer: bool = False, step_limit: int = 400, record: bool = False) -> dict:
     """{} once the engine under test is built and kept as `name`, or {"problem": ...} / {"error": ...} when it
-    cannot be. Its scheduler, KV-cache manager and model runner run in the grader (judge/drivers/hosts.py,
-    EngineHost), asked for here."""
+    cannot be. Its scheduler, KV-cache manager and model runner are fakes replaying the script each later call
+    brings; with `record` (the grader's reference engine), its own parts, recording that script."""
     learner = getattr(impl, "LLMEngine", None)
     if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
         return {"problem": "LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
                            "starter file"}
-    sizes = ("num_blocks", "block_size", "token_budget", "max_num_seqs", "enable_chunked_prefill",
-             "enable_prefix_caching")
-    try:  # in a student edition the grader's parts may be the student's own stubs, which raise here
+    parts = Parts()
+    try:
         c = EngineConfig(**config)
-        cls = _checked_class(learner, host_call(OPENER, "engine", {k: getattr(c, k) for k in sizes}, chunks_first))
+        cls = _checked_class(learner, parts, record, chunks_first)
         engine = cls(load_model(), c, BracketTokenizer() if tokenizer else None, eos_token_id=eos)
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
-    engine._judge_run = keep(name, Run(engine, step_limit))
+    engine._judge_run = keep(name, Run(engine, step_limit, parts))
     return {}
 
 
-def add(impl: ModuleType, name: str, prompt: list[int], params: dict | None) -> dict:
+def add(impl: ModuleType, name: str, prompt: list[int], params: dict | None, script: list[dict] | None = None) -> dict:
     run: Run = kept(name)
+    run.load(script)
     try:
         r = run.engine.add_request(prompt, params_of(params))
     except BaseException as exc:  # noqa: BLE001
-        return {"error": learner_error(exc)}
-    return {"request_id": run.engine.scheduler.name(r.request_id)}
+        return run.answer({"error": learner_error(exc)})
+    return run.answer({"request_id": run.engine.scheduler.name(r.request_id)})
 
 
-def step(impl: ModuleType, name: str) -> dict:
+def step(impl: ModuleType, name: str, script: list[dict] | None = None) -> dict:
     """One call of the learner's step: its record (with "error" if it raised)."""
     run: Run = kept(name)
+    run.load(script)
     n = len(run.records)
     try:
         run.engine.step()
     except BaseException:  # noqa: BLE001 - in the record
         pass
-    return run.records[n] if len(run.records) > n else {"problem": "step did not run"}
+    return run.answer(run.records[n] if len(run.records) > n else {"problem": "step did not run"})
 
 
-def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any) -> dict:
+def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any,
+             script: list[dict] | None = None) -> dict:
     """One call of the learner's generate: the records of the steps it took, and what it returned (or raised).
     `params`: None, one SamplingParams as a dict, or a list of them."""
     run: Run = kept(name)
+    run.load(script)
     if isinstance(params, list):
         params = [params_of(p) for p in params]
     elif params is not None:
@@ -231,7 +485,7 @@ def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any)
     else:
         out.update(plain_outputs(outs, run.engine.scheduler.name))
     out["steps"] = run.records[n:]
-    return out
+    return run.answer(out)
 
 
 def final(impl: ModuleType, name: str) -> dict:

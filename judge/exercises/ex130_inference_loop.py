@@ -11,6 +11,6 @@ EXERCISE = Exercise(
     api={"LLMEngine": ("model",)},
     statement="practice/exercises/130-inference-loop.md",
     case_timeout=60.0,
-    # the parts its cases run in the grader (judge/drivers/hosts.py)
+    # the parts whose calls its cases record in the grader, for the engine under test to replay
     part_references=tuple(m for m in ENGINE_PARTS if m != "solutions.engine"),
 )

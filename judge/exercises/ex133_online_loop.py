@@ -11,6 +11,6 @@ EXERCISE = Exercise(
     api={"AsyncLLM": ("engine",)},
     statement="practice/exercises/133-online-loop.md",
     case_timeout=30.0,
-    # the learner's loop wraps an engine whose step and parts the grader runs (judge/drivers/hosts.py)
+    # the learner's loop wraps an engine replaying what the reference engine generates, run in the grader
     part_references=ENGINE_PARTS,
 )

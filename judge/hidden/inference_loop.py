@@ -1,7 +1,7 @@
 """Hidden tests of exercise 130 (LLMEngine.step and LLMEngine.generate).
 
-The learner's engine runs in the worker on stand-ins whose work the reference scheduler, KV-cache manager and model
-runner do here (judge/drivers/hosts.py), and its driver records every step (judge/drivers/engine.py). Each record is
+The learner's engine runs in the worker on fakes that replay the script of the reference scheduler, KV-cache manager
+and model runner, recorded here on the same requests, and its driver records every step (judge/drivers/engine.py). Each record is
 checked against what the scheduler asked for: one forward pass carrying every scheduled request with the right
 items, `num_computed_tokens` advanced, one token sampled from the right row of logits for exactly the requests that
 completed their pending tokens, finished requests retired (blocks freed), one output per request that got a token.
@@ -12,7 +12,7 @@ reference for the tokens is `mini_llm.generate` run here, each request alone (gr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
@@ -74,6 +74,80 @@ def raised(err: dict, name: str, input: str | None = None) -> CaseFailure:
     return failure
 
 
+def call_text(call: list | None) -> str:
+    """A call of the engine on its parts, from the script (judge/drivers/engine.py), as code."""
+    if call is None:
+        return "nothing more"
+    op, args = call[0], call[1:]
+    if op == "execute_model":
+        return f"self.runner.execute_model({short(args[0])})"
+    owner = "self.kv_cache_manager" if op == "free" else "self.scheduler"
+    shown = [f"request {a}" if isinstance(a, str) and a.startswith("#") else repr(a) for a in args[:2]]
+    return f"{owner}.{op}({', '.join(shown)})"
+
+
+FIELD_HINTS = {
+    "num_computed_tokens": "after the forward pass every scheduled request does num_computed_tokens += "
+                           "num_new_tokens, once per step",
+    "num_output_tokens": "append exactly one sampled token to request.output_token_ids, only for a request whose "
+                         "pending tokens this step completed",
+    "running": "leave the scheduler's queues to it: self.scheduler.finish(request, reason) retires a request",
+    "waiting": "leave the scheduler's queues to it: the engine adds requests with self.add_request(s)",
+}
+
+
+def departed(k: int, d: dict, where: str, rids: Sequence[str] = ()) -> CaseFailure:
+    """Where the learner's engine left the script of the reference engine's calls (judge/drivers/script.py): the
+    same call on a request in another state, another forward pass (`rids`: its requests), or another call."""
+    call, want = call_text(d["call"]), call_text(d["expected"])
+    ops = (d["call"][0], d["expected"][0] if d["expected"] else None)
+    if ops == ("execute_model", "execute_model"):
+        return other_items(k, d["call"][1], d["expected"][1], rids)
+    if "field" in d:
+        hint = FIELD_HINTS.get(d["field"], "finish a request only with self.scheduler.finish(request, reason), "
+                                           "when stop_reason(...) returns a reason")
+        subject = "the scheduler's queue" if d["request"] == "scheduler" else f"request {d['request']}"
+        return _fail(k, f"when your engine called {call} ({where}), {subject} has {d['field']} {short(d['got'])}; "
+                        f"the reference engine's had {short(d['want'])} at that call", field=d["field"],
+                     expected=d["want"], got=d["got"], hint=hint)
+    if ops == ("finish", "finish") and d["call"][1] == d["expected"][1]:
+        return _fail(k, f"request {d['call'][1]} finished with reason {d['call'][2]!r}, expected "
+                        f"{d['expected'][2]!r}", field="reason", expected=d["expected"][2], got=d["call"][2],
+                     hint="pass stop_reason(request, self.eos_token_id, self.tokenizer)'s result to "
+                          "self.scheduler.finish")
+    return _fail(k, f"your engine called {call} ({where}) where the reference engine, on the same requests, called "
+                    f"{want}", hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
+
+
+def other_items(k: int, got: list, want: list, rids: Sequence[str]) -> CaseFailure:
+    """The forward pass differs from the reference engine's, though its items match this step's plan: the plan
+    was the same, so the tokens sampled before differ."""
+    for i, (g, w) in enumerate(zip(got, want)):
+        for name, a, b in zip(ITEM_FIELDS, g, w):
+            if a != b:
+                rid = rids[i] if i < len(rids) else f"number {i}"
+                return _fail(k, f"the item of request {rid} has {name} {short(a)}; the reference engine's forward "
+                                f"pass on the same requests has {short(b)}", field=name, expected=b, got=a,
+                             hint="a token sampled at an earlier step differs from the reference engine's: greedy "
+                                  "takes the argmax of the request's row of logits; with temperature > 0, "
+                                  "sample_token(row, request.sampling_params, request.generator) draws it with the "
+                                  "request's own seeded generator")
+    return _fail(k, f"the forward pass carried {len(got)} item(s); the reference engine's on the same requests "
+                    f"carried {len(want)}", hint=ORDER_HINTS[None])
+
+
+ORDER_HINTS = {
+    ("schedule", "add_request"): "add every prompt at once (self.add_requests) and step until none is unfinished: "
+                                 "the scheduler admits a waiting request as soon as a running one finishes, while "
+                                 "adding them in groups runs them in groups (static batching)",
+    ("add_request", "schedule"): "add every prompt at once (self.add_requests), then step until none is unfinished",
+    ("schedule", "finish"): "a request is done when stop_reason(request, self.eos_token_id, self.tokenizer) returns "
+                            "a reason: call self.scheduler.finish(request, reason) in that same step",
+    None: "each step: one self.scheduler.schedule(), one self.runner.execute_model(items), then "
+          "self.scheduler.finish(request, reason) for each request that is done, in scheduled order",
+}
+
+
 ITEM_FIELDS = ("token_ids", "num_computed", "block_table", "need_logits")
 ITEM_HINTS = {
     "token_ids": "the next num_new_tokens tokens of request.all_token_ids, starting at num_computed_tokens",
@@ -97,7 +171,7 @@ def _advance_hint(before: int, num_new: int, got: int) -> str:
 
 
 def _fail(step: int, message: str, hint: str = "", **kw: Any) -> CaseFailure:
-    return CaseFailure(f"step {step}: {message}", hint=hint or None, **kw)
+    return CaseFailure(f"engine step {step}: {message}", hint=hint or None, **kw)
 
 
 def traced_step(index: int, rec: dict, budget: int, num_blocks: int) -> StepRecord:
@@ -190,8 +264,8 @@ class Engine:
                                                      "generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine(...)")
-        self.twin = Driver(ref, "engine")  # the reference engine, here, driven the same way
-        self.twin.new_engine(TWIN, *args)
+        self.twin = Driver(ref, "engine")  # the reference engine, here, driven the same way: it records the script
+        self.twin.new_engine(TWIN, *args, record=True)
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin
         self.trace = StepLog({})  # both engines' steps with work, offered to --trace
@@ -202,18 +276,19 @@ class Engine:
         return self.params[self.arrivals.index(rid)]
 
     def add(self, prompt: list[int], params: SamplingParams) -> str:
-        reply = self.drv.add(ENGINE, prompt, plain_params(params))
+        script = self.twin.add(TWIN, prompt, plain_params(params)).get("_script", [])
+        reply = self.drv.add(ENGINE, prompt, plain_params(params), script)
+        if "departure" in reply:
+            raise departed(len(self.log) + 1, reply["departure"], "add_request")
         if "error" in reply:
             raise raised(reply["error"], "add_request", input=f"engine.add_request({prompt}, {params})")
-        self.twin.add(TWIN, prompt, plain_params(params))
         self.params.append(params)
         return reply["request_id"]
 
     def step(self) -> list[dict]:
-        """One learner step, checked; what it returned (plain outputs). The twin steps while the worker does."""
-        pending = self.drv.begin("step", ENGINE)
+        """One learner step, checked, on the script of the twin's step; what it returned (plain outputs)."""
         twin = self.twin.step(TWIN)
-        record = pending()
+        record = self.drv.step(ENGINE, twin.pop("_script", []))
         outs = self.check_step(record)
         self.match([record], [twin], "step")
         return outs
@@ -224,11 +299,12 @@ class Engine:
             (plain_params(params) if params is not None else None)
         self.params += per_prompt(params, len(prompts))
         text = f"engine.generate({prompts!r}, {params!r})"
-        pending = self.drv.begin("generate", ENGINE, [list(p) for p in prompts], wire_params)
-        twin = self.twin.generate(TWIN, [list(p) for p in prompts], wire_params)  # meanwhile
-        reply = pending()
+        twin = self.twin.generate(TWIN, [list(p) for p in prompts], wire_params)
+        reply = self.drv.generate(ENGINE, [list(p) for p in prompts], wire_params, twin.pop("_script", []))
         for record in reply["steps"]:
             self.check_step(record)
+        if "departure" in reply:
+            raise departed(len(self.log) + 1, reply["departure"], "LLMEngine.generate")
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine.generate", input=text)
         self.match(reply["steps"], twin["steps"], "generate")
@@ -291,8 +367,10 @@ class Engine:
                 self.arrivals.append(rid)
         sched, calls = rec.get("sched", []), rec.get("calls", [])
         self.log.append(sched)
-        for call in calls:  # the items first: wrong ones may have made the runner fail
+        for call in calls:  # the items first: they say more than the departure they made
             check_items(k, sched, call["items"])
+        if "departure" in rec:
+            raise departed(k, rec["departure"], "LLMEngine.step", [s["rid"] for s in sched])
         if "error" in rec:
             raise raised(rec["error"], "LLMEngine.step")
         if rec.get("schedules") != 1:

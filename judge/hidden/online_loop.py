@@ -1,8 +1,9 @@
 """Hidden tests of exercise 133 (the online loop, AsyncLLM).
 
-The learner's AsyncLLM runs in the worker around the reference engine (judge/drivers/async_engine.py) on a scripted
-arrival schedule: requests added while others decode, aborts, consumers that close their stream or are cancelled,
-a failing forward pass, idle periods; the checks of what happened are here. The tokens' independent reference is
+The learner's AsyncLLM runs in the worker around an engine replaying what the reference engine generates for each
+request (judge/drivers/async_engine.py; recorded here, `Schedule.script`), on a scripted arrival schedule:
+requests added while others decode, aborts, consumers that close their stream or are cancelled, a failing forward
+pass, idle periods; the checks of what happened are here. The tokens' independent reference is
 `mini_llm.generate` on each request alone (as in exercise 130); a stream's text is the bracket tokenizer's decode
 of its tokens.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
 from judge.drivers.async_engine import TIMELINE
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
 from judge.remote import Driver, learner_failure
+from solutions import engine as ref
 
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
@@ -77,8 +80,18 @@ class Schedule:
                 parts.append(f"{e['op']} {e.get('name', '')}".strip())
         return "; ".join(parts) + f" (EngineConfig({self.config}))"
 
+    def script(self) -> dict[str, list]:
+        """What the reference engine generates for each request of the schedule, all added at once: [its tokens,
+        its finish reason] by name, the script the engine around the learner's loop replays."""
+        engine = ref.LLMEngine(self.model, EngineConfig(**self.config), BracketTokenizer())
+        added = {name: engine.add_request(prompt, params) for name, (prompt, params) in self.requests.items()}
+        while engine.has_unfinished_requests():
+            engine.step()
+        return {name: [list(r.output_token_ids), r.finish_reason] for name, r in added.items()}
+
     def run(self, impl, fail_at: int | None = None) -> Run:
-        reply = Driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at, timeline=self.timeline)
+        reply = Driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at, timeline=self.timeline,
+                                                          script=self.script())
         return Run(self, reply, fail_at)
 
 
