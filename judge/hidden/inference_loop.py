@@ -289,6 +289,7 @@ class Engine:
         """One learner step, checked, on the script of the twin's step; what it returned (plain outputs)."""
         twin = self.twin.step(TWIN)
         record = self.drv.step(ENGINE, twin.pop("_script", []))
+        self.log_trace([record], [twin])
         outs = self.check_step(record)
         self.match([record], [twin], "step")
         return outs
@@ -301,6 +302,7 @@ class Engine:
         text = f"engine.generate({prompts!r}, {params!r})"
         twin = self.twin.generate(TWIN, [list(p) for p in prompts], wire_params)
         reply = self.drv.generate(ENGINE, [list(p) for p in prompts], wire_params, twin.pop("_script", []))
+        self.log_trace(reply.get("steps", []), twin["steps"])
         for record in reply["steps"]:
             self.check_step(record)
         if "departure" in reply:
@@ -328,14 +330,17 @@ class Engine:
     def final(self) -> dict:
         return self.drv.final(ENGINE)
 
+    def log_trace(self, got: list[dict], want: list[dict]) -> None:
+        """Both engines' step records with work, to their traces (--trace): before any check, which may end the case."""
+        config = EngineConfig(**self.config)
+        log_steps(self.trace, [r for r in got if r.get("sched")], self.trace.yours, config)
+        log_steps(self.trace, [r for r in want if r.get("sched")], self.trace.reference, config)
+
     def match(self, got: list[dict], want: list[dict], call: str) -> None:
         """Compare the learner's step records (already checked) with the twin's, steps that scheduled nothing left
         out. The first difference is raised at the end of the case: the case's own checks, run before, say more about
         what is wrong."""
         got, want = [r for r in got if r.get("sched")], [r for r in want if r.get("sched")]
-        config = EngineConfig(**self.config)
-        log_steps(self.trace, got, self.trace.yours, config)
-        log_steps(self.trace, want, self.trace.reference, config)
         for i, (g, w) in enumerate(zip(got, want)):
             diff = difference(w, g, "record")
             if diff and self.unmatched is None:
