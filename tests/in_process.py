@@ -13,7 +13,7 @@ from judge.remote import Session
 
 class InProcess(Session):
     """`target`: {"impl": a file} or {"impl_module": a dotted name}, loaded as the worker loads it (its API
-    checked: `fatal` holds why it did not load). Callbacks to the grader's parts are served here too."""
+    checked: `fatal` holds why it did not load)."""
 
     def __init__(self, ex, target: dict) -> None:
         sent: list[dict] = []
@@ -23,3 +23,17 @@ class InProcess(Session):
 
     def request(self, msg: dict) -> dict:
         return json.loads(wire.dumps(self.worker.handle(msg)))
+
+
+class Recording(InProcess):
+    """The reference's answers to a case's calls (`log`: [request, reply] pairs), as a student edition records
+    them."""
+
+    def __init__(self, ex, target: dict) -> None:
+        super().__init__(ex, target)
+        self.log: list = []
+
+    def request(self, msg: dict) -> dict:
+        reply = super().request(msg)
+        self.log.append([msg, reply])
+        return reply

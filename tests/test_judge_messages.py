@@ -13,23 +13,12 @@ import judge
 from judge import harness, public
 from judge.remote import RemoteModule, Session, learner_failure
 
-from in_process import InProcess
+from in_process import InProcess, Recording
 
 ROOT = Path(__file__).resolve().parent.parent
 WIRE = re.compile(r"__handle__|\bnull\b|\btrue\b|\bfalse\b|(?<!engine )\bstep \d")
 # Hidden messages not checked yet, and why (remove the entry once fixed).
 HIDDEN_PENDING: dict[int, str] = {}
-
-
-class Recording(InProcess):
-    def __init__(self, ex, target: dict) -> None:
-        super().__init__(ex, target)
-        self.log: list = []
-
-    def request(self, msg: dict) -> dict:
-        reply = super().request(msg)
-        self.log.append([msg, reply])
-        return reply
 
 
 def wrong_code(ex) -> list[Path]:

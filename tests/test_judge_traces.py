@@ -17,23 +17,10 @@ from judge.loader import load_file
 from judge.remote import RemoteModule
 from framework.trace import load_trace
 
-from in_process import InProcess
+from in_process import InProcess, Recording
 
 CASES = Path(__file__).parent / "judge_cases"
 TABLE = re.compile(r"first difference at engine step (\d+) \(trace index (\d+)\)")
-
-
-class Recording(InProcess):
-    """The reference's answers to a case's calls, as a student edition records them."""
-
-    def __init__(self, ex, target: dict) -> None:
-        super().__init__(ex, target)
-        self.log: list = []
-
-    def request(self, msg: dict) -> dict:
-        reply = super().request(msg)
-        self.log.append([msg, reply])
-        return reply
 
 
 def traces_of(folder: Path, exercise: int, case: str) -> tuple[list, list]:
