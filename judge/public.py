@@ -85,6 +85,8 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return f"{g['problem']}\ninput: {what}"
     if isinstance(g, dict) and isinstance(g.get("departure"), dict) and "departure" not in w:  # a scripted part's
         return f"{g['departure'].get('message')}\ninput: {what}"  # call that the script does not hold
+    if _paused(w) or _paused(g):  # a scripted part's call the reference's code makes here, or the student's
+        return f"{_departure(w, g)}\ninput: {what}"
     where, expected, value = _whole_list(w, g, *d)
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":
@@ -94,6 +96,20 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     raised = f"\n{_raised(unexpected)}" if unexpected else ""
     return (f"{_named(req, where) or 'the result'}: expected {short(expected)}, got {short(value)}\ninput: {what}"
             f"{raised}")
+
+
+def _paused(answer: Any) -> bool:
+    """Whether a driver's answer is the call a scripted part is paused at (judge/drivers/scripted.py)."""
+    return isinstance(answer, dict) and isinstance(answer.get("call"), dict)
+
+
+def _departure(want: Any, got: Any) -> str:
+    """The student's code paused at another part's call than the reference's (or where it made none)."""
+    from .drivers.scripted import departure_message, describe
+
+    if not _paused(got):
+        return f"your code made no more calls of the parts, where the reference's code calls {describe(want['call'])}"
+    return departure_message(got["call"], want["call"] if _paused(want) else None)
 
 
 def _whole_list(want: Any, got: Any, where: str, expected: Any, value: Any) -> tuple[str, Any, Any]:

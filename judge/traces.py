@@ -138,11 +138,13 @@ def scheduler_log(w: Workload) -> StepLog:
 
 def replayed(answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
     """The two runs of a replayed public case of the scheduler driver (129), from its calls `answers` ((request,
-    the recorded reference's answer, yours)): the workload of its `new_world`, then each `step`; None for a case
-    of any other driver."""
+    the recorded reference's answer, yours)): the workload of its `new_world`, then each step's result; a step
+    whose schedule() paused at another call than the reference's, as far as it got (the calls answered before it:
+    the `answer` requests since its `step`). None for a case of any other driver."""
     from . import wire
 
     log = workload = None
+    answered: list[dict] = []
     for req, *sides in answers:
         call = (req.get("driver"), req.get("attr"))
         if call == ("scheduler", "new_world"):
@@ -150,13 +152,19 @@ def replayed(answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
 
             workload = Workload.from_plain(wire.decode(req["args"][1]))
             log = scheduler_log(workload)
-        elif call == ("scheduler", "step") and log is not None:
-            for steps, answer in zip((log.reference, log.yours), sides):
-                value = wire.decode(answer.get("value")) if answer.get("ok") else None
-                if isinstance(value, dict) and "plan" in value:
-                    add_step(steps, value, workload)
-                elif isinstance(value, dict) and "departure" in value:
-                    add_step(steps, value, workload, wire.decode(req["args"][2])["schedule"]["calls"])
+        elif call == ("scheduler", "step"):
+            answered = []
+        elif call == ("scheduler", "answer"):
+            answered.append(wire.decode(req["args"][1]))
+        if log is None or call not in (("scheduler", "step"), ("scheduler", "answer")):
+            continue
+        want, got = (wire.decode(side.get("value")) if side.get("ok") else None for side in sides)
+        for steps, value in zip((log.reference, log.yours), (want, got)):
+            if isinstance(value, dict) and "plan" in value:
+                add_step(steps, value, workload)
+        if isinstance(got, dict) and got.get("phase") == "schedule" and got != want:
+            departure = {"made": got.get("call"), "consumed": len(answered)}
+            add_step(log.yours, {"before": got.get("before"), "departure": departure}, workload, answered)
     return log
 
 
