@@ -136,16 +136,17 @@ def scheduler_log(w: Workload) -> StepLog:
                    {s.rid: 0 if s.computed is not None else s.arrival - 1 for s in order})
 
 
-def replayed(answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
-    """The two runs of a replayed public case of the scheduler driver (129), from its calls `answers` ((request,
-    the recorded reference's answer, yours)): the workload of its `new_world`, then each step's result; a step
-    whose schedule() paused at another call than the reference's, as far as it got (the calls answered before it:
-    the `answer` requests since its `step`). None for a case of any other driver."""
+def replayed(recorded: list[list[dict]], answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
+    """The two runs of a replayed public case of the scheduler driver (129): the workload of its `new_world`, your
+    steps from the calls replayed (`answers`: (request, the recorded reference's answer, yours)), a step whose
+    schedule() paused at another call than the reference's as far as it got (after the calls answered since its
+    `step`), and as many of the reference's steps from the case's record `recorded` ([request, answer] pairs).
+    None for a case of any other driver."""
     from . import wire
 
     log = workload = None
     answered: list[dict] = []
-    for req, *sides in answers:
+    for req, want, got in answers:
         call = (req.get("driver"), req.get("attr"))
         if call == ("scheduler", "new_world"):
             from .drivers.scheduler import Workload  # here: a pure-Python exercise's replay imports no framework
@@ -156,16 +157,29 @@ def replayed(answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
             answered = []
         elif call == ("scheduler", "answer"):
             answered.append(wire.decode(req["args"][1]))
-        if log is None or call not in (("scheduler", "step"), ("scheduler", "answer")):
+        yours, reference = (_step_value(req, side) for side in (got, want))
+        if log is None or yours is None:
             continue
-        want, got = (wire.decode(side.get("value")) if side.get("ok") else None for side in sides)
-        for steps, value in zip((log.reference, log.yours), (want, got)):
-            if isinstance(value, dict) and "plan" in value:
-                add_step(steps, value, workload)
-        if isinstance(got, dict) and got.get("phase") == "schedule" and got != want:
-            departure = {"made": got.get("call"), "consumed": len(answered)}
-            add_step(log.yours, {"before": got.get("before"), "departure": departure}, workload, answered)
+        if "plan" in yours:
+            add_step(log.yours, yours, workload)
+        elif yours.get("phase") == "schedule" and yours != reference:
+            departure = {"made": yours.get("call"), "consumed": len(answered)}
+            add_step(log.yours, {"before": yours.get("before"), "departure": departure}, workload, answered)
+    for req, want in recorded if log is not None else ():
+        reference = _step_value(req, want)
+        if len(log.reference) < len(log.yours) and reference is not None and "plan" in reference:
+            add_step(log.reference, reference, workload)
     return log
+
+
+def _step_value(req: dict, answer: dict) -> dict | None:
+    """The scheduler driver's answer to a `step` or `answer` request: a step's result or a paused call."""
+    from . import wire
+
+    if req.get("driver") != "scheduler" or req.get("attr") not in ("step", "answer") or not answer.get("ok"):
+        return None
+    value = wire.decode(answer.get("value"))
+    return value if isinstance(value, dict) else None
 
 
 def add_step(steps: list[StepRecord], res: dict[str, Any], w: Workload, calls: list[dict] | None = None) -> None:
