@@ -1,9 +1,10 @@
 """What the public drivers (judge/drivers/<module>.py, shipped to students) share: each function of a driver takes
 the learner's module first, then plain arguments, and returns plain data (what the learner's objects did), holding
-no expected value. The parts the learner's code calls but does not write run in the grader: under 129 and 131 their
-calls come recorded with the request, replayed here (judge/drivers/scripted.py); under the engines (130, 133) as
-hosts (`register_host`), which the stand-ins (judge/drivers/stand_ins.py) reach with `host_call`. An object a
-driver's later calls reuse is kept in its process under a name the grader chooses (`keep`, `kept`)."""
+no expected value. The parts the learner's code calls but does not write run in the grader: under 129 and 131 the
+grader answers their calls one at a time, from what the references did (judge/drivers/scripted.py); under the
+engines (130, 133) as hosts (`register_host`), which the stand-ins (judge/drivers/stand_ins.py) reach with
+`host_call`. An object a driver's later calls reuse is kept in its process under a name the grader chooses (`keep`,
+`kept`)."""
 
 from __future__ import annotations
 
