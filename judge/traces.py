@@ -144,7 +144,7 @@ def replayed(recorded: list[list[dict]], answers: list[tuple[dict, dict, dict]])
     None for a case of any other driver."""
     from . import wire
 
-    log = workload = None
+    log = workload = before = None
     answered: list[dict] = []
     for req, want, got in answers:
         call = (req.get("driver"), req.get("attr"))
@@ -160,11 +160,12 @@ def replayed(recorded: list[list[dict]], answers: list[tuple[dict, dict, dict]])
         yours, reference = (_step_value(req, side) for side in (got, want))
         if log is None or yours is None:
             continue
+        before = yours.get("before", before)  # with a step's first paused call
         if "plan" in yours:
             add_step(log.yours, yours, workload)
         elif yours.get("phase") == "schedule" and yours != reference:
             departure = {"made": yours.get("call"), "consumed": len(answered)}
-            add_step(log.yours, {"before": yours.get("before"), "departure": departure}, workload, answered)
+            add_step(log.yours, {"before": before, "departure": departure}, workload, answered)
     for req, want in recorded if log is not None else ():
         reference = _step_value(req, want)
         if len(log.reference) < len(log.yours) and reference is not None and "plan" in reference:

@@ -98,7 +98,7 @@ class Replay:
 
     def load(self, phase: str, lookups: dict[str, list[int]] | None = None, **shown: Any) -> None:
         """The calls that follow belong to `phase` (the grader's name for the script it compares them with), from
-        the prefix hits `lookups`, if given; `shown` goes with each paused call."""
+        the prefix hits `lookups`, if given; `shown` goes with the phase's first paused call."""
         self.consumed, self.shown = 0, {"phase": phase, **shown}
         self.lookups = self.lookups if lookups is None else lookups
 
@@ -136,6 +136,7 @@ class Replay:
         if op == "allocate_or_preempt":
             made["args"].append(plan(out))
         self.posted.put((True, {"call": made, **self.shown}))
+        self.shown = {"phase": self.shown["phase"]}
         entry = self.answers.get()
         if "departure" in entry:
             self.departure = entry["departure"]
