@@ -83,10 +83,9 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return None
     if isinstance(g, dict) and isinstance(g.get("problem"), str):
         return f"{g['problem']}\ninput: {what}"
-    if isinstance(g, dict) and isinstance(g.get("departure"), dict) and "departure" not in w:  # a scripted part's
-        return f"{g['departure'].get('message')}\ninput: {what}"  # call that the script does not hold
-    if _paused(w) or _paused(g):  # a scripted part's call the reference's code makes here, or the student's
-        return f"{_departure(w, g)}\ninput: {what}"
+    departure = _departure(w, g)
+    if departure:
+        return f"{departure}\ninput: {what}"
     where, expected, value = _whole_list(w, g, *d)
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":
@@ -103,12 +102,16 @@ def _paused(answer: Any) -> bool:
     return isinstance(answer, dict) and isinstance(answer.get("call"), dict)
 
 
-def _departure(want: Any, got: Any) -> str:
-    """The student's code paused at another part's call than the reference's (or where it made none)."""
+def _departure(want: Any, got: Any) -> str | None:
+    """Where the student's code paused at another call of a scripted part than the reference's, or made none where
+    the reference's code makes one, what it called (judge/drivers/scripted.py); else None."""
     from .drivers.scripted import departure_message, describe
 
     if not _paused(got):
-        return f"your code made no more calls of the parts, where the reference's code calls {describe(want['call'])}"
+        return f"your code returned without calling {describe(want['call'])}, which the reference's code calls " \
+            "here" if _paused(want) else None
+    if _paused(want) and got["call"] == want["call"]:
+        return None
     return departure_message(got["call"], want["call"] if _paused(want) else None)
 
 
