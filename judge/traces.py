@@ -136,19 +136,22 @@ def scheduler_log(w: Workload) -> StepLog:
                    {s.rid: 0 if s.computed is not None else s.arrival - 1 for s in order})
 
 
+NEW_WORLD = ("scheduler", "new_world")
+
+
 def replayed(recorded: list[list[dict]], answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
     """The two runs of a replayed public case of the scheduler driver (129): the workload of its `new_world`, your
     steps from the calls replayed (`answers`: (request, the recorded reference's answer, yours)), a step whose
     schedule() paused at another call than the reference's as far as it got (after the calls answered since its
-    `step`), and as many of the reference's steps from the case's record `recorded` ([request, answer] pairs).
-    None for a case of any other driver."""
+    `step`), and as many of the reference's steps of that world from the case's record `recorded` ([request,
+    answer] pairs). None for a case of any other driver."""
     from . import wire
 
     log = workload = before = None
     answered: list[dict] = []
     for req, want, got in answers:
         call = (req.get("driver"), req.get("attr"))
-        if call == ("scheduler", "new_world"):
+        if call == NEW_WORLD:
             from .drivers.scheduler import Workload  # here: a pure-Python exercise's replay imports no framework
 
             workload = Workload.from_plain(wire.decode(req["args"][1]))
@@ -166,10 +169,15 @@ def replayed(recorded: list[list[dict]], answers: list[tuple[dict, dict, dict]])
         elif yours.get("phase") == "schedule" and yours != reference:
             departure = {"made": yours.get("call"), "consumed": len(answered)}
             add_step(log.yours, {"before": before, "departure": departure}, workload, answered)
-    for req, want in recorded if log is not None else ():
-        reference = _step_value(req, want)
-        if len(log.reference) < len(log.yours) and reference is not None and "plan" in reference:
-            add_step(log.reference, reference, workload)
+    if log is not None:  # the reference's steps of the same world: from its last `new_world` replayed
+        worlds = [i for i, (req, _) in enumerate(recorded) if (req.get("driver"), req.get("attr")) == NEW_WORLD]
+        start = max(i for i in worlds if i < len(answers))
+        for req, want in recorded[start + 1:min([i for i in worlds if i > start], default=len(recorded))]:
+            reference = _step_value(req, want)
+            if len(log.reference) == len(log.yours):
+                break
+            if reference is not None and "plan" in reference:
+                add_step(log.reference, reference, workload)
     return log
 
 
