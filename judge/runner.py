@@ -203,10 +203,6 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
             report.fatal = "the grader ran out of memory while grading this submission"
         finally:
             run.stop()
-        missing = sandbox.missing_references(ex)
-        if missing:
-            report.notes.append("not in this copy, so your practice/ module of the same name runs in its place: "
-                                + ", ".join(missing))
         if run.capped:
             report.notes.append(f"the total time cap of {cap - t0:g}s for one submission was reached: "
                                 f"{run.capped} case(s) not run")

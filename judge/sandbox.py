@@ -23,7 +23,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from .registry import ROOT, Exercise, shipped
+from .registry import ROOT, Exercise
 
 COURSE = "/course"  # where the student edition appears inside the sandbox
 SUBMISSION = "/submission"
@@ -160,14 +160,6 @@ def _system_binds() -> list[str]:
         if real != sp:
             args += ["--symlink", real, sp]
     return args
-
-
-def missing_references(ex: Exercise, root: Path = ROOT) -> list[str]:
-    """The references of the parts the exercise runs on (`part_references`, run by the grader) that this copy does
-    not hold (a student edition): the learner's own practice module of the same name runs in their place
-    (judge/practice_finder.py)."""
-    return [m for m in ex.part_references if m != ex.reference
-            and not shipped(m, root)]
 
 
 def course_binds(root: Path = ROOT) -> list[str]:
