@@ -1,24 +1,21 @@
 """Public fakes of the parts exercises 129 and 131 call but do not write: the KV-cache manager and preemption. They
-hold no answer. The learner's code runs in a thread of the worker; each state-changing call of a fake pauses it and
-is posted to the grader (the driver's call returns it), which compares it with the next call the references made on
-the case's inputs and answers with that call's record (what the part returned, and its effect on the worker's own
-requests, queues and `SchedulerOutput`, applied here in place) or with a *departure*: the call made and the call
-expected, raised here as `Departure` to unwind the learner's code. So no recorded call reaches the worker before the
-learner's code has made it, and the worker never calls the grader.
+hold no answer: they replay a *script* the grader recorded from the references for the case's inputs (plain data:
+each state-changing call the reference code made, with what it read, returned and left), and apply each recorded
+effect to the worker's own requests, queues and `SchedulerOutput`, in place. The worker never calls the grader.
 
-Read-only calls are answered from the current state: `block_size`, `num_free_blocks`, `block_pool.ref_cnt`,
-`get_computed_blocks` (the KV-cache manager's prefix hits for each queued request, which come with the step and
-with each answer), and an `allocate_slots` that needs more blocks than are free (framework/kv_cache_manager.py
+The first state-changing call that differs from the next recorded one (another operation, other arguments, or the
+same call on other state) is a *departure*: the replay stops there and the driver reports it, with the call made and
+the call expected. Read-only calls are answered from the current state: `block_size`, `num_free_blocks`,
+`block_pool.ref_cnt`, `get_computed_blocks` (the prefix hits the grader recorded for each queued request at this
+point of the script), and an `allocate_slots` that needs more blocks than are free (framework/kv_cache_manager.py
 decides that, and it changes nothing), so only the order of the calls that change something is enforced.
 """
 
 from __future__ import annotations
 
 import operator
-import queue
-import threading
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from framework.kv_cache_manager import blocks_to_allocate
 from framework.request import Request, RequestStatus
@@ -80,54 +77,27 @@ class Departure(BaseException):
 
 
 class Replay:
-    """The parts' calls of one world, answered by the grader: its requests by id, the scheduler whose queues the
-    parts change, the pool as the grader's last answer left it; the learner's code runs in `run`'s thread."""
+    """A script being replayed on one world: its requests by id, the scheduler whose queues the parts change, the
+    pool as the grader's last recorded effect left it."""
 
     def __init__(self, num_blocks: int, block_size: int, prefix: bool) -> None:
         self.block_size, self.prefix = block_size, prefix
         self.pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks, ref_cnt=[0] * num_blocks)
         self.requests: dict[str, Request] = {}
         self.scheduler: Any = None
-        self.world: Any = None
+        self.calls: list[dict] = []
         self.lookups: dict[str, list[int]] = {}
         self.departure: dict | None = None
         self.consumed = 0
-        self.shown: dict[str, Any] = {}
-        self.posted: queue.SimpleQueue = queue.SimpleQueue()  # (True, a paused call or the result) or (False, exc)
-        self.answers: queue.SimpleQueue = queue.SimpleQueue()
 
-    def load(self, phase: str, lookups: dict[str, list[int]] | None = None, **shown: Any) -> None:
-        """The calls that follow belong to `phase` (the grader's name for the script it compares them with), from
-        the prefix hits `lookups`, if given; `shown` goes with the phase's first paused call."""
-        self.consumed, self.shown = 0, {"phase": phase, **shown}
-        self.lookups = self.lookups if lookups is None else lookups
-
-    def run(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` (the learner's code and the driver's around it) in a thread: the first call it pauses at, as
-        {"call": made, "phase": ...}, or what it returned (its exception is raised here)."""
-        def body() -> None:
-            try:
-                self.posted.put((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
-                self.posted.put((False, exc))
-
-        threading.Thread(target=body, daemon=True).start()
-        return self.next()
-
-    def answer(self, entry: dict) -> Any:
-        """Resume the paused call with the grader's `entry` (a recorded call, or {"departure": ...}); as `run`."""
-        self.answers.put(entry)
-        return self.next()
-
-    def next(self) -> Any:
-        ok, value = self.posted.get()
-        if not ok:
-            raise value
-        return value
+    def load(self, script: dict) -> None:
+        """Replay `script` next: {"calls": [...], "lookups": {id: prefix hits}} (lookups with prefix caching)."""
+        self.calls, self.consumed = list(script["calls"]), 0
+        self.lookups = script.get("lookups", {})
 
     def call(self, op: str, request: Any, args: list, out: Any = None) -> Any:
-        """Play the state-changing call `op(request, *args)`: posted to the grader, which answers with the recorded
-        value, whose effect is applied, or with Departure if it is not the reference's next call."""
+        """Play the state-changing call `op(request, *args)`: the recorded value, its effect applied; Departure if
+        it is not the next recorded call."""
         if self.departure is not None:
             raise Departure(self.departure["message"])
         if not isinstance(request, Request):
@@ -135,15 +105,15 @@ class Replay:
         made = {"op": op, "args": [request.request_id, *args], "reads": reads(op, self.scheduler, request)}
         if op == "allocate_or_preempt":
             made["args"].append(plan(out))
-        self.posted.put((True, {"call": made, **self.shown}))
-        self.shown = {"phase": self.shown["phase"]}
-        entry = self.answers.get()
-        if "departure" in entry:
-            self.departure = entry["departure"]
+        want = self.calls[self.consumed] if self.consumed < len(self.calls) else None
+        if want is None or {k: want[k] for k in made} != made:
+            expected = want and {k: want[k] for k in made}
+            self.departure = {"made": made, "expected": expected, "consumed": self.consumed,
+                              "message": departure_message(made, expected)}
             raise Departure(self.departure["message"])
         self.consumed += 1
-        self.apply(entry["effect"], out)
-        return entry["value"]
+        self.apply(want["effect"], out)
+        return want["value"]
 
     def apply(self, effect: dict, out: Any = None) -> None:
         for rid, values in effect.get("requests", {}).items():
