@@ -20,6 +20,7 @@ from typing import Any
 from framework.kv_cache_manager import blocks_to_allocate
 from framework.request import Request, RequestStatus
 from framework.scheduler import ScheduledRequest
+from judge.drivers.script import Departure
 
 KV_OPS = ("allocate_slots", "free")  # the KV-cache manager's state-changing operations
 PREEMPTION_OPS = ("allocate_or_preempt", "preempt")
@@ -58,6 +59,15 @@ def reads(op: str, scheduler: Any, request: Request) -> dict[str, Any]:
     return seen
 
 
+def made(op: str, scheduler: Any, request: Request, args: list, out: Any = None) -> dict[str, Any]:
+    """A call of a part as recorded and as replayed alike: the operation, its arguments (the request by id, the
+    plan `out` of allocate_or_preempt as ids) and what it reads."""
+    call = {"op": op, "args": [request.request_id, *args], "reads": reads(op, scheduler, request)}
+    if out is not None:
+        call["args"].append(plan(out))
+    return call
+
+
 def ids(requests: Any) -> list[str]:
     return [r.request_id if isinstance(r, Request) else repr(r)[:60] for r in requests]
 
@@ -69,11 +79,6 @@ def plan(out: Any) -> dict[str, list]:
         raise TypeError(f"out is {type(out).__name__}; it must be a SchedulerOutput")
     return {"scheduled": [[ids([getattr(s, "request", None)])[0], getattr(s, "num_new_tokens", None)]
                           for s in scheduled], "preempted": ids(preempted)}
-
-
-class Departure(BaseException):
-    """The learner's code made a call the script does not hold (a BaseException, so that their `except Exception`
-    does not hide it; the replay keeps its record in any case)."""
 
 
 class Replay:
@@ -102,14 +107,12 @@ class Replay:
             raise Departure(self.departure["message"])
         if not isinstance(request, Request):
             raise TypeError(f"{type(request).__name__} {str(request)[:60]} is not a framework.request.Request")
-        made = {"op": op, "args": [request.request_id, *args], "reads": reads(op, self.scheduler, request)}
-        if op == "allocate_or_preempt":
-            made["args"].append(plan(out))
+        call = made(op, self.scheduler, request, args, out)
         want = self.calls[self.consumed] if self.consumed < len(self.calls) else None
-        if want is None or {k: want[k] for k in made} != made:
-            expected = want and {k: want[k] for k in made}
-            self.departure = {"made": made, "expected": expected, "consumed": self.consumed,
-                              "message": departure_message(made, expected)}
+        if want is None or {k: want[k] for k in call} != call:
+            expected = want and {k: want[k] for k in call}
+            self.departure = {"made": call, "expected": expected, "consumed": self.consumed,
+                              "message": departure_message(call, expected)}
             raise Departure(self.departure["message"])
         self.consumed += 1
         self.apply(want["effect"], out)

@@ -19,7 +19,8 @@ from framework.kv_cache_manager import blocks_needed
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.drivers.scheduler import (Config, Spec, Workload, World, call_preemption, facts, plan_of, script,
                                     snapshot, step_world, world_state)
-from judge.drivers.scripted import KV_OPS, departure_message, describe, fields, ids, plan, reads, set_fields
+from judge.drivers.scripted import KV_OPS, departure_message, describe, fields, ids, plan, set_fields
+from judge.drivers.scripted import made as made_call
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
 from judge.traces import StepLog, add_step, allocations, offer, scheduler_log, scheduler_step, with_table
@@ -335,9 +336,7 @@ class Recorder:
     def around(self, op: str, real: Callable[[], Any], request: Any, args: list, out: Any = None) -> Any:
         if self.depth:
             return real()
-        made = {"op": op, "args": [request.request_id, *args], "reads": reads(op, self.scheduler, request)}
-        if out is not None:
-            made["args"].append(plan(out))
+        made = made_call(op, self.scheduler, request, args, out)
         before = self.state()
         self.depth += 1
         try:
