@@ -4,7 +4,12 @@ a departure is reported with the call made and the call expected, even when the 
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
 from collections import Counter
+
+import pytest
 
 from judge import harness
 from judge.drivers import kept, scripted
@@ -110,3 +115,38 @@ def test_a_departure_is_reported_with_both_calls_even_when_swallowed():
     made, expected = res["departure"]["made"], res["departure"]["expected"]
     assert made["op"] == "free" and made["args"] == ["a"], res
     assert expected["op"] == "allocate_or_preempt" and expected["args"][:2] == ["a", 1], res
+
+
+class Spinning:
+    """A scheduler that waits for blocks to come free, which never happens while it waits."""
+
+    class Scheduler(ref.Scheduler):
+        def schedule(self):
+            while self.kv.num_free_blocks < self.kv.block_pool.num_blocks + 1:
+                pass
+
+
+def test_a_grading_that_stops_waiting_stops_the_learners_thread():
+    """In the test's own process nothing kills a looping learner: once the wait for their code is cut short (here by
+    an alarm, as tests/test_public_verdicts.py's time limit cuts it), their next call of a part raises."""
+    w = Workload(Config(16, 4, 16, 4), (spec_new("a", 7, max_tokens=4),))
+    want, rec = reference_world(w)
+
+    def expire(*_):
+        raise TimeoutError
+
+    saved = signal.signal(signal.SIGALRM, expire)
+    try:
+        with harness.grading(harness.Context(options={})):
+            d = start(Spinning, w, rec)
+            before = threading.active_count()
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(TimeoutError):
+                step(d, 1, want, rec)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, saved)
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before, "the learner's thread still runs"
