@@ -83,8 +83,9 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return None
     if isinstance(g, dict) and isinstance(g.get("problem"), str):
         return f"{g['problem']}\ninput: {what}"
-    if isinstance(g, dict) and isinstance(g.get("departure"), dict) and "departure" not in w:  # a scripted part's
-        return f"{g['departure'].get('message')}\ninput: {what}"  # call that the script does not hold
+    departure = _departure(w, g)
+    if departure:
+        return f"{departure}\ninput: {what}"
     where, expected, value = _whole_list(w, g, *d)
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":
@@ -94,6 +95,24 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     raised = f"\n{_raised(unexpected)}" if unexpected else ""
     return (f"{_named(req, where) or 'the result'}: expected {short(expected)}, got {short(value)}\ninput: {what}"
             f"{raised}")
+
+
+def _paused(answer: Any) -> bool:
+    """Whether a driver's answer is the call a scripted part is paused at (judge/drivers/scripted.py)."""
+    return isinstance(answer, dict) and isinstance(answer.get("call"), dict)
+
+
+def _departure(want: Any, got: Any) -> str | None:
+    """Where the student's code paused at another call of a scripted part than the reference's, or made none where
+    the reference's code makes one, what it called (judge/drivers/scripted.py); else None."""
+    from .drivers.scripted import departure_message, describe
+
+    if not _paused(got):
+        return f"your code returned without calling {describe(want['call'])}, which the reference's code calls " \
+            "here" if _paused(want) else None
+    if _paused(want) and got["call"] == want["call"]:
+        return None
+    return departure_message(got["call"], want["call"] if _paused(want) else None)
 
 
 def _whole_list(want: Any, got: Any, where: str, expected: Any, value: Any) -> tuple[str, Any, Any]:

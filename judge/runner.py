@@ -136,7 +136,7 @@ def _replayed(log: list, impl: Any) -> None:
     run's and the recorded reference's: a public case's input only), with the first differing step's table."""
     answers: list = []
     problem = public.replay(object.__getattribute__(impl, "_session"), log, answers)
-    runs = traces.replayed(answers)
+    runs = traces.replayed(log, answers)
     if runs is not None:
         traces.offer(runs)
     if problem:

@@ -136,28 +136,59 @@ def scheduler_log(w: Workload) -> StepLog:
                    {s.rid: 0 if s.computed is not None else s.arrival - 1 for s in order})
 
 
-def replayed(answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
-    """The two runs of a replayed public case of the scheduler driver (129), from its calls `answers` ((request,
-    the recorded reference's answer, yours)): the workload of its `new_world`, then each `step`; None for a case
-    of any other driver."""
+NEW_WORLD = ("scheduler", "new_world")
+
+
+def replayed(recorded: list[list[dict]], answers: list[tuple[dict, dict, dict]]) -> StepLog | None:
+    """The two runs of a replayed public case of the scheduler driver (129): the workload of its `new_world`, your
+    steps from the calls replayed (`answers`: (request, the recorded reference's answer, yours)), a step whose
+    schedule() paused at another call than the reference's as far as it got (after the calls answered since its
+    `step`), and as many of the reference's steps of that world from the case's record `recorded` ([request,
+    answer] pairs). None for a case of any other driver."""
     from . import wire
 
-    log = workload = None
-    for req, *sides in answers:
+    log = workload = before = None
+    answered: list[dict] = []
+    for req, want, got in answers:
         call = (req.get("driver"), req.get("attr"))
-        if call == ("scheduler", "new_world"):
+        if call == NEW_WORLD:
             from .drivers.scheduler import Workload  # here: a pure-Python exercise's replay imports no framework
 
             workload = Workload.from_plain(wire.decode(req["args"][1]))
             log = scheduler_log(workload)
-        elif call == ("scheduler", "step") and log is not None:
-            for steps, answer in zip((log.reference, log.yours), sides):
-                value = wire.decode(answer.get("value")) if answer.get("ok") else None
-                if isinstance(value, dict) and "plan" in value:
-                    add_step(steps, value, workload)
-                elif isinstance(value, dict) and "departure" in value:
-                    add_step(steps, value, workload, wire.decode(req["args"][2])["schedule"]["calls"])
+        elif call == ("scheduler", "step"):
+            answered = []
+        elif call == ("scheduler", "answer"):
+            answered.append(wire.decode(req["args"][1]))
+        yours, reference = (_step_value(req, side) for side in (got, want))
+        if log is None or yours is None:
+            continue
+        before = yours.get("before", before)  # with a step's first paused call
+        if "plan" in yours:
+            add_step(log.yours, yours, workload)
+        elif yours.get("phase") == "schedule" and yours != reference:
+            departure = {"made": yours.get("call"), "consumed": len(answered)}
+            add_step(log.yours, {"before": before, "departure": departure}, workload, answered)
+    if log is not None:  # the reference's steps of the same world: from its last `new_world` replayed
+        worlds = [i for i, (req, _) in enumerate(recorded) if (req.get("driver"), req.get("attr")) == NEW_WORLD]
+        start = max(i for i in worlds if i < len(answers))
+        for req, want in recorded[start + 1:min([i for i in worlds if i > start], default=len(recorded))]:
+            reference = _step_value(req, want)
+            if len(log.reference) == len(log.yours):
+                break
+            if reference is not None and "plan" in reference:
+                add_step(log.reference, reference, workload)
     return log
+
+
+def _step_value(req: dict, answer: dict) -> dict | None:
+    """The scheduler driver's answer to a `step` or `answer` request: a step's result or a paused call."""
+    from . import wire
+
+    if req.get("driver") != "scheduler" or req.get("attr") not in ("step", "answer") or not answer.get("ok"):
+        return None
+    value = wire.decode(answer.get("value"))
+    return value if isinstance(value, dict) else None
 
 
 def add_step(steps: list[StepRecord], res: dict[str, Any], w: Workload, calls: list[dict] | None = None) -> None:

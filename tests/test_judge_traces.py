@@ -106,3 +106,22 @@ def test_a_replayed_public_case_shows_the_table_and_writes_both_traces(tmp_path)
     yours, reference = traces_of(tmp_path, 129, case.name)
     assert [r["request_id"] for r in yours[0].scheduled] == ["chunking"]
     assert len(yours) == len(reference) == 1  # the replay stops at the first differing answer
+
+
+def test_a_replayed_case_of_several_worlds_tables_the_world_that_departed():
+    """A public case of 129 that builds several worlds: your departed step sits beside the reference's step of the
+    same world (the second here), not the first world's."""
+    ex = judge.get_exercise(129)
+    case = next(c for c in judge.runner._case_list(ex, None) if c.name.startswith("decodes first"))
+    recording = Recording(ex, {"impl_module": ex.reference})
+    assert harness.run_case(case, RemoteModule(recording)).passed
+    assert sum(req["attr"] == "new_world" for req, _ in recording.log) > 1
+    wrong = RemoteModule(InProcess(ex, {"impl": str(CASES / "scheduler" / "wrong_lifo_admission.py")}))
+    with harness.grading(harness.Context(options={}, exercise=ex)):
+        with pytest.raises(harness.CaseFailure) as failed:
+            judge.runner._replayed(recording.log, wrong)
+    message = str(failed.value)
+    assert "first difference at engine step 2 (trace index 1): scheduled requests\n" in message, message
+    assert "the plans of engine steps 1..1 matched" in message
+    rows = {words[0]: words[1:] for words in map(str.split, message.splitlines()) if words[:1] in (["n1"], ["n2"])}
+    assert rows == {"n1": ["-", "prefill", "3", "1", "<"], "n2": ["prefill", "2", "1", "-", "<"]}, message

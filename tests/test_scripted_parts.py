@@ -1,16 +1,21 @@
 """The scripted parts of 129 and 131 (judge/drivers/scripted.py): the worker answers some calls from its state,
-without the script, and each of those answers is the reference's; a right scheduler never departs from the script;
+without the grader, and each of those answers is the reference's; a right scheduler never departs from the script;
 a departure is reported with the call made and the call expected, even when the learner's code swallows it."""
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
 from collections import Counter
+
+import pytest
 
 from judge import harness
 from judge.drivers import kept, scripted
-from judge.drivers import scheduler as drv
 from judge.hidden import scheduler as hidden
-from judge.hidden.lockstep import Config, Workload, plan_of, random_workloads, reference_world, spec_new
+from judge.hidden.lockstep import Config, Workload, answered, plan_of, random_workloads, reference_world, spec_new
+from judge.remote import Driver
 from solutions import scheduler as ref
 
 # blocks run out (admissions fail), with and without prefix caching, then random ones of each kind
@@ -36,38 +41,54 @@ def failed_allocations(rec, log: list) -> None:
     kv.allocate_slots = logged
 
 
+def start(impl, w: Workload, rec) -> Driver:
+    """The driver of `impl`'s world of `w`, kept as "world", its running requests placed (the first script of
+    `rec`, the reference world's recorder)."""
+    d = Driver(impl, "scheduler")
+    answered(d, "world", d.new_world("world", w.plain()), {"setup": rec.script()["calls"]})
+    return d
+
+
+def step(d: Driver, n: int, want, rec) -> tuple[dict, list]:
+    """Step `n` of the reference's world `want` (recorded by `rec`), then of the driver's, its calls answered from
+    the reference's: the driver's result and the reference's plan."""
+    want.arrive(n)
+    rec.begin()
+    out = want.sched.schedule()
+    scheduled = rec.script()
+    want.update(out.scheduled)
+    res = answered(d, "world", d.step("world", n, scheduled["lookups"]),
+                   {"schedule": scheduled["calls"], "update": rec.script()["calls"]})
+    return res, plan_of(out)[0]
+
+
 def test_answers_given_in_the_worker_are_the_references(monkeypatch):
     """The reference scheduler on the scripted parts: no departure, the same plans, and exactly the allocations the
     reference KV-cache manager refused are refused from the state, in the same order."""
     local: list = []
     allocate = scripted.ScriptedKVCacheManager.allocate_slots
 
-    def answered(self, request, n, computed=()):
+    def answered_here(self, request, n, computed=()):
         consumed = self.replay.consumed
         ok = allocate(self, request, n, computed)
         if self.replay.consumed == consumed:
             local.append([request.request_id, n, list(computed)])
         return ok
 
-    monkeypatch.setattr(scripted.ScriptedKVCacheManager, "allocate_slots", answered)
+    monkeypatch.setattr(scripted.ScriptedKVCacheManager, "allocate_slots", answered_here)
     refused, kinds = [], Counter()
     with harness.grading(harness.Context(options={})):
         for w in WORKLOADS:
             before = len(refused)
             want, rec = reference_world(w)
             failed_allocations(rec, refused)
-            drv.new_world(ref, "world", w.plain(), rec.script())
-            step = 1
-            while want.pending(step):
-                want.arrive(step)
-                rec.begin()
-                out = want.sched.schedule()
-                scheduled = rec.script()
-                want.update(out.scheduled)
-                res = drv.step(ref, "world", step, {"schedule": scheduled, "update": rec.script()})
-                assert "departure" not in res and [tuple(p) for p in res["plan"]] == plan_of(out)[0], res
-                assert res["free"] == want.kv.num_free_blocks == kept("world").kv.num_free_blocks
-                step += 1
+            d = start(ref, w, rec)
+            n = 1
+            while want.pending(n):
+                res, plan = step(d, n, want, rec)
+                assert "departure" not in res and [tuple(p) for p in res["plan"]] == plan, res
+                assert res["free"] == want.kv.num_free_blocks == kept("world").pool.num_free_blocks
+                n += 1
             kinds[w.config.prefix] += len(refused) - before
     assert local == refused and kinds[True] and kinds[False], (local, refused)
 
@@ -88,19 +109,44 @@ def test_a_departure_is_reported_with_both_calls_even_when_swallowed():
     w = Workload(Config(16, 4, 16, 4), (spec_new("a", 7, max_tokens=4),))
     want, rec = reference_world(w)
     with harness.grading(harness.Context(options={})):
-        drv.new_world(Swallowing, "world", w.plain(), rec.script())
-        want.arrive(1)
-        rec.begin()
-        out = want.sched.schedule()
-        scheduled = rec.script()
-        want.update(out.scheduled)
-        assert "departure" not in drv.step(Swallowing, "world", 1, {"schedule": scheduled, "update": rec.script()})
-        want.arrive(2)
-        rec.begin()
-        out = want.sched.schedule()
-        scheduled = rec.script()
-        want.update(out.scheduled)
-        res = drv.step(Swallowing, "world", 2, {"schedule": scheduled, "update": rec.script()})
+        d = start(Swallowing, w, rec)
+        assert "departure" not in step(d, 1, want, rec)[0]
+        res = step(d, 2, want, rec)[0]
     made, expected = res["departure"]["made"], res["departure"]["expected"]
     assert made["op"] == "free" and made["args"] == ["a"], res
     assert expected["op"] == "allocate_or_preempt" and expected["args"][:2] == ["a", 1], res
+
+
+class Spinning:
+    """A scheduler that waits for blocks to come free, which never happens while it waits."""
+
+    class Scheduler(ref.Scheduler):
+        def schedule(self):
+            while self.kv.num_free_blocks < self.kv.block_pool.num_blocks + 1:
+                pass
+
+
+def test_a_grading_that_stops_waiting_stops_the_learners_thread():
+    """In the test's own process nothing kills a looping learner: once the wait for their code is cut short (here by
+    an alarm, as tests/test_public_verdicts.py's time limit cuts it), their next call of a part raises."""
+    w = Workload(Config(16, 4, 16, 4), (spec_new("a", 7, max_tokens=4),))
+    want, rec = reference_world(w)
+
+    def expire(*_):
+        raise TimeoutError
+
+    saved = signal.signal(signal.SIGALRM, expire)
+    try:
+        with harness.grading(harness.Context(options={})):
+            d = start(Spinning, w, rec)
+            before = threading.active_count()
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(TimeoutError):
+                step(d, 1, want, rec)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, saved)
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before, "the learner's thread still runs"

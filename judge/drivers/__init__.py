@@ -1,9 +1,10 @@
 """What the public drivers (judge/drivers/<module>.py, shipped to students) share: each function of a driver takes
 the learner's module first, then plain arguments, and returns plain data (what the learner's objects did), holding
-no expected value. The parts the learner's code calls but does not write run in the grader, and what they answer for
-the case's inputs comes with the request, replayed here (judge/drivers/scripted.py for 129 and 131,
-judge/drivers/script.py for 130): this process never calls the grader. An object a driver's later calls reuse is
-kept in its process under a name the grader chooses (`keep`, `kept`)."""
+no expected value. The parts the learner's code calls but does not write run in the grader, and this process never
+calls the grader: under 129 and 131 the grader answers their calls one at a time, each once the learner's code has
+made it (judge/drivers/scripted.py); under 130 what they answer for the case's inputs comes with the request
+(judge/drivers/script.py). An object a driver's later calls reuse is kept in its process under a name the grader
+chooses (`keep`, `kept`)."""
 
 from __future__ import annotations
 

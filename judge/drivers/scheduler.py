@@ -8,10 +8,11 @@ its `num_new_tokens`, a request that completed its pending tokens gets a dummy o
 
 129: the learner's `Scheduler.schedule` on the framework's shell, with the reference preemption (131's answer).
 131: the learner's `preempt` and `allocate_or_preempt` inside the reference scheduler (129's answer).
-The references run in the grader, which sends with each request what they answer for its inputs: a script of their
-calls, replayed here by public fakes (judge/drivers/scripted.py). 129's World holds a scripted KV-cache manager and
-preemption; 131's workloads run their World in the grader, which calls the learner's functions here
-(`preemption_call`) on the state its scheduler reached, with the script of the reference KV-cache manager's calls.
+The references run in the grader; the parts' calls the learner's code makes here are answered by the grader one at
+a time, with what the references did (judge/drivers/scripted.py): `new_world`, `step` and `preemption_call` return
+either the call the learner's code is paused at or their result, and `answer` resumes it. 129's World holds a
+scripted KV-cache manager and preemption; 131's workloads run their World in the grader, which calls the learner's
+functions here (`preemption_call`) on the state its scheduler reached.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 from judge.crossing import learner_error
 from judge.drivers import keep, kept
 from judge.wire import WorkerLost
-from judge.drivers.scripted import (Replay, ScriptedKVCacheManager, ScriptedPreemption, fields, ids,
-                                    set_fields)
+from judge.drivers.scripted import (Replay, ScriptedKVCacheManager, ScriptedPreemption, describe as describe_call,
+                                    fields, ids, set_fields)
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import SchedulerBase, SchedulerOutput
@@ -210,32 +211,40 @@ def graded_scheduler(impl: ModuleType, replay: Replay) -> type:
 # What the grader calls (the learner's module comes first; a script is what judge/drivers/scripted.py replays)
 
 
-def new_world(impl: ModuleType, name: str, workload: dict, recorded: dict) -> None:
-    """129: the world of a workload on the learner's scheduler, kept as `name`; `recorded`: the script of the
-    KV-cache manager's calls that place the requests already running."""
+def new_world(impl: ModuleType, name: str, workload: dict) -> Any:
+    """129: the world of a workload on the learner's scheduler, its parts kept as `name`; the KV-cache manager's
+    calls that place the requests already running are answered as phase "setup"."""
     w = Workload.from_plain(workload)
     c = w.config
-    replay = Replay(c.num_blocks, c.block_size, c.prefix)
-    replay.load(recorded)
-    keep(name, World(graded_scheduler(impl, replay), w, ScriptedKVCacheManager(replay), replay))
+    replay = keep(name, Replay(c.num_blocks, c.block_size, c.prefix))
+    replay.load("setup")
+
+    def build() -> None:
+        replay.world = World(graded_scheduler(impl, replay), w, ScriptedKVCacheManager(replay), replay)
+
+    return replay.run(build)
 
 
-def step(impl: ModuleType, name: str, step: int, recorded: dict) -> dict[str, Any]:
-    """One step of the world kept as `name`: arrivals, the learner's schedule(), its checks' data, then the fake
-    model's update. `recorded`: the scripts of the parts' calls of the reference's schedule ("schedule") and update
-    ("update"). A call the script does not hold ends the phase with "departure": the call made and the call
-    expected."""
-    world: World = kept(name)
-    return step_world(world, step, world.kv.replay, recorded)
+def step(impl: ModuleType, name: str, step: int, lookups: dict[str, list[int]]) -> dict[str, Any]:
+    """One step of the world kept as `name`: arrivals, the learner's schedule() (its parts' calls: phase "schedule",
+    from the prefix hits `lookups`), its checks' data, then the fake model's update (phase "update"). A call the
+    grader answers with a departure ends the phase with "departure": the call made and the call expected."""
+    replay: Replay = kept(name)
+    return replay.run(lambda: step_world(replay.world, step, replay, lookups))
 
 
-def step_world(world: World, step: int, parts: Any, recorded: dict | None = None) -> dict[str, Any]:
-    """`step` on `world`, whose `parts` replay the scripts `recorded` (None: 131's world in the grader, on the
-    reference parts, calling the learner's preemption in the worker); a departure of theirs ends the phase."""
+def answer(impl: ModuleType, name: str, entry: dict) -> Any:
+    """The grader's answer to the call the learner's code kept as `name` is paused at; as `step`."""
+    return kept(name).answer(entry)
+
+
+def step_world(world: World, step: int, parts: Any, lookups: dict | None = None) -> dict[str, Any]:
+    """`step` on `world`, whose `parts` the grader answers (from the prefix hits `lookups`; None: 131's world in the
+    grader, on the reference parts, calling the learner's preemption in the worker); a departure ends the phase."""
     world.arrive(step)
     before = snapshot(world)
-    if recorded is not None:
-        parts.load(recorded["schedule"])
+    if lookups is not None:
+        parts.load("schedule", lookups, before=before)
     try:
         out = world.sched.schedule()
     except WorkerLost:  # 131, run in the grader: the worker calling the learner's preemption died or hung
@@ -250,8 +259,8 @@ def step_world(world: World, step: int, parts: Any, recorded: dict | None = None
         return {"before": before, "problem": problem}
     plan, pre = plan_of(out)
     result = {"before": before, "plan": plan, "preempted": pre, "facts": facts(world, out), "after": snapshot(world)}
-    if recorded is not None:
-        parts.load(recorded["update"])
+    if lookups is not None:
+        parts.load("update")
     try:
         world.update(out.scheduled)
     except BaseException as exc:  # noqa: BLE001
@@ -264,14 +273,18 @@ def step_world(world: World, step: int, parts: Any, recorded: dict | None = None
     return result
 
 
+PREEMPTION = "preemption"  # the name 131's calls keep their parts under, for `answer`
+
+
 def preemption_call(impl: ModuleType, config: dict, state: dict, fn: str, rid: str, n: int,
-                    recorded: dict) -> dict[str, Any]:
+                    lookups: dict[str, list[int]]) -> dict[str, Any]:
     """131: the learner's `fn` ('preempt' or 'allocate_or_preempt') once on request `rid` of `state` (`world_state`:
-    the requests, queues, pool and SchedulerOutput a scheduler reached), its KV-cache calls replayed from the script
-    `recorded`. What it returned and the state it left, or {"error": ...}, or {"departure": ...}."""
+    the requests, queues, pool and SchedulerOutput a scheduler reached), its KV-cache calls (phase "preemption")
+    answered by the grader (kept as PREEMPTION), from the prefix hits `lookups`. What it returned and the state it
+    left, or {"error": ...}, or {"departure": ...}; or the call it is paused at, as `step`."""
     c = Config(**config)
-    replay = Replay(c.num_blocks, c.block_size, c.prefix)
-    replay.load(recorded)
+    replay = keep(PREEMPTION, Replay(c.num_blocks, c.block_size, c.prefix))
+    replay.load(PREEMPTION, lookups)
     kv = ScriptedKVCacheManager(replay)
     sched = type("Graded", (SchedulerBase,), {"preemption": impl})(kv, c.token_budget, c.max_num_seqs, c.chunked)
     world = SimpleNamespace(sched=sched, kv=kv, requests={})
@@ -287,13 +300,20 @@ def preemption_call(impl: ModuleType, config: dict, state: dict, fn: str, rid: s
                   "ref_cnt": state["ref_cnt"]})
     out = SchedulerOutput()
     replay.apply({"plan": state["plan"]}, out)
+    return replay.run(lambda: preemption_result(impl, fn, world, rid, n, out, state["running"]))
+
+
+def preemption_result(impl: ModuleType, fn: str, world: Any, rid: str, n: int, out: SchedulerOutput,
+                      running: list[str]) -> dict[str, Any]:
+    """`preemption_call`'s result, from the learner's call run here (`running`: the queue it was called on)."""
+    replay, sched = world.kv.replay, world.sched
     try:
         ret = call_preemption(impl, fn, sched, world.requests[rid], n, out)
     except BaseException as exc:  # noqa: BLE001
         if replay.departure is None:
             return {"error": learner_error(exc)}
     if replay.departure is not None:  # with the queue it was called on: the victims it could choose
-        return {"departure": {**replay.departure, "running": state["running"]}}
+        return {"departure": {**replay.departure, "running": running}}
     plan, pre = plan_of(out)
     return {"returned": _plain_return(ret), "plan": plan, "preempted": pre, "consumed": replay.consumed,
             "state": {rid: fields(r) for rid, r in world.requests.items()}, "running": ids(sched.running),
@@ -355,6 +375,8 @@ def describe(fn: str, *args: Any) -> str | None:
         return f"engine step {args[1]}: out = s.schedule()"
     if fn == "preemption_call":
         return state_text(*args[:5])
+    if fn == "answer" and isinstance(args[1], dict) and "op" in args[1]:
+        return f"{describe_call(args[1])} answered as the reference's part answered it"
     return None
 
 

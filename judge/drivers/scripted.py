@@ -1,21 +1,24 @@
 """Public fakes of the parts exercises 129 and 131 call but do not write: the KV-cache manager and preemption. They
-hold no answer: they replay a *script* the grader recorded from the references for the case's inputs (plain data:
-each state-changing call the reference code made, with what it read, returned and left), and apply each recorded
-effect to the worker's own requests, queues and `SchedulerOutput`, in place. The worker never calls the grader.
+hold no answer. The learner's code runs in a thread of the worker; each state-changing call of a fake pauses it and
+is posted to the grader (the driver's call returns it), which compares it with the next call the references made on
+the case's inputs and answers with that call's record (what the part returned, and its effect on the worker's own
+requests, queues and `SchedulerOutput`, applied here in place) or with a *departure*: the call made and the call
+expected, raised here as `Departure` to unwind the learner's code. So no recorded call reaches the worker before the
+learner's code has made it, and the worker never calls the grader.
 
-The first state-changing call that differs from the next recorded one (another operation, other arguments, or the
-same call on other state) is a *departure*: the replay stops there and the driver reports it, with the call made and
-the call expected. Read-only calls are answered from the current state: `block_size`, `num_free_blocks`,
-`block_pool.ref_cnt`, `get_computed_blocks` (the prefix hits the grader recorded for each queued request at this
-point of the script), and an `allocate_slots` that needs more blocks than are free (framework/kv_cache_manager.py
+Read-only calls are answered from the current state: `block_size`, `num_free_blocks`, `block_pool.ref_cnt`,
+`get_computed_blocks` (the KV-cache manager's prefix hits for each queued request, which come with the step and
+with each answer), and an `allocate_slots` that needs more blocks than are free (framework/kv_cache_manager.py
 decides that, and it changes nothing), so only the order of the calls that change something is enforced.
 """
 
 from __future__ import annotations
 
 import operator
+import queue
+import threading
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 from framework.kv_cache_manager import blocks_to_allocate
 from framework.request import Request, RequestStatus
@@ -82,41 +85,86 @@ def plan(out: Any) -> dict[str, list]:
 
 
 class Replay:
-    """A script being replayed on one world: its requests by id, the scheduler whose queues the parts change, the
-    pool as the grader's last recorded effect left it."""
+    """The parts' calls of one world, answered by the grader: its requests by id, the scheduler whose queues the
+    parts change, the pool as the grader's last answer left it; the learner's code runs in `run`'s thread."""
 
     def __init__(self, num_blocks: int, block_size: int, prefix: bool) -> None:
         self.block_size, self.prefix = block_size, prefix
         self.pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks, ref_cnt=[0] * num_blocks)
         self.requests: dict[str, Request] = {}
         self.scheduler: Any = None
-        self.calls: list[dict] = []
+        self.world: Any = None
         self.lookups: dict[str, list[int]] = {}
         self.departure: dict | None = None
+        self.abandoned = False
         self.consumed = 0
+        self.shown: dict[str, Any] = {}
+        self.posted: queue.SimpleQueue = queue.SimpleQueue()  # (True, a paused call or the result) or (False, exc)
+        self.answers: queue.SimpleQueue = queue.SimpleQueue()
 
-    def load(self, script: dict) -> None:
-        """Replay `script` next: {"calls": [...], "lookups": {id: prefix hits}} (lookups with prefix caching)."""
-        self.calls, self.consumed = list(script["calls"]), 0
-        self.lookups = script.get("lookups", {})
+    def load(self, phase: str, lookups: dict[str, list[int]] | None = None, **shown: Any) -> None:
+        """The calls that follow belong to `phase` (the grader's name for the script it compares them with), from
+        the prefix hits `lookups`, if given; `shown` goes with the phase's first paused call."""
+        self.consumed, self.shown = 0, {"phase": phase, **shown}
+        self.lookups = self.lookups if lookups is None else lookups
 
-    def call(self, op: str, request: Any, args: list, out: Any = None) -> Any:
-        """Play the state-changing call `op(request, *args)`: the recorded value, its effect applied; Departure if
-        it is not the next recorded call."""
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` (the learner's code and the driver's around it) in a thread: the first call it pauses at, as
+        {"call": made, "phase": ...}, or what it returned (its exception is raised here)."""
+        def body() -> None:
+            try:
+                self.posted.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
+                self.posted.put((False, exc))
+
+        threading.Thread(target=body, daemon=True).start()
+        return self.next()
+
+    def answer(self, entry: dict) -> Any:
+        """Resume the paused call with the grader's `entry` (a recorded call, or {"departure": ...}); as `run`."""
+        self.answers.put(entry)
+        return self.next()
+
+    def next(self) -> Any:
+        try:
+            ok, value = self.posted.get()
+        except BaseException:  # the wait was cut short (an in-process time limit): stop the learner's thread too
+            self.abandon()
+            raise
+        if not ok:
+            raise value
+        return value
+
+    def abandon(self) -> None:
+        """No one waits for the learner's thread any more: each later call of a part raises, and a paused one
+        resumes raising, so that a loop over the parts ends (a grading worker is killed instead; a grading in the
+        test's own process is not)."""
+        self.abandoned = True
+        self.answers.put({"departure": {"message": "the grading stopped waiting for this code"}})
+
+    def live(self) -> None:
+        """Raise Departure once the replay has departed or been abandoned: every call of a part checks it."""
+        if self.abandoned:
+            raise Departure("the grading stopped waiting for this code")
         if self.departure is not None:
             raise Departure(self.departure["message"])
+
+    def call(self, op: str, request: Any, args: list, out: Any = None) -> Any:
+        """Play the state-changing call `op(request, *args)`: posted to the grader, which answers with the recorded
+        value, whose effect is applied, or with Departure if it is not the reference's next call."""
+        self.live()
         if not isinstance(request, Request):
             raise TypeError(f"{type(request).__name__} {str(request)[:60]} is not a framework.request.Request")
         call = made(op, self.scheduler, request, args, out)
-        want = self.calls[self.consumed] if self.consumed < len(self.calls) else None
-        if want is None or {k: want[k] for k in call} != call:
-            expected = want and {k: want[k] for k in call}
-            self.departure = {"made": call, "expected": expected, "consumed": self.consumed,
-                              "message": departure_message(call, expected)}
+        self.posted.put((True, {"call": call, **self.shown}))
+        self.shown = {"phase": self.shown["phase"]}
+        entry = self.answers.get()
+        if "departure" in entry:
+            self.departure = entry["departure"]
             raise Departure(self.departure["message"])
         self.consumed += 1
-        self.apply(want["effect"], out)
-        return want["value"]
+        self.apply(entry["effect"], out)
+        return entry["value"]
 
     def apply(self, effect: dict, out: Any = None) -> None:
         for rid, values in effect.get("requests", {}).items():
@@ -167,9 +215,11 @@ class ScriptedKVCacheManager:
 
     @property
     def num_free_blocks(self) -> int:
+        self.replay.live()
         return self.block_pool.num_free_blocks
 
     def get_computed_blocks(self, request: Request) -> list[int]:
+        self.replay.live()
         if not self.replay.prefix:  # as framework.kv_cache_manager's: no cache, no hit
             return []
         rid = getattr(request, "request_id", None)
@@ -180,6 +230,7 @@ class ScriptedKVCacheManager:
     def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: Any = ()) -> bool:
         if isinstance(num_new_tokens, bool) or not hasattr(num_new_tokens, "__index__"):
             raise TypeError("allocate_slots(request, num_new_tokens: int, computed_blocks: list of ints)")
+        self.replay.live()
         n, computed = operator.index(num_new_tokens), [operator.index(b) for b in computed_blocks]
         pool = self.block_pool
         if isinstance(request, Request) and all(0 <= b < pool.num_blocks for b in computed):

@@ -3,8 +3,9 @@ for 131, the reference scheduler calling the learner's preemption) steps beside 
 plan, request states and block pool, as the public driver (judge/drivers/scheduler.py) reports them, must match
 it and keep the invariants. A failing random workload is shrunk to a small one.
 
-Grader side only: the references run here, recorded (`Recorder`) as the scripts the worker's fakes replay
-(judge/drivers/scripted.py); the learner's code runs in the worker, through the drivers, which never call back.
+Grader side only: the references run here, recorded (`Recorder`) as scripts; the learner's code runs in the worker,
+through the drivers, which never call back: each call of the worker's fakes (judge/drivers/scripted.py) pauses the
+learner's code until `answered` answers it from the script, one call at a time.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any, Callable, Iterator
 
 from framework.kv_cache_manager import blocks_needed
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
-from judge.drivers.scheduler import (Config, Spec, Workload, World, call_preemption, facts, plan_of, script,
-                                    snapshot, step_world, world_state)
+from judge.drivers.scheduler import (PREEMPTION, Config, Spec, Workload, World, call_preemption, facts, plan_of,
+                                    script, snapshot, step_world, world_state)
 from judge.drivers.scripted import KV_OPS, departure_message, describe, fields, ids, plan, set_fields
 from judge.drivers.scripted import made as made_call
 from judge.harness import CaseFailure, rng as seeded, shrink
@@ -233,12 +234,39 @@ def learner_world(w: Workload, impl, graded: str, setup: dict) -> Callable[[int,
     requests); 131: here, on the reference scheduler calling the learner's preemption in the worker."""
     drv = Driver(impl, "scheduler")
     if graded == "schedule":
-        drv.new_world(WORLD, w.plain(), setup)
-        return lambda step, recorded: drv.step(WORLD, step, recorded)
+        answered(drv, WORLD, drv.new_world(WORLD, w.plain()), {"setup": setup["calls"]})
+        return lambda step, recorded: answered(drv, WORLD, drv.step(WORLD, step, recorded["schedule"]["lookups"]),
+                                               {phase: recorded[phase]["calls"] for phase in ("schedule", "update")})
     preemption = WorkerPreemption(drv, w.config)
     c = w.config
     world = World(preemption.scheduler_cls, w, KVCacheManager(c.num_blocks, c.block_size, c.prefix))
     return lambda step, recorded: step_world(world, step, preemption)
+
+
+def answered(drv: Driver, name: str, reply: Any, scripts: dict[str, list[dict]]) -> Any:
+    """The driver's result once each call the learner's code pauses at (`reply`, then each answer's; its parts kept
+    as `name`) is answered from the reference's calls of its phase (`scripts`): the next recorded call, if it is
+    the same call on the same state, else the departure, which ends the phase."""
+    consumed: Counter = Counter()
+    while isinstance(reply, dict) and isinstance(reply.get("call"), dict):
+        phase, made = reply.get("phase"), reply["call"]
+        calls = scripts.get(phase, [])
+        want = calls[consumed[phase]] if consumed[phase] < len(calls) else None
+        expected = want and {k: want[k] for k in ("op", "args", "reads")}
+        if expected is not None and made == expected:
+            consumed[phase] += 1
+            reply = drv.answer(name, want)
+        else:
+            reply = drv.answer(name, {"departure": {"made": made, "expected": expected, "consumed": consumed[phase],
+                                                    "message": departure_message(made, expected)}})
+    return reply
+
+
+def learner_preemption(drv: Driver, config: dict, state: dict, fn: str, rid: str, n: int, recorded: dict) -> dict:
+    """131: the driver's result of the learner's `fn` on `state` (`preemption_call`), its KV-cache calls answered
+    from the script `recorded` of the reference's."""
+    reply = drv.preemption_call(config, state, fn, rid, n, recorded["lookups"])
+    return answered(drv, PREEMPTION, reply, {PREEMPTION: recorded["calls"]})
 
 
 def workload_candidates(w: Workload) -> Iterator[Workload]:
@@ -507,8 +535,8 @@ class WorkerPreemption:
     def _call(self, fn: str, scheduler: Any, request: Any, n: int = 0, out: Any = None) -> Any:
         out = SchedulerOutput() if out is None else out
         recorded = reference_script(fn, scheduler, request, n, out)
-        reply = self.drv.preemption_call(self.config, world_state(scheduler, out), fn, request.request_id, n,
-                                         recorded)
+        reply = learner_preemption(self.drv, self.config, world_state(scheduler, out), fn, request.request_id, n,
+                                   recorded)
         if "departure" in reply:
             self.departure = reply["departure"]
         if "error" in reply or "departure" in reply:

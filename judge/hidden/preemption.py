@@ -16,8 +16,9 @@ from judge.harness import CaseFailure, Cases, rng as seeded
 from judge.drivers.scheduler import call_preemption, script, world_state
 from judge.hidden.end_to_end import alone, load_model
 from judge.hidden.lockstep import (Config, LearnerRaised131, Plan, Workload, WorkerPreemption, check_blocks,
-                                   check_workloads, departure_failure, first_difference, plan_of, random_workloads,
-                                   reference_script, reference_world, snapshot, spec_new, spec_running)
+                                   check_workloads, departure_failure, first_difference, learner_preemption, plan_of,
+                                   random_workloads, reference_script, reference_world, snapshot, spec_new,
+                                   spec_running)
 from judge.remote import Driver, learner_failure
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerOutput
@@ -87,7 +88,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
     state, request = world_state(want.sched, out), want.requests[rid]
     recorded = reference_script(fn, want.sched, request, n, out)
     exp_ret = call_preemption(want.sched.preemption, fn, want.sched, request, n, out)
-    res = Driver(impl, "scheduler").preemption_call(asdict(w.config), state, fn, rid, n, recorded)
+    res = learner_preemption(Driver(impl, "scheduler"), asdict(w.config), state, fn, rid, n, recorded)
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
     if "departure" in res:
