@@ -1,16 +1,14 @@
 """Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on fakes of the
-scheduler, KV-cache manager and model runner that replay a script (judge/drivers/script.py), each recording what it
-was asked.
+scheduler, KV-cache manager and model runner, whose state-changing calls the grader answers in rounds
+(judge/drivers/script.py) with the calls of the reference engine, run first through this same driver on its own
+parts (`new_engine(..., record=True)`: its replies carry what its parts did, as "_script").
 
-The grader runs the reference engine first, through this same driver on its own parts (`new_engine(...,
-record=True)`): their state-changing calls, with what they read, did and returned, are the script it sends with the
-same driver call to the learner's engine. The driver builds an engine here (`new_engine`, kept under a name the
-grader chooses), adds requests, steps it or calls its `generate`, and returns one record per step: what the
-scheduler scheduled (each request as it was before the step ran), the items of every `execute_model` call and the
-greedy token of each row of logits it returned, what `step` returned, every request's state after the step, and
-where the engine left the script (a departure). Nothing here decides a verdict (judge/hidden/inference_loop.py
-does). Requests are named by their order of arrival, "#0", "#1", ..., so that records do not depend on what ran
-before in the process.
+`new_engine` keeps an engine under a name the grader chooses; `add`, `step` and `generate` return the call the
+learner's code is paused at, or their result (`answer` resumes it): one record per step, with what the scheduler
+scheduled (each request as it was before the step ran), the items of every `execute_model` call and the greedy token
+of each row of logits it returned, what `step` returned, every request's state after the step, and the departure if
+any. Nothing here decides a verdict (judge/hidden/inference_loop.py does). Requests are named by their order of
+arrival, "#0", "#1", ..., so that records do not depend on what ran before in the process.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.crossing import learner_error
 from judge.drivers import keep, kept, load_model
-from judge.drivers.script import Script
+from judge.drivers.script import Rounds
 from judge.harness import int_values, short
 
 
@@ -88,14 +86,14 @@ FIELDS = ("num_computed_tokens", "num_output_tokens", "block_table", "status", "
 QUEUES = "scheduler"  # the name the scheduler's queues go by in a state
 
 
-class Parts:
+class Parts(Rounds):
     """One engine's scheduler, KV-cache manager and model runner, and its requests by name. Each state-changing call
-    of the engine on them is an entry of `script`: recorded (`record`, the reference's parts) or replayed
-    (`replay`, the fakes). `schedule()` reads every request and the queues, as the steps before left them; the
-    other calls are checked on their arguments (a step's own updates are checked on its record)."""
+    of the engine on them ([op, *args]) is recorded (`record`, the reference's parts) or posted to the grader
+    (`replay`, the fakes) with the state it reads: `schedule()` reads every request and the queues, the other calls
+    are checked on their arguments (a step's own updates are checked on its record)."""
 
     def __init__(self) -> None:
-        self.script = Script()
+        super().__init__()
         self.recorded: list[dict] = []  # entries recorded since the grader last took them
         self.requests: dict[str, Request] = {}
         self.names: dict[int, str] = {}  # id(request) -> name
@@ -141,19 +139,15 @@ class Parts:
         after = self.state(self.everything())
         effect = {name: {f: v for f, v in fields.items() if before.get(name, {}).get(f) != v}
                   for name, fields in after.items()}
-        self.recorded.append({"call": call, "state": {n: before[n] for n in reads if n in before}, "value": value(result),
-                              "effect": {n: e for n, e in effect.items() if e}, "free": self.kv.num_free_blocks})
+        self.recorded.append({"op": call[0], "args": call[1:], "reads": {n: before[n] for n in reads if n in before},
+                              "value": value(result), "effect": {n: e for n, e in effect.items() if e},
+                              "free": self.kv.num_free_blocks})
         return result
 
-    def taken(self) -> list[dict]:
-        """The entries recorded since the last time, for the grader to send."""
-        out, self.recorded = self.recorded, []
-        return out
-
     def replay(self, call: list, reads: Sequence[str]) -> Any:
-        """The next entry of the script, if it is this call on this state (else the departure, raised): its effect
-        applied to the requests here, in place, and its value."""
-        entry = self.script.take(call, self.state(reads))
+        """Post the call, made on the requests as they are: the grader's entry's effect is applied to them, in
+        place, and its value returned (or Departure raised)."""
+        entry = self.post({"op": call[0], "args": call[1:], "reads": self.state(reads)})
         for name, fields in entry["effect"].items():
             if name == QUEUES:
                 if "running" in fields:
@@ -248,7 +242,7 @@ def recording_parts(engine_cls: type, parts: Parts, chunks_first: bool) -> tuple
 
 
 def scripted_parts(parts: Parts) -> tuple[type, type, type]:
-    """Fakes of the scheduler, KV-cache manager and model runner, replaying `parts.script`."""
+    """Fakes of the scheduler, KV-cache manager and model runner, whose calls the grader answers."""
 
     class ScriptedScheduler(SchedulerBase):
         def __init__(self, *args: Any) -> None:
@@ -397,20 +391,20 @@ class Run:
     reported: bool = False  # whether the departure, if any, is in a reply already
 
     def departed(self, reply: dict) -> dict:
-        """`reply` with the departure from the script, the first time it is there to report."""
-        if self.parts.script.departure is not None and not self.reported:
-            reply["departure"], self.reported = self.parts.script.departure, True
+        """`reply` with the departure, the first time it is there to report."""
+        if self.parts.departure is not None and not self.reported:
+            reply["departure"], self.reported = self.parts.departure, True
         return reply
 
-    def load(self, script: list[dict] | None) -> None:
-        if script is not None:
-            self.parts.script.load(script)
-
-    def answer(self, reply: dict) -> dict:
+    def reply(self, reply: dict) -> dict:
         """The reply of a driver call: with the departure, if any, and with what the reference's parts recorded."""
         if self.parts.recorded:
-            reply["_script"] = self.parts.taken()
+            reply["_script"], self.parts.recorded = self.parts.recorded, []
         return self.departed(reply)
+
+    def rounds(self, fn: Callable[[], dict]) -> Any:
+        """The reply of `fn` (the learner's call), run in rounds: the first call it pauses at, or its reply."""
+        return self.parts.run(lambda: self.reply(fn()))
 
 
 def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
@@ -427,8 +421,8 @@ def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
 def new_engine(impl: ModuleType, name: str, config: dict, eos: int | None, chunks_first: bool = False,
                tokenizer: bool = False, step_limit: int = 400, record: bool = False) -> dict:
     """{} once the engine under test is built and kept as `name`, or {"problem": ...} / {"error": ...} when it
-    cannot be. Its scheduler, KV-cache manager and model runner are fakes replaying the script each later call
-    brings; with `record` (the grader's reference engine), its own parts, recording that script."""
+    cannot be. Its scheduler, KV-cache manager and model runner are fakes the grader answers; with `record` (the
+    grader's reference engine), its own parts, recording their calls."""
     learner = getattr(impl, "LLMEngine", None)
     if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
         return {"problem": "LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
@@ -444,48 +438,56 @@ def new_engine(impl: ModuleType, name: str, config: dict, eos: int | None, chunk
     return {}
 
 
-def add(impl: ModuleType, name: str, prompt: list[int], params: dict | None, script: list[dict] | None = None) -> dict:
+def add(impl: ModuleType, name: str, prompt: list[int], params: dict | None) -> Any:
     run: Run = kept(name)
-    run.load(script)
-    try:
-        r = run.engine.add_request(prompt, params_of(params))
-    except BaseException as exc:  # noqa: BLE001
-        return run.answer({"error": learner_error(exc)})
-    return run.answer({"request_id": run.engine.scheduler.name(r.request_id)})
+
+    def added() -> dict:
+        try:
+            r = run.engine.add_request(prompt, params_of(params))
+        except BaseException as exc:  # noqa: BLE001
+            return {"error": learner_error(exc)}
+        return {"request_id": run.engine.scheduler.name(r.request_id)}
+
+    return run.rounds(added)
 
 
-def step(impl: ModuleType, name: str, script: list[dict] | None = None) -> dict:
+def step(impl: ModuleType, name: str) -> Any:
     """One call of the learner's step: its record (with "error" if it raised)."""
     run: Run = kept(name)
-    run.load(script)
     n = len(run.records)
-    try:
-        run.engine.step()
-    except BaseException:  # noqa: BLE001 - in the record
-        pass
-    return run.answer(run.records[n] if len(run.records) > n else {"problem": "step did not run"})
+
+    def stepped() -> dict:
+        try:
+            run.engine.step()
+        except BaseException:  # noqa: BLE001 - in the record
+            pass
+        return run.records[n] if len(run.records) > n else {"problem": "step did not run"}
+
+    return run.rounds(stepped)
 
 
-def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any,
-             script: list[dict] | None = None) -> dict:
+def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any) -> Any:
     """One call of the learner's generate: the records of the steps it took, and what it returned (or raised).
     `params`: None, one SamplingParams as a dict, or a list of them."""
     run: Run = kept(name)
-    run.load(script)
-    if isinstance(params, list):
-        params = [params_of(p) for p in params]
-    elif params is not None:
-        params = params_of(params)
+    params = [params_of(p) for p in params] if isinstance(params, list) else params if params is None else \
+        params_of(params)
     n = len(run.records)
-    out: dict[str, Any] = {}
-    try:
-        outs = run.engine.generate(prompts, params)
-    except BaseException as exc:  # noqa: BLE001
-        out["error"] = learner_error(exc)
-    else:
-        out.update(plain_outputs(outs, run.engine.scheduler.name))
-    out["steps"] = run.records[n:]
-    return run.answer(out)
+
+    def generated() -> dict:
+        out: dict[str, Any] = {}
+        try:
+            out.update(plain_outputs(run.engine.generate(prompts, params), run.engine.scheduler.name))
+        except BaseException as exc:  # noqa: BLE001
+            out["error"] = learner_error(exc)
+        return {**out, "steps": run.records[n:]}
+
+    return run.rounds(generated)
+
+
+def answer(impl: ModuleType, name: str, entry: dict) -> Any:
+    """The grader's answer to the call the engine kept as `name` is paused at; as `step`."""
+    return kept(name).parts.answer(entry)
 
 
 def final(impl: ModuleType, name: str) -> dict:
@@ -522,4 +524,45 @@ def describe(fn: str, name: str, *args: Any) -> str:
         return f"engine.generate({args[0]!r}, {_params_text(args[1])})"
     if fn == "step":
         return "engine.step()"
+    if fn == "answer":
+        return f"{call_text(args[0])} answered as the reference engine's part answered it" if "op" in args[0] else \
+            None
     return "(read: every request's state, and the free blocks)"
+
+
+def call_text(call: dict | None) -> str:
+    """A call of the engine on its parts, as code."""
+    if call is None:
+        return "nothing more"
+    op, args = call["op"], call["args"]
+    if op == "execute_model":
+        return f"self.runner.execute_model({short(args[0])})"
+    owner = "self.kv_cache_manager" if op == "free" else "self.scheduler"
+    shown = [f"request {a}" if isinstance(a, str) and a.startswith("#") else repr(a) for a in args[:2]]
+    return f"{owner}.{op}({', '.join(shown)})"
+
+
+def first_difference(made: dict, expected: dict | None) -> dict | None:
+    """Where the same call as `expected` read requests in another state: the first field that differs."""
+    if expected is None or [made["op"], made["args"]] != [expected["op"], expected["args"]]:
+        return None
+    for name, fields in expected["reads"].items():
+        for f, value in fields.items():
+            mine = made["reads"].get(name, {}).get(f)
+            if mine != value:
+                return {"request": name, "field": f, "want": value, "got": mine}
+    return None
+
+
+def departure_message(made: dict | None, expected: dict | None, where: str = "") -> str:
+    """What the learner's engine called (in `where`, if given) where the reference engine called `expected` (`made`
+    None: it returned)."""
+    if made is None:
+        return f"your engine returned without calling {call_text(expected)}, which the reference engine calls here"
+    call, diff = call_text(made) + (f" ({where})" if where else ""), first_difference(made, expected)
+    if diff is None:
+        return f"your engine called {call} where the reference engine, on the same requests, called " \
+            f"{call_text(expected)}"
+    subject = "the scheduler's queue" if diff["request"] == QUEUES else f"request {diff['request']}"
+    return f"when your engine called {call}, {subject} has {diff['field']} {short(diff['got'])}; the reference " \
+        f"engine's had {short(diff['want'])} at that call"
