@@ -92,8 +92,9 @@ class Parts(Rounds):
     (`replay`, the fakes) with the state it reads: `schedule()` reads every request and the queues, the other calls
     are checked on their arguments (a step's own updates are checked on its record)."""
 
-    def __init__(self) -> None:
+    def __init__(self, recording: bool) -> None:
         super().__init__()
+        self.recording = recording
         self.recorded: list[dict] = []  # entries recorded since the grader last took them
         self.requests: dict[str, Request] = {}
         self.names: dict[int, str] = {}  # id(request) -> name
@@ -125,9 +126,12 @@ class Parts(Rounds):
     def everything(self) -> list[str]:
         return [*self.requests, QUEUES]
 
-    def record(self, call: list, reads: Sequence[str], run: Callable[[], Any],
-               value: Callable[[Any], Any] = lambda v: None) -> Any:
-        """Run the reference's call and record it: what it read, its effect, what it returned (`value`)."""
+    def call(self, call: list, reads: Sequence[str], run: Callable[[], Any]) -> Any:
+        """The value of the call: `run`'s, recorded, or the grader's answer's."""
+        return self.record(call, reads, run) if self.recording else self.replay(call, reads)
+
+    def record(self, call: list, reads: Sequence[str], run: Callable[[], Any]) -> Any:
+        """Run the reference's call and record it: what it read, its effect, what it returned (plain data)."""
         if self.depth:
             return run()
         before = self.state(self.everything())
@@ -140,7 +144,7 @@ class Parts(Rounds):
         effect = {name: {f: v for f, v in fields.items() if before.get(name, {}).get(f) != v}
                   for name, fields in after.items()}
         self.recorded.append({"op": call[0], "args": call[1:], "reads": {n: before[n] for n in reads if n in before},
-                              "value": value(result), "effect": {n: e for n, e in effect.items() if e},
+                              "value": result, "effect": {n: e for n, e in effect.items() if e},
                               "free": self.kv.num_free_blocks})
         return result
 
@@ -184,157 +188,101 @@ def _set_fields(r: Request, fields: dict) -> None:
             setattr(r, f, RequestStatus(value) if f == "status" else value)
 
 
-def _plan(out: Any, parts: Parts) -> dict:
-    return {"scheduled": [[parts.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
-            "preempted": [parts.name_of(r) for r in out.preempted]}
+class FakeKV:
+    """The KV-cache manager beside the learner's engine: its free blocks as the grader's last answer left them."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+        self.block_size, self.prefix_cache = block_size, None
+        self.block_pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
 
 
-def _identity(r: Request) -> list:
-    return [list(r.prompt_token_ids), plain_params(r.sampling_params)]
+class FakeRunner:
+    def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
+        self.num_blocks, self.block_size = num_blocks, block_size
 
 
-def recording_parts(engine_cls: type, parts: Parts, chunks_first: bool) -> tuple[type, type, type]:
-    """The parts of `engine_cls` (the reference engine's, in the grader), recording into `parts`."""
+def part_classes(engine_cls: type, parts: Parts, chunks_first: bool) -> tuple[type, type, type]:
+    """The scheduler, KV-cache manager and model runner: with `parts.recording`, `engine_cls`'s own (the reference
+    engine's, in the grader), recorded; else fakes whose state-changing calls the grader answers."""
+    bases = (engine_cls.scheduler_cls, engine_cls.kv_cache_manager_cls, engine_cls.runner_cls) if parts.recording \
+        else (SchedulerBase, FakeKV, FakeRunner)
 
-    class Recording(engine_cls.scheduler_cls):  # type: ignore[name-defined]
+    class Scheduler(bases[0]):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
             parts.scheduler = self
+            self.log: list[list[dict]] = []  # every schedule() call: the scheduled requests before the step ran
+            self.states: list[dict[str, list[int]]] = []  # every unfinished request, as schedule() left it
+
+        def name(self, request_id: Any) -> str:
+            return next((n for n, r in parts.requests.items() if r.request_id == request_id), str(request_id))
 
         def add_request(self, request: Request) -> None:
-            run = super().add_request
-            parts.record(["add_request", parts.name_of(request, new=True), *_identity(request)], (),
-                         lambda: run(request))
+            parts.call(["add_request", parts.name_of(request, new=True), list(request.prompt_token_ids),
+                        plain_params(request.sampling_params)], (), lambda: super(Scheduler, self).add_request(request))
 
         def schedule(self) -> SchedulerOutput:
-            if not (self.running or self.waiting):  # nothing to schedule: answered from the state, not scripted
-                return super().schedule()
-            run = super().schedule
+            out = SchedulerOutput()  # nothing to schedule: answered from the state
+            if self.running or self.waiting:
+                plan = parts.call(["schedule"], parts.everything(), self.planned)
+                out = SchedulerOutput([ScheduledRequest(parts.requests[n], k) for n, k in plan["scheduled"]],
+                                      [parts.requests[n] for n in plan["preempted"]])
+            self.states.append({parts.name_of(r): [len(r.output_token_ids), r.num_computed_tokens]
+                                for r in [*self.running, *self.waiting]})
+            self.log.append([{"rid": parts.name_of(s.request), "num_new": s.num_new_tokens,
+                              "num_computed": s.request.num_computed_tokens,
+                              "token_ids": list(s.request.all_token_ids), "block_table": list(s.request.block_table),
+                              "num_outputs": len(s.request.output_token_ids)} for s in out.scheduled])
+            return out
 
-            def ordered() -> SchedulerOutput:
-                out = run()
-                if chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
-                    out.scheduled.sort(key=lambda s: s.completes_prompt)
-                return out
-
-            return parts.record(["schedule"], parts.everything(), ordered, lambda out: _plan(out, parts))
+        def planned(self) -> dict:
+            out = super().schedule()
+            if chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
+                out.scheduled.sort(key=lambda s: s.completes_prompt)
+            return {"scheduled": [[parts.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
+                    "preempted": [parts.name_of(r) for r in out.preempted]}
 
         def finish(self, request: Request, reason: str) -> None:
-            run = super().finish
-            parts.record(["finish", parts.name_of(request), reason], (), lambda: run(request, reason))
+            parts.call(["finish", parts.name_of(request), reason if isinstance(reason, str) else short(reason)], (),
+                       lambda: super(Scheduler, self).finish(request, reason))
 
-    class RecordingKV(engine_cls.kv_cache_manager_cls):  # type: ignore[name-defined]
+    class KV(bases[1]):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
             parts.kv = self
 
         def free(self, request: Request) -> None:
-            run = super().free
-            parts.record(["free", parts.name_of(request)], (), lambda: run(request))
+            parts.call(["free", parts.name_of(request)], (), lambda: super(KV, self).free(request))
 
-    class RecordingRunner(engine_cls.runner_cls):  # type: ignore[name-defined]
-        def execute_model(self, items: Any) -> Any:
-            run = super().execute_model
-            return parts.record(["execute_model", [plain_runner_item(it) for it in items]], (), lambda: run(items),
-                                lambda logits: logits)
-
-    return Recording, RecordingKV, RecordingRunner
-
-
-def scripted_parts(parts: Parts) -> tuple[type, type, type]:
-    """Fakes of the scheduler, KV-cache manager and model runner, whose calls the grader answers."""
-
-    class ScriptedScheduler(SchedulerBase):
+    class Runner(bases[2]):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
-            parts.scheduler = self
-
-        def add_request(self, request: Request) -> None:
-            parts.replay(["add_request", parts.name_of(request, new=True), *_identity(request)], ())
-
-        def schedule(self) -> SchedulerOutput:
-            if not (self.running or self.waiting):
-                return SchedulerOutput()
-            plan = parts.replay(["schedule"], parts.everything())
-            return SchedulerOutput([ScheduledRequest(parts.requests[n], k) for n, k in plan["scheduled"]],
-                                   [parts.requests[n] for n in plan["preempted"]])
-
-        def finish(self, request: Request, reason: str) -> None:
-            parts.replay(["finish", parts.name_of(request), reason if isinstance(reason, str) else short(reason)], ())
-
-    class ScriptedKVCacheManager:
-        def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
-            self.block_size, self.prefix_cache = block_size, None
-            self.block_pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks)
-            parts.kv = self
-
-        @property
-        def num_free_blocks(self) -> int:
-            return self.block_pool.num_free_blocks
-
-        def free(self, request: Request) -> None:
-            parts.replay(["free", parts.name_of(request)], ())
-
-    class ScriptedRunner:
-        def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
-            self.num_blocks, self.block_size = num_blocks, block_size
+            self.calls: list[dict] = []  # every execute_model call: its items, and the greedy token of each row
 
         def execute_model(self, items: Any) -> Any:
-            return parts.replay(["execute_model", [plain_runner_item(it) for it in items]], ())
+            items = list(items)
+            call = {"items": [plain_item(it) for it in items], "argmax": None}
+            self.calls.append(call)  # recorded before running: wrong items may make the runner fail
+            logits = parts.call(["execute_model", [plain_runner_item(it) for it in items]], (),
+                                lambda: super(Runner, self).execute_model(items))
+            call["argmax"] = [int(t) for t in logits.argmax(-1).tolist()]
+            return logits
 
-    return ScriptedScheduler, ScriptedKVCacheManager, ScriptedRunner
+    return Scheduler, KV, Runner
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The engine under test, on those parts, recording what they are asked
 
 
-def _checked_class(learner: type, parts: Parts, record: bool, chunks_first: bool) -> type:
-    scheduler, kv_manager, runner = recording_parts(learner, parts, chunks_first) if record else \
-        scripted_parts(parts)
-
-    class RecordingScheduler(scheduler):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.log: list[list[dict]] = []  # every schedule() call: the scheduled requests before the step ran
-            self.states: list[dict[str, list[int]]] = []  # every unfinished request, as schedule() left it
-            self.added: list[Request] = []
-
-        def add_request(self, request: Request) -> None:
-            super().add_request(request)
-            self.added.append(request)
-
-        def name(self, request_id: Any) -> str:
-            return next((n for n, r in parts.requests.items() if r.request_id == request_id), str(request_id))
-
-        def schedule(self):
-            out = super().schedule()
-            names = parts.name_of
-            self.states.append({names(r): [len(r.output_token_ids), r.num_computed_tokens]
-                                for r in [*self.running, *self.waiting]})
-            self.log.append([{"rid": names(s.request), "num_new": s.num_new_tokens,
-                              "num_computed": s.request.num_computed_tokens,
-                              "token_ids": list(s.request.all_token_ids), "block_table": list(s.request.block_table),
-                              "num_outputs": len(s.request.output_token_ids)} for s in out.scheduled])
-            return out
-
-    class RecordingRunner(runner):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.calls: list[dict] = []
-
-        def execute_model(self, items):
-            items = list(items)
-            call = {"items": [plain_item(it) for it in items], "argmax": None}
-            self.calls.append(call)  # recorded before running: wrong items may make the runner fail
-            logits = super().execute_model(items)
-            call["argmax"] = [int(t) for t in logits.argmax(-1).tolist()]
-            return logits
-
+def _checked_class(learner: type, parts: Parts, chunks_first: bool) -> type:
+    scheduler, kv_manager, runner = part_classes(learner, parts, chunks_first)
     class Checked(learner):  # type: ignore[misc, valid-type]
-        scheduler_cls = RecordingScheduler
-        runner_cls = RecordingRunner
-        kv_cache_manager_cls = kv_manager
+        scheduler_cls, kv_cache_manager_cls, runner_cls = scheduler, kv_manager, runner
 
         def step(self):
             run: Run = self._judge_run
@@ -411,7 +359,7 @@ def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
     s = engine.scheduler
     return {"schedules": len(s.log) - n_sched, "sched": s.log[n_sched] if len(s.log) > n_sched else [],
             "before": s.states[n_sched] if len(s.states) > n_sched else {}, "calls": engine.runner.calls[n_calls:],
-            "after": {s.name(r.request_id): _state(engine, r) for r in s.added}}
+            "after": {name: _state(engine, r) for name, r in engine._judge_run.parts.requests.items()}}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -427,10 +375,10 @@ def new_engine(impl: ModuleType, name: str, config: dict, eos: int | None, chunk
     if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
         return {"problem": "LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
                            "starter file"}
-    parts = Parts()
+    parts = Parts(record)
     try:
         c = EngineConfig(**config)
-        cls = _checked_class(learner, parts, record, chunks_first)
+        cls = _checked_class(learner, parts, chunks_first)
         engine = cls(load_model(), c, BracketTokenizer() if tokenizer else None, eos_token_id=eos)
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
@@ -492,11 +440,12 @@ def answer(impl: ModuleType, name: str, entry: dict) -> Any:
 
 def final(impl: ModuleType, name: str) -> dict:
     """The engine after the run: unfinished work, free blocks, and each request's state, in order of arrival."""
-    e = kept(name).engine
+    run: Run = kept(name)
+    e = run.engine
     return {"unfinished": bool(e.scheduler.running or e.scheduler.waiting),
             "free": e.kv_cache_manager.num_free_blocks,
-            "requests": [{"request_id": e.scheduler.name(r.request_id), "prompt": list(r.prompt_token_ids), **_state(e, r)}
-                         for r in e.scheduler.added]}
+            "requests": [{"request_id": rid, "prompt": list(r.prompt_token_ids), **_state(e, r)}
+                         for rid, r in run.parts.requests.items()]}
 
 
 # ---------------------------------------------------------------------------------------------------------------
