@@ -5,14 +5,19 @@ is rejected with the expected diagnosis, and differently written correct ones ar
 from __future__ import annotations
 
 import re
+import signal
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 import judge
-from judge.hidden import inference_loop, prefix_caching
+from framework.engine import LLMEngineBase
+from judge import harness
 from judge.drivers.script import CALL_KEYS, answered
+from judge.hidden import inference_loop, prefix_caching
 from judge.loader import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,6 +118,47 @@ def test_130_grades_step_and_generate_on_a_script_of_the_references(model_dir):
                      engine_driver.departure_message)["departure"]
     assert engine_driver.first_difference(again["made"], again["expected"]) == {
         "request": "#0", "field": "num_computed_tokens", "want": 0, "got": 5}, again
+
+
+class Spinning:
+    """An engine that waits for its requests to finish without ever stepping them."""
+
+    class LLMEngine(LLMEngineBase):
+        def generate(self, prompts, params=None):
+            self.add_requests(prompts, params)
+            while self.has_unfinished_requests():
+                pass
+
+
+def test_130_a_grading_that_stops_waiting_stops_the_learners_thread(model_dir):
+    """In the test's own process nothing kills a looping engine: once the wait for it is cut short (an alarm, as an
+    in-process time limit cuts it), its next call of a part raises, and its thread ends."""
+    from judge.drivers import engine as engine_driver
+    from solutions import engine as ref
+
+    def expire(*_):
+        raise TimeoutError
+
+    config = {"num_blocks": 8, "block_size": 4}
+    saved = signal.signal(signal.SIGALRM, expire)
+    try:
+        with harness.grading(harness.Context(options={"model": model_dir})):
+            assert engine_driver.new_engine(ref, "twin", config, None, record=True) == {}
+            assert engine_driver.new_engine(Spinning, "engine", config, None) == {}
+            script = engine_driver.generate(ref, "twin", [[1, 2, 3]], {"max_tokens": 2})["_script"]
+            grader = SimpleNamespace(answer=lambda name, entry: engine_driver.answer(Spinning, name, entry))
+            before = threading.active_count()
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(TimeoutError):
+                answered(grader, "engine", engine_driver.generate(Spinning, "engine", [[1, 2, 3]], {"max_tokens": 2}),
+                         {None: script}, engine_driver.departure_message)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, saved)
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before, "the engine's thread still runs"
 
 
 def test_130_step_only_without_generate_names_generate(model_dir):

@@ -77,9 +77,6 @@ def plain_item(item: Any) -> dict:
         return {"bad": short(item)}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The parts: the reference's, recording the script (in the grader), or fakes replaying it (beside the learner's code)
-
 # What the parts read and write of a request: its sampled tokens are the engine's answer, so only their number
 FIELDS = ("num_computed_tokens", "num_output_tokens", "block_table", "status", "finish_reason", "num_cached_tokens",
           "num_preemptions", "error")
@@ -120,7 +117,7 @@ class Parts(Rounds):
                              "waiting": [self.name_of(r) for r in s.waiting]}
             elif name in self.requests:
                 r = self.requests[name]
-                out[name] = {f: _plain_field(_field(r, f)) for f in FIELDS}
+                out[name] = {f: _field(r, f) for f in FIELDS}
         return out
 
     def everything(self) -> list[str]:
@@ -166,16 +163,9 @@ class Parts(Rounds):
 
 
 def _field(r: Request, f: str) -> Any:
-    if f == "num_output_tokens":
-        outputs = r.output_token_ids
-        return len(outputs) if isinstance(outputs, list) else short(outputs)
-    return getattr(r, f, None)
-
-
-def _plain_field(value: Any) -> Any:
-    if isinstance(value, RequestStatus):
-        return value.value
-    return list(value) if isinstance(value, list) else value
+    value = getattr(r, f, None) if f != "num_output_tokens" else \
+        len(r.output_token_ids) if isinstance(r.output_token_ids, list) else short(r.output_token_ids)
+    return value.value if isinstance(value, RequestStatus) else list(value) if isinstance(value, list) else value
 
 
 def _set_fields(r: Request, fields: dict) -> None:
@@ -217,6 +207,10 @@ def part_classes(engine_cls: type, parts: Parts, chunks_first: bool) -> tuple[ty
             parts.scheduler = self
             self.log: list[list[dict]] = []  # every schedule() call: the scheduled requests before the step ran
             self.states: list[dict[str, list[int]]] = []  # every unfinished request, as schedule() left it
+
+        def has_unfinished_requests(self) -> bool:
+            parts.live()  # a loop on it ends once the grading stops waiting
+            return super().has_unfinished_requests()
 
         def name(self, request_id: Any) -> str:
             return next((n for n, r in parts.requests.items() if r.request_id == request_id), str(request_id))
@@ -273,10 +267,6 @@ def part_classes(engine_cls: type, parts: Parts, chunks_first: bool) -> tuple[ty
             return logits
 
     return Scheduler, KV, Runner
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The engine under test, on those parts, recording what they are asked
 
 
 def _checked_class(learner: type, parts: Parts, chunks_first: bool) -> type:
@@ -362,7 +352,6 @@ def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
             "after": {name: _state(engine, r) for name, r in engine._judge_run.parts.requests.items()}}
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # What the grader calls (the learner's module comes first)
 
 
@@ -448,7 +437,6 @@ def final(impl: ModuleType, name: str) -> dict:
                          for rid, r in run.parts.requests.items()]}
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The calls as a learner reads them (the public replay's messages)
 
 
