@@ -83,7 +83,7 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return None
     if isinstance(g, dict) and isinstance(g.get("problem"), str):
         return f"{g['problem']}\ninput: {what}"
-    departure = _departure(w, g)
+    departure = _departure(w, g, req)
     if departure:
         return f"{departure}\ninput: {what}"
     where, expected, value = _whole_list(w, g, *d)
@@ -98,21 +98,17 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
 
 
 def _paused(answer: Any) -> bool:
-    """Whether a driver's answer is the call a scripted part is paused at (judge/drivers/scripted.py)."""
+    """Whether a driver's answer is the call a part is paused at (judge/drivers/script.py)."""
     return isinstance(answer, dict) and isinstance(answer.get("call"), dict)
 
 
-def _departure(want: Any, got: Any) -> str | None:
-    """Where the student's code paused at another call of a scripted part than the reference's, or made none where
-    the reference's code makes one, what it called (judge/drivers/scripted.py); else None."""
-    from .drivers.scripted import departure_message, describe
-
-    if not _paused(got):
-        return f"your code returned without calling {describe(want['call'])}, which the reference's code calls " \
-            "here" if _paused(want) else None
-    if _paused(want) and got["call"] == want["call"]:
+def _departure(want: Any, got: Any, req: dict) -> str | None:
+    """Where the student's code paused at another call of a part than the reference's, or at none (or one) where the
+    reference's code did (not), in the words of the driver's `departure_message`; else None."""
+    if not (_paused(want) or _paused(got)) or (_paused(want) and _paused(got) and got["call"] == want["call"]):
         return None
-    return departure_message(got["call"], want["call"] if _paused(want) else None)
+    message = importlib.import_module(f"judge.drivers.{req['driver']}").departure_message
+    return message(got["call"] if _paused(got) else None, want["call"] if _paused(want) else None)
 
 
 def _whole_list(want: Any, got: Any, where: str, expected: Any, value: Any) -> tuple[str, Any, Any]:

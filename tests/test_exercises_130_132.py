@@ -5,11 +5,18 @@ is rejected with the expected diagnosis, and differently written correct ones ar
 from __future__ import annotations
 
 import re
+import signal
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import judge
+from framework.engine import LLMEngineBase
+from judge import harness
+from judge.drivers.script import CALL_KEYS, answered
 from judge.hidden import inference_loop, prefix_caching
 from judge.loader import load_file
 
@@ -75,8 +82,8 @@ def test_correct_version_is_accepted(ex, path, model_dir):
 
 def test_130_grades_step_and_generate_on_a_script_of_the_references(model_dir):
     """A learner whose other practice files are still stubs is graded on 130 alone: the engine under test calls
-    fakes that replay what the reference scheduler, KV-cache manager and runner did in the grader (a script), not
-    practice/'s, and nothing else; the first call that differs from the script ends the run (a departure)."""
+    fakes whose calls the grader answers, one at a time, with what the reference scheduler, KV-cache manager and
+    runner did (not practice/'s); the first call that differs from the reference's ends the run (a departure)."""
     right = load_file(FIXTURES[130] / "right_reference_style.py")
     report = judge.grade_inprocess(130, right, cases=["several requests"], options={"model": model_dir})
     assert report.ok, report.text()
@@ -96,16 +103,62 @@ def test_130_grades_step_and_generate_on_a_script_of_the_references(model_dir):
     assert not any(isinstance(part, (Scheduler, KVCacheManager, ModelRunner))
                    for part in (engine.scheduler, engine.kv_cache_manager, engine.runner))
     script = engine_driver.add(ref, "twin", [1, 2, 3, 4, 5], {"max_tokens": 2})["_script"]
-    assert [entry["call"][0] for entry in script] == ["add_request"]
-    assert engine_driver.add(right, "engine", [1, 2, 3, 4, 5], {"max_tokens": 2}, script) == {"request_id": "#0"}
+    assert [entry["op"] for entry in script] == ["add_request"]
+    paused = engine_driver.add(right, "engine", [1, 2, 3, 4, 5], {"max_tokens": 2})
+    assert paused == {"call": {k: script[0][k] for k in CALL_KEYS}}  # the worker holds no recorded call before it
+    assert engine_driver.answer(right, "engine", script[0]) == {"request_id": "#0"}
     step = engine_driver.step(ref, "twin")["_script"]
-    assert [entry["call"][0] for entry in step] == ["schedule", "execute_model"]
-    assert "departure" not in engine_driver.step(right, "engine", step)
+    assert [entry["op"] for entry in step] == ["schedule", "execute_model"]
+    grader = SimpleNamespace(answer=lambda name, entry: engine_driver.answer(right, name, entry))
+    assert "departure" not in answered(grader, "engine", engine_driver.step(right, "engine"), {None: step},
+                                       engine_driver.departure_message)
     assert engine.kv_cache_manager.num_free_blocks == 6 and engine.scheduler.running[0].block_table == [0, 1]
     assert engine.scheduler.running[0].output_token_ids == twin.scheduler.running[0].output_token_ids
-    again = engine_driver.step(right, "engine", step)  # the first step's script again: #0 has moved on since
-    assert again["departure"] == {"call": ["schedule"], "expected": ["schedule"], "request": "#0",
-                                  "field": "num_computed_tokens", "want": 0, "got": 5}, again
+    again = answered(grader, "engine", engine_driver.step(right, "engine"), {None: step},  # #0 has moved on since
+                     engine_driver.departure_message)["departure"]
+    assert engine_driver.first_difference(again["made"], again["expected"]) == {
+        "request": "#0", "field": "num_computed_tokens", "want": 0, "got": 5}, again
+
+
+class Spinning:
+    """An engine that waits for its requests to finish without ever stepping them."""
+
+    class LLMEngine(LLMEngineBase):
+        def generate(self, prompts, params=None):
+            self.add_requests(prompts, params)
+            while self.has_unfinished_requests():
+                pass
+
+
+def test_130_a_grading_that_stops_waiting_stops_the_learners_thread(model_dir):
+    """In the test's own process nothing kills a looping engine: once the wait for it is cut short (an alarm, as an
+    in-process time limit cuts it), its next call of a part raises, and its thread ends."""
+    from judge.drivers import engine as engine_driver
+    from solutions import engine as ref
+
+    def expire(*_):
+        raise TimeoutError
+
+    config = {"num_blocks": 8, "block_size": 4}
+    saved = signal.signal(signal.SIGALRM, expire)
+    try:
+        with harness.grading(harness.Context(options={"model": model_dir})):
+            assert engine_driver.new_engine(ref, "twin", config, None, record=True) == {}
+            assert engine_driver.new_engine(Spinning, "engine", config, None) == {}
+            script = engine_driver.generate(ref, "twin", [[1, 2, 3]], {"max_tokens": 2})["_script"]
+            grader = SimpleNamespace(answer=lambda name, entry: engine_driver.answer(Spinning, name, entry))
+            before = threading.active_count()
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(TimeoutError):
+                answered(grader, "engine", engine_driver.generate(Spinning, "engine", [[1, 2, 3]], {"max_tokens": 2}),
+                         {None: script}, engine_driver.departure_message)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, saved)
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before, "the engine's thread still runs"
 
 
 def test_130_step_only_without_generate_names_generate(model_dir):

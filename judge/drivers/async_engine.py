@@ -1,23 +1,15 @@
 """Driver of exercise 133 (the online loop): the learner's `AsyncLLM` around an engine that replays a script, on a
 scripted arrival schedule, in one event loop.
 
-The script is what the reference engine generates for each request of the schedule (its tokens, and why it
-finished), recorded by the grader and sent with the call; the engine here (`ScriptedEngine`) holds no model pass
-nor sampling: each step gives every request it runs its next recorded token. It is the framework's engine shell
-(adding, aborting, failing a step, outputs) with fakes for its scheduler (running requests first, then waiting
-ones while `max_num_seqs` and the blocks allow) and its KV-cache manager (enough blocks for a running request's
-tokens, given back when it is freed), so the worker never calls the grader.
-
-`run_schedule` plays the grader's events (add a request and start a consumer of its stream, which reads all of it or
-some outputs and then closes the stream or is cancelled; wait for a consumer's outputs; abort; wait for every
-consumer; stay idle) and returns what happened as plain data: every stream's outputs and end, every engine step (its
-requests, whether it failed, its thread, engine calls that overlapped it), the idle periods' engine calls and CPU
-time, each request's final state and the free blocks. Requests are named by the schedule ("a", "b", ...); the checks
-are in judge/hidden/online_loop.py.
-
-With `timeline=False` (a public case, replayed by comparing replies: judge/public.py), the facts that say when the
-loop stepped, which differ between two right loops, are diagnostics; the reply adds what every right loop shares,
-the number of steps run on the event loop's thread.
+The script is what the reference engine generates for each request (its tokens, and why it finished), recorded by
+the grader and sent with the call. `ScriptedEngine` is the framework's engine shell (adding, aborting, failing a
+step, outputs) with no model: fakes for its scheduler (running requests first, then waiting ones while
+`max_num_seqs` and the blocks allow) and KV-cache manager, and each step gives every request it runs its next
+recorded token. `run_schedule` plays the grader's events (add a request and start a consumer of its stream, which
+reads all of it or some outputs and then closes it or is cancelled; wait; abort; drain; stay idle) and returns what
+happened as plain data, requests named by the schedule ("a", "b", ...); judge/hidden/online_loop.py checks it.
+With `timeline=False` (a public case, replayed by comparing replies) the facts that say when the loop stepped,
+which differ between two right loops, are diagnostics.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on fakes of the
-scheduler, KV-cache manager and model runner that replay a script (judge/drivers/script.py), each recording what it
-was asked.
+scheduler, KV-cache manager and model runner, whose state-changing calls the grader answers in rounds
+(judge/drivers/script.py) with the calls of the reference engine, run first through this same driver on its own
+parts (`new_engine(..., record=True)`: its replies carry what its parts did, as "_script").
 
-The grader runs the reference engine first, through this same driver on its own parts (`new_engine(...,
-record=True)`): their state-changing calls, with what they read, did and returned, are the script it sends with the
-same driver call to the learner's engine. The driver builds an engine here (`new_engine`, kept under a name the
-grader chooses), adds requests, steps it or calls its `generate`, and returns one record per step: what the
-scheduler scheduled (each request as it was before the step ran), the items of every `execute_model` call and the
-greedy token of each row of logits it returned, what `step` returned, every request's state after the step, and
-where the engine left the script (a departure). Nothing here decides a verdict (judge/hidden/inference_loop.py
-does). Requests are named by their order of arrival, "#0", "#1", ..., so that records do not depend on what ran
-before in the process.
+`new_engine` keeps an engine under a name the grader chooses; `add`, `step` and `generate` return the call the
+learner's code is paused at, or their result (`answer` resumes it): one record per step, with what the scheduler
+scheduled (each request as it was before the step ran), the items of every `execute_model` call and the greedy token
+of each row of logits it returned, what `step` returned, every request's state after the step, and the departure if
+any. Nothing here decides a verdict (judge/hidden/inference_loop.py does). Requests are named by their order of
+arrival, "#0", "#1", ..., so that records do not depend on what ran before in the process.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.crossing import learner_error
 from judge.drivers import keep, kept, load_model
-from judge.drivers.script import Script
+from judge.drivers.script import Rounds
 from judge.harness import int_values, short
 
 
@@ -79,23 +77,21 @@ def plain_item(item: Any) -> dict:
         return {"bad": short(item)}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The parts: the reference's, recording the script (in the grader), or fakes replaying it (beside the learner's code)
-
 # What the parts read and write of a request: its sampled tokens are the engine's answer, so only their number
 FIELDS = ("num_computed_tokens", "num_output_tokens", "block_table", "status", "finish_reason", "num_cached_tokens",
           "num_preemptions", "error")
 QUEUES = "scheduler"  # the name the scheduler's queues go by in a state
 
 
-class Parts:
+class Parts(Rounds):
     """One engine's scheduler, KV-cache manager and model runner, and its requests by name. Each state-changing call
-    of the engine on them is an entry of `script`: recorded (`record`, the reference's parts) or replayed
-    (`replay`, the fakes). `schedule()` reads every request and the queues, as the steps before left them; the
-    other calls are checked on their arguments (a step's own updates are checked on its record)."""
+    of the engine on them ([op, *args]) is recorded (`record`, the reference's parts) or posted to the grader
+    (`replay`, the fakes) with the state it reads: `schedule()` reads every request and the queues, the other calls
+    are checked on their arguments (a step's own updates are checked on its record)."""
 
-    def __init__(self) -> None:
-        self.script = Script()
+    def __init__(self, recording: bool) -> None:
+        super().__init__()
+        self.recording = recording
         self.recorded: list[dict] = []  # entries recorded since the grader last took them
         self.requests: dict[str, Request] = {}
         self.names: dict[int, str] = {}  # id(request) -> name
@@ -121,15 +117,18 @@ class Parts:
                              "waiting": [self.name_of(r) for r in s.waiting]}
             elif name in self.requests:
                 r = self.requests[name]
-                out[name] = {f: _plain_field(_field(r, f)) for f in FIELDS}
+                out[name] = {f: _field(r, f) for f in FIELDS}
         return out
 
     def everything(self) -> list[str]:
         return [*self.requests, QUEUES]
 
-    def record(self, call: list, reads: Sequence[str], run: Callable[[], Any],
-               value: Callable[[Any], Any] = lambda v: None) -> Any:
-        """Run the reference's call and record it: what it read, its effect, what it returned (`value`)."""
+    def call(self, call: list, reads: Sequence[str], run: Callable[[], Any]) -> Any:
+        """The value of the call: `run`'s, recorded, or the grader's answer's."""
+        return self.record(call, reads, run) if self.recording else self.replay(call, reads)
+
+    def record(self, call: list, reads: Sequence[str], run: Callable[[], Any]) -> Any:
+        """Run the reference's call and record it: what it read, its effect, what it returned (plain data)."""
         if self.depth:
             return run()
         before = self.state(self.everything())
@@ -141,19 +140,15 @@ class Parts:
         after = self.state(self.everything())
         effect = {name: {f: v for f, v in fields.items() if before.get(name, {}).get(f) != v}
                   for name, fields in after.items()}
-        self.recorded.append({"call": call, "state": {n: before[n] for n in reads if n in before}, "value": value(result),
-                              "effect": {n: e for n, e in effect.items() if e}, "free": self.kv.num_free_blocks})
+        self.recorded.append({"op": call[0], "args": call[1:], "reads": {n: before[n] for n in reads if n in before},
+                              "value": result, "effect": {n: e for n, e in effect.items() if e},
+                              "free": self.kv.num_free_blocks})
         return result
 
-    def taken(self) -> list[dict]:
-        """The entries recorded since the last time, for the grader to send."""
-        out, self.recorded = self.recorded, []
-        return out
-
     def replay(self, call: list, reads: Sequence[str]) -> Any:
-        """The next entry of the script, if it is this call on this state (else the departure, raised): its effect
-        applied to the requests here, in place, and its value."""
-        entry = self.script.take(call, self.state(reads))
+        """Post the call, made on the requests as they are: the grader's entry's effect is applied to them, in
+        place, and its value returned (or Departure raised)."""
+        entry = self.post({"op": call[0], "args": call[1:], "reads": self.state(reads)})
         for name, fields in entry["effect"].items():
             if name == QUEUES:
                 if "running" in fields:
@@ -168,16 +163,9 @@ class Parts:
 
 
 def _field(r: Request, f: str) -> Any:
-    if f == "num_output_tokens":
-        outputs = r.output_token_ids
-        return len(outputs) if isinstance(outputs, list) else short(outputs)
-    return getattr(r, f, None)
-
-
-def _plain_field(value: Any) -> Any:
-    if isinstance(value, RequestStatus):
-        return value.value
-    return list(value) if isinstance(value, list) else value
+    value = getattr(r, f, None) if f != "num_output_tokens" else \
+        len(r.output_token_ids) if isinstance(r.output_token_ids, list) else short(r.output_token_ids)
+    return value.value if isinstance(value, RequestStatus) else list(value) if isinstance(value, list) else value
 
 
 def _set_fields(r: Request, fields: dict) -> None:
@@ -190,157 +178,101 @@ def _set_fields(r: Request, fields: dict) -> None:
             setattr(r, f, RequestStatus(value) if f == "status" else value)
 
 
-def _plan(out: Any, parts: Parts) -> dict:
-    return {"scheduled": [[parts.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
-            "preempted": [parts.name_of(r) for r in out.preempted]}
+class FakeKV:
+    """The KV-cache manager beside the learner's engine: its free blocks as the grader's last answer left them."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+        self.block_size, self.prefix_cache = block_size, None
+        self.block_pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
 
 
-def _identity(r: Request) -> list:
-    return [list(r.prompt_token_ids), plain_params(r.sampling_params)]
+class FakeRunner:
+    def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
+        self.num_blocks, self.block_size = num_blocks, block_size
 
 
-def recording_parts(engine_cls: type, parts: Parts, chunks_first: bool) -> tuple[type, type, type]:
-    """The parts of `engine_cls` (the reference engine's, in the grader), recording into `parts`."""
+def part_classes(engine_cls: type, parts: Parts, chunks_first: bool) -> tuple[type, type, type]:
+    """The scheduler, KV-cache manager and model runner: with `parts.recording`, `engine_cls`'s own (the reference
+    engine's, in the grader), recorded; else fakes whose state-changing calls the grader answers."""
+    bases = (engine_cls.scheduler_cls, engine_cls.kv_cache_manager_cls, engine_cls.runner_cls) if parts.recording \
+        else (SchedulerBase, FakeKV, FakeRunner)
 
-    class Recording(engine_cls.scheduler_cls):  # type: ignore[name-defined]
+    class Scheduler(bases[0]):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
             parts.scheduler = self
-
-        def add_request(self, request: Request) -> None:
-            run = super().add_request
-            parts.record(["add_request", parts.name_of(request, new=True), *_identity(request)], (),
-                         lambda: run(request))
-
-        def schedule(self) -> SchedulerOutput:
-            if not (self.running or self.waiting):  # nothing to schedule: answered from the state, not scripted
-                return super().schedule()
-            run = super().schedule
-
-            def ordered() -> SchedulerOutput:
-                out = run()
-                if chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
-                    out.scheduled.sort(key=lambda s: s.completes_prompt)
-                return out
-
-            return parts.record(["schedule"], parts.everything(), ordered, lambda out: _plan(out, parts))
-
-        def finish(self, request: Request, reason: str) -> None:
-            run = super().finish
-            parts.record(["finish", parts.name_of(request), reason], (), lambda: run(request, reason))
-
-    class RecordingKV(engine_cls.kv_cache_manager_cls):  # type: ignore[name-defined]
-        def __init__(self, *args: Any) -> None:
-            super().__init__(*args)
-            parts.kv = self
-
-        def free(self, request: Request) -> None:
-            run = super().free
-            parts.record(["free", parts.name_of(request)], (), lambda: run(request))
-
-    class RecordingRunner(engine_cls.runner_cls):  # type: ignore[name-defined]
-        def execute_model(self, items: Any) -> Any:
-            run = super().execute_model
-            return parts.record(["execute_model", [plain_runner_item(it) for it in items]], (), lambda: run(items),
-                                lambda logits: logits)
-
-    return Recording, RecordingKV, RecordingRunner
-
-
-def scripted_parts(parts: Parts) -> tuple[type, type, type]:
-    """Fakes of the scheduler, KV-cache manager and model runner, replaying `parts.script`."""
-
-    class ScriptedScheduler(SchedulerBase):
-        def __init__(self, *args: Any) -> None:
-            super().__init__(*args)
-            parts.scheduler = self
-
-        def add_request(self, request: Request) -> None:
-            parts.replay(["add_request", parts.name_of(request, new=True), *_identity(request)], ())
-
-        def schedule(self) -> SchedulerOutput:
-            if not (self.running or self.waiting):
-                return SchedulerOutput()
-            plan = parts.replay(["schedule"], parts.everything())
-            return SchedulerOutput([ScheduledRequest(parts.requests[n], k) for n, k in plan["scheduled"]],
-                                   [parts.requests[n] for n in plan["preempted"]])
-
-        def finish(self, request: Request, reason: str) -> None:
-            parts.replay(["finish", parts.name_of(request), reason if isinstance(reason, str) else short(reason)], ())
-
-    class ScriptedKVCacheManager:
-        def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
-            self.block_size, self.prefix_cache = block_size, None
-            self.block_pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks)
-            parts.kv = self
-
-        @property
-        def num_free_blocks(self) -> int:
-            return self.block_pool.num_free_blocks
-
-        def free(self, request: Request) -> None:
-            parts.replay(["free", parts.name_of(request)], ())
-
-    class ScriptedRunner:
-        def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
-            self.num_blocks, self.block_size = num_blocks, block_size
-
-        def execute_model(self, items: Any) -> Any:
-            return parts.replay(["execute_model", [plain_runner_item(it) for it in items]], ())
-
-    return ScriptedScheduler, ScriptedKVCacheManager, ScriptedRunner
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The engine under test, on those parts, recording what they are asked
-
-
-def _checked_class(learner: type, parts: Parts, record: bool, chunks_first: bool) -> type:
-    scheduler, kv_manager, runner = recording_parts(learner, parts, chunks_first) if record else \
-        scripted_parts(parts)
-
-    class RecordingScheduler(scheduler):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
             self.log: list[list[dict]] = []  # every schedule() call: the scheduled requests before the step ran
             self.states: list[dict[str, list[int]]] = []  # every unfinished request, as schedule() left it
-            self.added: list[Request] = []
 
-        def add_request(self, request: Request) -> None:
-            super().add_request(request)
-            self.added.append(request)
+        def has_unfinished_requests(self) -> bool:
+            parts.live()  # a loop on it ends once the grading stops waiting
+            return super().has_unfinished_requests()
 
         def name(self, request_id: Any) -> str:
             return next((n for n, r in parts.requests.items() if r.request_id == request_id), str(request_id))
 
-        def schedule(self):
-            out = super().schedule()
-            names = parts.name_of
-            self.states.append({names(r): [len(r.output_token_ids), r.num_computed_tokens]
+        def add_request(self, request: Request) -> None:
+            parts.call(["add_request", parts.name_of(request, new=True), list(request.prompt_token_ids),
+                        plain_params(request.sampling_params)], (), lambda: super(Scheduler, self).add_request(request))
+
+        def schedule(self) -> SchedulerOutput:
+            out = SchedulerOutput()  # nothing to schedule: answered from the state
+            if self.running or self.waiting:
+                plan = parts.call(["schedule"], parts.everything(), self.planned)
+                out = SchedulerOutput([ScheduledRequest(parts.requests[n], k) for n, k in plan["scheduled"]],
+                                      [parts.requests[n] for n in plan["preempted"]])
+            self.states.append({parts.name_of(r): [len(r.output_token_ids), r.num_computed_tokens]
                                 for r in [*self.running, *self.waiting]})
-            self.log.append([{"rid": names(s.request), "num_new": s.num_new_tokens,
+            self.log.append([{"rid": parts.name_of(s.request), "num_new": s.num_new_tokens,
                               "num_computed": s.request.num_computed_tokens,
                               "token_ids": list(s.request.all_token_ids), "block_table": list(s.request.block_table),
                               "num_outputs": len(s.request.output_token_ids)} for s in out.scheduled])
             return out
 
-    class RecordingRunner(runner):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.calls: list[dict] = []
+        def planned(self) -> dict:
+            out = super().schedule()
+            if chunks_first:  # prompt chunks that sample nothing listed first: see the case "rows of logits"
+                out.scheduled.sort(key=lambda s: s.completes_prompt)
+            return {"scheduled": [[parts.name_of(s.request), s.num_new_tokens] for s in out.scheduled],
+                    "preempted": [parts.name_of(r) for r in out.preempted]}
 
-        def execute_model(self, items):
+        def finish(self, request: Request, reason: str) -> None:
+            parts.call(["finish", parts.name_of(request), reason if isinstance(reason, str) else short(reason)], (),
+                       lambda: super(Scheduler, self).finish(request, reason))
+
+    class KV(bases[1]):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            parts.kv = self
+
+        def free(self, request: Request) -> None:
+            parts.call(["free", parts.name_of(request)], (), lambda: super(KV, self).free(request))
+
+    class Runner(bases[2]):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.calls: list[dict] = []  # every execute_model call: its items, and the greedy token of each row
+
+        def execute_model(self, items: Any) -> Any:
             items = list(items)
             call = {"items": [plain_item(it) for it in items], "argmax": None}
             self.calls.append(call)  # recorded before running: wrong items may make the runner fail
-            logits = super().execute_model(items)
+            logits = parts.call(["execute_model", [plain_runner_item(it) for it in items]], (),
+                                lambda: super(Runner, self).execute_model(items))
             call["argmax"] = [int(t) for t in logits.argmax(-1).tolist()]
             return logits
 
+    return Scheduler, KV, Runner
+
+
+def _checked_class(learner: type, parts: Parts, chunks_first: bool) -> type:
+    scheduler, kv_manager, runner = part_classes(learner, parts, chunks_first)
     class Checked(learner):  # type: ignore[misc, valid-type]
-        scheduler_cls = RecordingScheduler
-        runner_cls = RecordingRunner
-        kv_cache_manager_cls = kv_manager
+        scheduler_cls, kv_cache_manager_cls, runner_cls = scheduler, kv_manager, runner
 
         def step(self):
             run: Run = self._judge_run
@@ -397,46 +329,45 @@ class Run:
     reported: bool = False  # whether the departure, if any, is in a reply already
 
     def departed(self, reply: dict) -> dict:
-        """`reply` with the departure from the script, the first time it is there to report."""
-        if self.parts.script.departure is not None and not self.reported:
-            reply["departure"], self.reported = self.parts.script.departure, True
+        """`reply` with the departure, the first time it is there to report."""
+        if self.parts.departure is not None and not self.reported:
+            reply["departure"], self.reported = self.parts.departure, True
         return reply
 
-    def load(self, script: list[dict] | None) -> None:
-        if script is not None:
-            self.parts.script.load(script)
-
-    def answer(self, reply: dict) -> dict:
+    def reply(self, reply: dict) -> dict:
         """The reply of a driver call: with the departure, if any, and with what the reference's parts recorded."""
         if self.parts.recorded:
-            reply["_script"] = self.parts.taken()
+            reply["_script"], self.parts.recorded = self.parts.recorded, []
         return self.departed(reply)
+
+    def rounds(self, fn: Callable[[], dict]) -> Any:
+        """The reply of `fn` (the learner's call), run in rounds: the first call it pauses at, or its reply."""
+        return self.parts.run(lambda: self.reply(fn()))
 
 
 def _step_facts(engine: Any, n_sched: int, n_calls: int) -> dict:
     s = engine.scheduler
     return {"schedules": len(s.log) - n_sched, "sched": s.log[n_sched] if len(s.log) > n_sched else [],
             "before": s.states[n_sched] if len(s.states) > n_sched else {}, "calls": engine.runner.calls[n_calls:],
-            "after": {s.name(r.request_id): _state(engine, r) for r in s.added}}
+            "after": {name: _state(engine, r) for name, r in engine._judge_run.parts.requests.items()}}
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # What the grader calls (the learner's module comes first)
 
 
 def new_engine(impl: ModuleType, name: str, config: dict, eos: int | None, chunks_first: bool = False,
                tokenizer: bool = False, step_limit: int = 400, record: bool = False) -> dict:
     """{} once the engine under test is built and kept as `name`, or {"problem": ...} / {"error": ...} when it
-    cannot be. Its scheduler, KV-cache manager and model runner are fakes replaying the script each later call
-    brings; with `record` (the grader's reference engine), its own parts, recording that script."""
+    cannot be. Its scheduler, KV-cache manager and model runner are fakes the grader answers; with `record` (the
+    grader's reference engine), its own parts, recording their calls."""
     learner = getattr(impl, "LLMEngine", None)
     if not (isinstance(learner, type) and issubclass(learner, LLMEngineBase)):
         return {"problem": "LLMEngine must be a class deriving from framework.engine.LLMEngineBase, as in the "
                            "starter file"}
-    parts = Parts()
+    parts = Parts(record)
     try:
         c = EngineConfig(**config)
-        cls = _checked_class(learner, parts, record, chunks_first)
+        cls = _checked_class(learner, parts, chunks_first)
         engine = cls(load_model(), c, BracketTokenizer() if tokenizer else None, eos_token_id=eos)
     except BaseException as exc:  # noqa: BLE001
         return {"error": learner_error(exc)}
@@ -444,60 +375,68 @@ def new_engine(impl: ModuleType, name: str, config: dict, eos: int | None, chunk
     return {}
 
 
-def add(impl: ModuleType, name: str, prompt: list[int], params: dict | None, script: list[dict] | None = None) -> dict:
+def add(impl: ModuleType, name: str, prompt: list[int], params: dict | None) -> Any:
     run: Run = kept(name)
-    run.load(script)
-    try:
-        r = run.engine.add_request(prompt, params_of(params))
-    except BaseException as exc:  # noqa: BLE001
-        return run.answer({"error": learner_error(exc)})
-    return run.answer({"request_id": run.engine.scheduler.name(r.request_id)})
+
+    def added() -> dict:
+        try:
+            r = run.engine.add_request(prompt, params_of(params))
+        except BaseException as exc:  # noqa: BLE001
+            return {"error": learner_error(exc)}
+        return {"request_id": run.engine.scheduler.name(r.request_id)}
+
+    return run.rounds(added)
 
 
-def step(impl: ModuleType, name: str, script: list[dict] | None = None) -> dict:
+def step(impl: ModuleType, name: str) -> Any:
     """One call of the learner's step: its record (with "error" if it raised)."""
     run: Run = kept(name)
-    run.load(script)
     n = len(run.records)
-    try:
-        run.engine.step()
-    except BaseException:  # noqa: BLE001 - in the record
-        pass
-    return run.answer(run.records[n] if len(run.records) > n else {"problem": "step did not run"})
+
+    def stepped() -> dict:
+        try:
+            run.engine.step()
+        except BaseException:  # noqa: BLE001 - in the record
+            pass
+        return run.records[n] if len(run.records) > n else {"problem": "step did not run"}
+
+    return run.rounds(stepped)
 
 
-def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any,
-             script: list[dict] | None = None) -> dict:
+def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any) -> Any:
     """One call of the learner's generate: the records of the steps it took, and what it returned (or raised).
     `params`: None, one SamplingParams as a dict, or a list of them."""
     run: Run = kept(name)
-    run.load(script)
-    if isinstance(params, list):
-        params = [params_of(p) for p in params]
-    elif params is not None:
-        params = params_of(params)
+    params = [params_of(p) for p in params] if isinstance(params, list) else params if params is None else \
+        params_of(params)
     n = len(run.records)
-    out: dict[str, Any] = {}
-    try:
-        outs = run.engine.generate(prompts, params)
-    except BaseException as exc:  # noqa: BLE001
-        out["error"] = learner_error(exc)
-    else:
-        out.update(plain_outputs(outs, run.engine.scheduler.name))
-    out["steps"] = run.records[n:]
-    return run.answer(out)
+
+    def generated() -> dict:
+        out: dict[str, Any] = {}
+        try:
+            out.update(plain_outputs(run.engine.generate(prompts, params), run.engine.scheduler.name))
+        except BaseException as exc:  # noqa: BLE001
+            out["error"] = learner_error(exc)
+        return {**out, "steps": run.records[n:]}
+
+    return run.rounds(generated)
+
+
+def answer(impl: ModuleType, name: str, entry: dict) -> Any:
+    """The grader's answer to the call the engine kept as `name` is paused at; as `step`."""
+    return kept(name).parts.answer(entry)
 
 
 def final(impl: ModuleType, name: str) -> dict:
     """The engine after the run: unfinished work, free blocks, and each request's state, in order of arrival."""
-    e = kept(name).engine
+    run: Run = kept(name)
+    e = run.engine
     return {"unfinished": bool(e.scheduler.running or e.scheduler.waiting),
             "free": e.kv_cache_manager.num_free_blocks,
-            "requests": [{"request_id": e.scheduler.name(r.request_id), "prompt": list(r.prompt_token_ids), **_state(e, r)}
-                         for r in e.scheduler.added]}
+            "requests": [{"request_id": rid, "prompt": list(r.prompt_token_ids), **_state(e, r)}
+                         for rid, r in run.parts.requests.items()]}
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The calls as a learner reads them (the public replay's messages)
 
 
@@ -522,4 +461,45 @@ def describe(fn: str, name: str, *args: Any) -> str:
         return f"engine.generate({args[0]!r}, {_params_text(args[1])})"
     if fn == "step":
         return "engine.step()"
+    if fn == "answer":
+        return f"{call_text(args[0])} answered as the reference engine's part answered it" if "op" in args[0] else \
+            None
     return "(read: every request's state, and the free blocks)"
+
+
+def call_text(call: dict | None) -> str:
+    """A call of the engine on its parts, as code."""
+    if call is None:
+        return "nothing more"
+    op, args = call["op"], call["args"]
+    if op == "execute_model":
+        return f"self.runner.execute_model({short(args[0])})"
+    owner = "self.kv_cache_manager" if op == "free" else "self.scheduler"
+    shown = [f"request {a}" if isinstance(a, str) and a.startswith("#") else repr(a) for a in args[:2]]
+    return f"{owner}.{op}({', '.join(shown)})"
+
+
+def first_difference(made: dict, expected: dict | None) -> dict | None:
+    """Where the same call as `expected` read requests in another state: the first field that differs."""
+    if expected is None or [made["op"], made["args"]] != [expected["op"], expected["args"]]:
+        return None
+    for name, fields in expected["reads"].items():
+        for f, value in fields.items():
+            mine = made["reads"].get(name, {}).get(f)
+            if mine != value:
+                return {"request": name, "field": f, "want": value, "got": mine}
+    return None
+
+
+def departure_message(made: dict | None, expected: dict | None, where: str = "") -> str:
+    """What the learner's engine called (in `where`, if given) where the reference engine called `expected` (`made`
+    None: it returned)."""
+    if made is None:
+        return f"your engine returned without calling {call_text(expected)}, which the reference engine calls here"
+    call, diff = call_text(made) + (f" ({where})" if where else ""), first_difference(made, expected)
+    if diff is None:
+        return f"your engine called {call} where the reference engine, on the same requests, called " \
+            f"{call_text(expected)}"
+    subject = "the scheduler's queue" if diff["request"] == QUEUES else f"request {diff['request']}"
+    return f"when your engine called {call}, {subject} has {diff['field']} {short(diff['got'])}; the reference " \
+        f"engine's had {short(diff['want'])} at that call"

@@ -26,6 +26,7 @@ from judge.drivers import keep, kept
 from judge.wire import WorkerLost
 from judge.drivers.scripted import (Replay, ScriptedKVCacheManager, ScriptedPreemption, describe as describe_call,
                                     fields, ids, set_fields)
+from judge.drivers.scripted import departure_message  # noqa: F401 - judge/public.py's words for a departure
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import SchedulerBase, SchedulerOutput

@@ -1,66 +1,107 @@
-"""A script: what the parts the learner's code calls, but does not write, answer for one case's inputs. The grader
-records it from the references (their answers only, never their code) and sends it with the driver call; the
-worker's fakes replay it, and the worker never calls the grader.
-
-Each entry is one state-changing call, in order: the call as plain data, the state of the requests it reads as the
-reference engine had it just before (checked), its effect on that state and the value it returns (applied and
-returned by the fake). The first call that differs from the next entry, or that finds a different state, is the
-departure: the run ends there (`Departure`), and the grader reports the step, the call made and the one expected.
-Read-only calls (queues, free blocks) are answered by the fakes from the current state, not from the script.
+"""Rounds: how the grader answers the calls the learner's code makes of the parts it calls but does not write
+(129, 130, 131). The learner's code runs in a thread of the worker; each state-changing call of a fake part pauses
+it and is posted to the grader as plain data, {"op", "args", "reads"} (the driver's call returns {"call": it}); the
+grader compares it with the next call the references made on the same inputs (`answered`) and answers through the
+driver's `answer` with that call's record (its "value" and "effect", applied in the worker), or with a departure:
+the call made and the call expected, raised into the learner's code as `Departure`. No recorded call reaches the
+worker before the learner's code has made it, and the worker never calls the grader. Read-only calls are answered
+by the fakes from the current state.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Any
+import queue
+import threading
+from collections import Counter
+from typing import Any, Callable
 
-from judge.harness import int_values, short
+CALL_KEYS = ("op", "args", "reads")  # what a posted call holds; a recorded one adds "value" and "effect"
 
 
 class Departure(BaseException):
-    """Raised into the learner's code at its first call that differs from the script (a BaseException: `except
-    Exception` lets it through), and at every call after it."""
+    """Raised into the learner's code at its first call that differs from the references' (a BaseException:
+    `except Exception` lets it through), and at every call after it."""
 
 
-def plain(value: Any) -> Any:
-    """`value` as plain data for a departure record: ints, strs, None, lists of ints as they are, else a repr."""
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    values = int_values(value)
-    return values if values is not None else short(value)
-
-
-class Script:
-    """The entries not yet replayed, and the departure once there is one (plain data)."""
+class Rounds:
+    """One world's paused calls: the learner's code runs in `run`'s thread, each call of a part is `post`ed."""
 
     def __init__(self) -> None:
-        self.entries: deque[dict] = deque()
         self.departure: dict | None = None
+        self.abandoned = False
+        self.shown: dict[str, Any] = {}  # what goes with the next posted call
+        self.posted: queue.SimpleQueue = queue.SimpleQueue()  # (True, a paused call or the result) or (False, exc)
+        self.answers: queue.SimpleQueue = queue.SimpleQueue()
 
-    def load(self, entries: list[dict]) -> None:
-        """The entries of the next driver call (what the previous one left unused is the learner's to explain)."""
-        self.entries = deque(entries)
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` (the learner's code and the driver's around it) in a thread: the first call it pauses at, as
+        {"call": made, ...}, or what it returned (its exception is raised here)."""
+        def body() -> None:
+            try:
+                self.posted.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
+                self.posted.put((False, exc))
 
-    def take(self, call: list, state: dict[str, dict]) -> dict:
-        """The next entry, if it is `call` made while the requests it reads are in `state` ({name: {field:
-        value}}); else the departure, recorded and raised."""
-        if self.departure is None:
-            want = self.entries[0] if self.entries else None
-            if want is not None and want["call"] == call:
-                found = _first_difference(want.get("state", {}), state)
-                if found is None:
-                    return self.entries.popleft()
-            else:
-                found = {}
-            self.departure = {"call": call, "expected": None if want is None else want["call"], **found}
-        raise Departure(f"your code called {short(call)}, where the reference engine's did "
-                        f"{short(self.departure['expected'])}")
+        threading.Thread(target=body, daemon=True).start()
+        return self.next()
+
+    def answer(self, entry: dict) -> Any:
+        """Resume the paused call with the grader's `entry` (a recorded call, or {"departure": ...}); as `run`."""
+        self.answers.put(entry)
+        return self.next()
+
+    def next(self) -> Any:
+        try:
+            ok, value = self.posted.get()
+        except BaseException:  # the wait was cut short (an in-process time limit): stop the learner's thread too
+            self.abandon()
+            raise
+        if not ok:
+            raise value
+        return value
+
+    def abandon(self) -> None:
+        """No one waits for the learner's thread any more: each later call of a part raises, and a paused one
+        resumes raising, so that a loop over the parts ends (a grading worker is killed instead; a grading in the
+        test's own process is not)."""
+        self.abandoned = True
+        self.answers.put({"departure": {"message": "the grading stopped waiting for this code"}})
+
+    def live(self) -> None:
+        """Raise Departure once the rounds have departed or been abandoned: every call of a part checks it."""
+        if self.abandoned:
+            raise Departure("the grading stopped waiting for this code")
+        if self.departure is not None:
+            raise Departure(self.departure["message"])
+
+    def post(self, made: dict) -> dict:
+        """Pause on the call `made` until the grader answers: its recorded entry, or Departure raised."""
+        self.live()
+        self.posted.put((True, {"call": made, **self.shown}))
+        self.shown = {k: v for k, v in self.shown.items() if k == "phase"}
+        entry = self.answers.get()
+        if "departure" in entry:
+            self.departure = entry["departure"]
+            raise Departure(self.departure["message"])
+        return entry
 
 
-def _first_difference(want: dict[str, dict], got: dict[str, dict]) -> dict | None:
-    for name, fields in want.items():
-        for field, value in fields.items():
-            mine = got.get(name, {}).get(field)
-            if mine != value:
-                return {"request": name, "field": field, "want": value, "got": plain(mine)}
-    return None
+def answered(drv: Any, name: str, reply: Any, scripts: dict[Any, list[dict]],
+             message: Callable[[dict, dict | None], str]) -> Any:
+    """Grader side: the driver's result once each call the learner's code pauses at (`reply`, then each answer's;
+    its rounds kept as `name`) is answered from the references' calls of its phase (`scripts`; no phase: None): the
+    next recorded call if it is the same call on the same state, else the departure (`message(made, expected)`
+    says why), which ends the phase."""
+    consumed: Counter = Counter()
+    while isinstance(reply, dict) and isinstance(reply.get("call"), dict):
+        phase, made = reply.get("phase"), reply["call"]
+        calls = scripts.get(phase, [])
+        want = calls[consumed[phase]] if consumed[phase] < len(calls) else None
+        expected = want and {k: want[k] for k in CALL_KEYS}
+        if expected is not None and made == expected:
+            consumed[phase] += 1
+            reply = drv.answer(name, want)
+        else:
+            reply = drv.answer(name, {"departure": {"made": made, "expected": expected, "consumed": consumed[phase],
+                                                    "message": message(made, expected)}})
+    return reply

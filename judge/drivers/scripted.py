@@ -1,10 +1,6 @@
 """Public fakes of the parts exercises 129 and 131 call but do not write: the KV-cache manager and preemption. They
-hold no answer. The learner's code runs in a thread of the worker; each state-changing call of a fake pauses it and
-is posted to the grader (the driver's call returns it), which compares it with the next call the references made on
-the case's inputs and answers with that call's record (what the part returned, and its effect on the worker's own
-requests, queues and `SchedulerOutput`, applied here in place) or with a *departure*: the call made and the call
-expected, raised here as `Departure` to unwind the learner's code. So no recorded call reaches the worker before the
-learner's code has made it, and the worker never calls the grader.
+hold no answer: each state-changing call is answered by the grader in rounds (judge/drivers/script.py), its record's
+effect on the worker's own requests, queues and `SchedulerOutput` applied here in place.
 
 Read-only calls are answered from the current state: `block_size`, `num_free_blocks`, `block_pool.ref_cnt`,
 `get_computed_blocks` (the KV-cache manager's prefix hits for each queued request, which come with the step and
@@ -15,15 +11,13 @@ decides that, and it changes nothing), so only the order of the calls that chang
 from __future__ import annotations
 
 import operator
-import queue
-import threading
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from framework.kv_cache_manager import blocks_to_allocate
 from framework.request import Request, RequestStatus
 from framework.scheduler import ScheduledRequest
-from judge.drivers.script import Departure
+from judge.drivers.script import Rounds
 
 KV_OPS = ("allocate_slots", "free")  # the KV-cache manager's state-changing operations
 PREEMPTION_OPS = ("allocate_or_preempt", "preempt")
@@ -84,23 +78,19 @@ def plan(out: Any) -> dict[str, list]:
                           for s in scheduled], "preempted": ids(preempted)}
 
 
-class Replay:
-    """The parts' calls of one world, answered by the grader: its requests by id, the scheduler whose queues the
-    parts change, the pool as the grader's last answer left it; the learner's code runs in `run`'s thread."""
+class Replay(Rounds):
+    """The parts' calls of one world, in rounds (judge/drivers/script.py): its requests by id, the scheduler whose
+    queues the parts change, the pool as the grader's last answer left it."""
 
     def __init__(self, num_blocks: int, block_size: int, prefix: bool) -> None:
+        super().__init__()
         self.block_size, self.prefix = block_size, prefix
         self.pool = SimpleNamespace(num_blocks=num_blocks, num_free_blocks=num_blocks, ref_cnt=[0] * num_blocks)
         self.requests: dict[str, Request] = {}
         self.scheduler: Any = None
         self.world: Any = None
         self.lookups: dict[str, list[int]] = {}
-        self.departure: dict | None = None
-        self.abandoned = False
         self.consumed = 0
-        self.shown: dict[str, Any] = {}
-        self.posted: queue.SimpleQueue = queue.SimpleQueue()  # (True, a paused call or the result) or (False, exc)
-        self.answers: queue.SimpleQueue = queue.SimpleQueue()
 
     def load(self, phase: str, lookups: dict[str, list[int]] | None = None, **shown: Any) -> None:
         """The calls that follow belong to `phase` (the grader's name for the script it compares them with), from
@@ -108,60 +98,13 @@ class Replay:
         self.consumed, self.shown = 0, {"phase": phase, **shown}
         self.lookups = self.lookups if lookups is None else lookups
 
-    def run(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` (the learner's code and the driver's around it) in a thread: the first call it pauses at, as
-        {"call": made, "phase": ...}, or what it returned (its exception is raised here)."""
-        def body() -> None:
-            try:
-                self.posted.put((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
-                self.posted.put((False, exc))
-
-        threading.Thread(target=body, daemon=True).start()
-        return self.next()
-
-    def answer(self, entry: dict) -> Any:
-        """Resume the paused call with the grader's `entry` (a recorded call, or {"departure": ...}); as `run`."""
-        self.answers.put(entry)
-        return self.next()
-
-    def next(self) -> Any:
-        try:
-            ok, value = self.posted.get()
-        except BaseException:  # the wait was cut short (an in-process time limit): stop the learner's thread too
-            self.abandon()
-            raise
-        if not ok:
-            raise value
-        return value
-
-    def abandon(self) -> None:
-        """No one waits for the learner's thread any more: each later call of a part raises, and a paused one
-        resumes raising, so that a loop over the parts ends (a grading worker is killed instead; a grading in the
-        test's own process is not)."""
-        self.abandoned = True
-        self.answers.put({"departure": {"message": "the grading stopped waiting for this code"}})
-
-    def live(self) -> None:
-        """Raise Departure once the replay has departed or been abandoned: every call of a part checks it."""
-        if self.abandoned:
-            raise Departure("the grading stopped waiting for this code")
-        if self.departure is not None:
-            raise Departure(self.departure["message"])
-
     def call(self, op: str, request: Any, args: list, out: Any = None) -> Any:
         """Play the state-changing call `op(request, *args)`: posted to the grader, which answers with the recorded
         value, whose effect is applied, or with Departure if it is not the reference's next call."""
         self.live()
         if not isinstance(request, Request):
             raise TypeError(f"{type(request).__name__} {str(request)[:60]} is not a framework.request.Request")
-        call = made(op, self.scheduler, request, args, out)
-        self.posted.put((True, {"call": call, **self.shown}))
-        self.shown = {"phase": self.shown["phase"]}
-        entry = self.answers.get()
-        if "departure" in entry:
-            self.departure = entry["departure"]
-            raise Departure(self.departure["message"])
+        entry = self.post(made(op, self.scheduler, request, args, out))
         self.consumed += 1
         self.apply(entry["effect"], out)
         return entry["value"]
@@ -184,8 +127,11 @@ class Replay:
             out.preempted[:] = [self.requests[rid] for rid in effect["plan"]["preempted"]]
 
 
-def departure_message(made: dict, expected: dict | None) -> str:
-    """What the learner's code called where the script held `expected` (None: no more calls)."""
+def departure_message(made: dict | None, expected: dict | None) -> str:
+    """What the learner's code called where the script held `expected` (None: no more calls; `made` None: it
+    returned instead)."""
+    if made is None:
+        return f"your code returned without calling {describe(expected)}, which the reference's code calls here"
     shown = f"your code called {describe(made)}"
     if expected is None:
         return f"{shown}, where the reference's code calls nothing more"

@@ -18,7 +18,8 @@ from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
 from framework.trace import StepRecord
 from judge.compare import difference
-from judge.drivers.engine import BracketTokenizer, plain_params
+from judge.drivers.engine import BracketTokenizer, departure_message, first_difference, plain_params
+from judge.drivers.script import answered
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.traces import StepLog, offer, row, step_record, with_table
@@ -74,18 +75,6 @@ def raised(err: dict, name: str, input: str | None = None) -> CaseFailure:
     return failure
 
 
-def call_text(call: list | None) -> str:
-    """A call of the engine on its parts, from the script (judge/drivers/engine.py), as code."""
-    if call is None:
-        return "nothing more"
-    op, args = call[0], call[1:]
-    if op == "execute_model":
-        return f"self.runner.execute_model({short(args[0])})"
-    owner = "self.kv_cache_manager" if op == "free" else "self.scheduler"
-    shown = [f"request {a}" if isinstance(a, str) and a.startswith("#") else repr(a) for a in args[:2]]
-    return f"{owner}.{op}({', '.join(shown)})"
-
-
 FIELD_HINTS = {
     "num_computed_tokens": "after the forward pass every scheduled request does num_computed_tokens += "
                            "num_new_tokens, once per step",
@@ -97,26 +86,24 @@ FIELD_HINTS = {
 
 
 def departed(k: int, d: dict, where: str, rids: Sequence[str] = ()) -> CaseFailure:
-    """Where the learner's engine left the script of the reference engine's calls (judge/drivers/script.py): the
-    same call on a request in another state, another forward pass (`rids`: its requests), or another call."""
-    call, want = call_text(d["call"]), call_text(d["expected"])
-    ops = (d["call"][0], d["expected"][0] if d["expected"] else None)
+    """Where the learner's engine left the reference engine's calls (judge/drivers/script.py): the same call on a
+    request in another state, another forward pass (`rids`: its requests), or another call."""
+    made, want = d["made"], d["expected"]
+    ops = (made["op"], want["op"] if want else None)
     if ops == ("execute_model", "execute_model"):
-        return other_items(k, d["call"][1], d["expected"][1], rids)
-    if "field" in d:
-        hint = FIELD_HINTS.get(d["field"], "finish a request only with self.scheduler.finish(request, reason), "
-                                           "when stop_reason(...) returns a reason")
-        subject = "the scheduler's queue" if d["request"] == "scheduler" else f"request {d['request']}"
-        return _fail(k, f"when your engine called {call} ({where}), {subject} has {d['field']} {short(d['got'])}; "
-                        f"the reference engine's had {short(d['want'])} at that call", field=d["field"],
-                     expected=d["want"], got=d["got"], hint=hint)
-    if ops == ("finish", "finish") and d["call"][1] == d["expected"][1]:
-        return _fail(k, f"request {d['call'][1]} finished with reason {d['call'][2]!r}, expected "
-                        f"{d['expected'][2]!r}", field="reason", expected=d["expected"][2], got=d["call"][2],
+        return other_items(k, made["args"][0], want["args"][0], rids)
+    diff = first_difference(made, want)
+    if diff is not None:
+        hint = FIELD_HINTS.get(diff["field"], "finish a request only with self.scheduler.finish(request, reason), "
+                                              "when stop_reason(...) returns a reason")
+        return _fail(k, departure_message(made, want, where), field=diff["field"], expected=diff["want"], got=diff["got"],
+                     hint=hint)
+    if ops == ("finish", "finish") and made["args"][0] == want["args"][0]:
+        return _fail(k, f"request {made['args'][0]} finished with reason {made['args'][1]!r}, expected "
+                        f"{want['args'][1]!r}", field="reason", expected=want["args"][1], got=made["args"][1],
                      hint="pass stop_reason(request, self.eos_token_id, self.tokenizer)'s result to "
                           "self.scheduler.finish")
-    return _fail(k, f"your engine called {call} ({where}) where the reference engine, on the same requests, called "
-                    f"{want}", hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
+    return _fail(k, departure_message(made, want, where), hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
 
 
 def other_items(k: int, got: list, want: list, rids: Sequence[str]) -> CaseFailure:
@@ -277,7 +264,7 @@ class Engine:
 
     def add(self, prompt: list[int], params: SamplingParams) -> str:
         script = self.twin.add(TWIN, prompt, plain_params(params)).get("_script", [])
-        reply = self.drv.add(ENGINE, prompt, plain_params(params), script)
+        reply = self.answered(self.drv.add(ENGINE, prompt, plain_params(params)), script)
         if "departure" in reply:
             raise departed(len(self.log) + 1, reply["departure"], "add_request")
         if "error" in reply:
@@ -288,7 +275,7 @@ class Engine:
     def step(self) -> list[dict]:
         """One learner step, checked, on the script of the twin's step; what it returned (plain outputs)."""
         twin = self.twin.step(TWIN)
-        record = self.drv.step(ENGINE, twin.pop("_script", []))
+        record = self.answered(self.drv.step(ENGINE), twin.pop("_script", []))
         self.log_trace([record], [twin])
         outs = self.check_step(record)
         self.match([record], [twin], "step")
@@ -301,7 +288,8 @@ class Engine:
         self.params += per_prompt(params, len(prompts))
         text = f"engine.generate({prompts!r}, {params!r})"
         twin = self.twin.generate(TWIN, [list(p) for p in prompts], wire_params)
-        reply = self.drv.generate(ENGINE, [list(p) for p in prompts], wire_params, twin.pop("_script", []))
+        reply = self.answered(self.drv.generate(ENGINE, [list(p) for p in prompts], wire_params),
+                              twin.pop("_script", []))
         self.log_trace(reply.get("steps", []), twin["steps"])
         for record in reply["steps"]:
             self.check_step(record)
@@ -326,6 +314,10 @@ class Engine:
                 raise CaseFailure(f"generate returned {o['bad']} among its outputs; each must be a RequestOutput",
                                   input=text, hint="[self.make_output(r, []) for r in requests]")
         return outs
+
+    def answered(self, reply: Any, script: list[dict]) -> dict:
+        """The driver's reply once the engine's calls of its parts are answered from the twin's `script`."""
+        return answered(self.drv, ENGINE, reply, {None: script}, departure_message)
 
     def final(self) -> dict:
         return self.drv.final(ENGINE)

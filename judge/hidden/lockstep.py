@@ -22,6 +22,7 @@ from judge.drivers.scheduler import (PREEMPTION, Config, Spec, Workload, World, 
                                     script, snapshot, step_world, world_state)
 from judge.drivers.scripted import KV_OPS, departure_message, describe, fields, ids, plan, set_fields
 from judge.drivers.scripted import made as made_call
+from judge.drivers import script as rounds
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
 from judge.traces import StepLog, add_step, allocations, offer, scheduler_log, scheduler_step, with_table
@@ -244,22 +245,9 @@ def learner_world(w: Workload, impl, graded: str, setup: dict) -> Callable[[int,
 
 
 def answered(drv: Driver, name: str, reply: Any, scripts: dict[str, list[dict]]) -> Any:
-    """The driver's result once each call the learner's code pauses at (`reply`, then each answer's; its parts kept
-    as `name`) is answered from the reference's calls of its phase (`scripts`): the next recorded call, if it is
-    the same call on the same state, else the departure, which ends the phase."""
-    consumed: Counter = Counter()
-    while isinstance(reply, dict) and isinstance(reply.get("call"), dict):
-        phase, made = reply.get("phase"), reply["call"]
-        calls = scripts.get(phase, [])
-        want = calls[consumed[phase]] if consumed[phase] < len(calls) else None
-        expected = want and {k: want[k] for k in ("op", "args", "reads")}
-        if expected is not None and made == expected:
-            consumed[phase] += 1
-            reply = drv.answer(name, want)
-        else:
-            reply = drv.answer(name, {"departure": {"made": made, "expected": expected, "consumed": consumed[phase],
-                                                    "message": departure_message(made, expected)}})
-    return reply
+    """The driver's result once each paused call is answered from the reference's calls of its phase
+    (judge/drivers/script.py `answered`)."""
+    return rounds.answered(drv, name, reply, scripts, departure_message)
 
 
 def learner_preemption(drv: Driver, config: dict, state: dict, fn: str, rid: str, n: int, recorded: dict) -> dict:
