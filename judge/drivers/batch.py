@@ -1,10 +1,7 @@
-"""Driver of exercise 128 (build_batch), run beside the learner's code.
-
-It reads the seven fields the statement names, as the engine reads them: input_ids, positions, slot_mapping and
-logits_indices as 1-D integer tensors, query_start_loc and seq_lens as integers in a list or a tensor, block
-tables as lists of lists, so that a NamedTuple, a dataclass or a SimpleNamespace are all fine. A field that cannot
-be read so is a "problem", said as the learner reads it.
-"""
+"""Driver of exercise 128 (build_batch), run beside the learner's code. It reads the seven fields the statement names
+as the engine reads them (1-D integer tensors; query_start_loc and seq_lens as integers in a list or a tensor; block
+tables as lists of lists), so a NamedTuple, a dataclass or a SimpleNamespace are all fine; a field that cannot be
+read so is a "problem", said as the learner reads it."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ class Unreadable(Exception):
 
 
 def _sendable(value: Any) -> Any:
-    """`value` if it can cross to the grader as plain data (numbers, lists, tuples, tensors, arrays), else its
-    description."""
+    """`value` if it can cross to the grader as plain data (numbers, lists, tensors, arrays), else its description."""
     if isinstance(value, array):
         value = list(value)  # what the model runner reads of it (framework.model_runner, _as_long)
     try:
