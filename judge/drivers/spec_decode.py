@@ -46,7 +46,6 @@ def verify(impl: ModuleType, case: dict[str, Any]) -> dict[str, Any]:
     """One call, with the course's tokenizer where the case has a stop string."""
     if case["params"].get("stop"):
         from mini_llm import load_tokenizer
-
         return _call(impl, case, tokenizer=load_tokenizer())
     return _call(impl, case)
 
