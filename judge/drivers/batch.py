@@ -63,8 +63,7 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
     if isinstance(value, (list, tuple, deque)):
         bad = next(x for x in value if int_values([x]) is None)
         raise Unreadable(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
-    raise Unreadable(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
-                     "integers")
+    raise Unreadable(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of integers")
 
 
 def read_tables(value: Any) -> list[list[int]]:

@@ -71,8 +71,7 @@ def row_probs(case: dict[str, Any]) -> list[list[float]]:
 
 def _accepted(run: list[int], drafts: list[int]) -> int:
     """How many drafts the run begins with."""
-    return next((i for i, (token, draft) in enumerate(zip(run, drafts)) if token != draft),
-                min(len(run), len(drafts)))
+    return next((i for i, (t, d) in enumerate(zip(run, drafts)) if t != d), min(len(run), len(drafts)))
 
 
 def _shape_failure(runs: list[list[int]], drafts: list[int]) -> dict[str, str] | None:
