@@ -1,12 +1,11 @@
 """Driver of exercises 129 (schedule) and 131 (preemption): a scheduler world built beside the learner's code.
 
-A workload (a configuration, requests already running, arrivals) runs on a KV-cache manager and a scheduler, driven
-by a fake model loop (`World.update`). The grader runs the same World on the references and compares what `step`
-and `preemption_call` return here: plain data, never a verdict. 129: the learner's `Scheduler.schedule` on the
-framework's shell; 131: the learner's `preempt` and `allocate_or_preempt` in the reference scheduler, which runs in
-the grader. The parts' calls the learner's code makes here are answered by the grader one at a time
-(judge/drivers/scripted.py): a call returns the call the learner's code is paused at, or its result; `answer`
-resumes it.
+A workload (a configuration, requests already running, arrivals) runs on a KV-cache manager and a scheduler driven
+by a fake model loop; the grader runs the same World on the references and compares what `step` and
+`preemption_call` return (plain data). 129: the learner's `Scheduler.schedule` on the framework's shell; 131: the
+learner's `preempt` and `allocate_or_preempt`, called from the reference scheduler in the grader. The grader answers
+the parts' calls one at a time (judge/drivers/scripted.py): a call returns the call the learner's code is paused at,
+or its result; `answer` resumes it.
 """
 
 from __future__ import annotations

@@ -83,8 +83,8 @@ def decode(impl: ModuleType, requests: list[dict], seed: int, max_steps: int = 4
     first spends `chunks` steps on prompt chunks (no logits), then samples (greedy at temperature 0, else with its
     own seeded generator). With `script`, a request whose output follows it drafts its next `num_drafts` tokens, cut
     where its grammar forbids them, a random number of them made likely; a draft is accepted while the row's token
-    equals it. The engine finishes on <eos> ("stop") or at `max_tokens` ("length"). Returns {"outputs":
-    [{"token_ids", "finish_reason", "text", "grammar": its state}]}, or {"raised": ..., "fn": ...} / {"problem"}."""
+    equals it. The engine finishes on <eos> ("stop") or at `max_tokens` ("length"). Returns {"outputs": [{"token_ids",
+    "finish_reason", "text", "grammar": its state}]}, or {"raised": ..., "fn": ...} / {"problem": ...}."""
     gen = torch.Generator().manual_seed(seed)
     reqs = [dict(r, out=[], reason=None, step=0, g=None if r["grammar"] is None else grammar(r["grammar"], []),
                  gen=torch.Generator().manual_seed(seed + 1 + i)) for i, r in enumerate(requests)]
