@@ -1,10 +1,7 @@
-"""What the public drivers (judge/drivers/<module>.py, shipped to students) share: each function of a driver takes
-the learner's module first, then plain arguments, and returns plain data (what the learner's objects did), holding
-no expected value. The parts the learner's code calls but does not write run in the grader, and this process never
-calls the grader: under 129 and 131 the grader answers their calls one at a time, each once the learner's code has
-made it (judge/drivers/scripted.py); under 130 what they answer for the case's inputs comes with the request
-(judge/drivers/script.py). An object a driver's later calls reuse is kept in its process under a name the grader
-chooses (`keep`, `kept`)."""
+"""What the public drivers (judge/drivers/<module>.py, shipped to students) share. A driver's function takes the
+learner's module first, then plain arguments, and returns plain data, holding no expected value; this process never
+calls the grader (judge/drivers/scripted.py, script.py). An object a driver's later calls reuse is kept in its
+process under a name the grader chooses (`keep`, `kept`)."""
 
 from __future__ import annotations
 
@@ -18,7 +15,6 @@ from judge.harness import option
 @functools.lru_cache(maxsize=2)
 def _model_at(path: str):
     import torch
-
     from mini_llm import load_transformer
 
     return load_transformer(path, dtype=torch.float32, device="cpu")
@@ -26,7 +22,7 @@ def _model_at(path: str):
 
 def load_model(path: str | None = None):
     """The checkpoint at `path`, else the one given with --model, else the embedded model: fp32 on the CPU (the
-    worker has no GPU), loaded once per process. The one loader of the judge, grader and worker alike."""
+    worker has no GPU), loaded once per process; the judge's one loader."""
     from mini_llm.settings import EMBEDDED_MODEL
 
     return _model_at(str(path or option("model") or EMBEDDED_MODEL))

@@ -1,10 +1,7 @@
-"""Driver of exercise 128 (build_batch), run beside the learner's code.
-
-It reads the seven fields the statement names, as the engine reads them: input_ids, positions, slot_mapping and
-logits_indices as 1-D integer tensors, query_start_loc and seq_lens as integers in a list or a tensor, block
-tables as lists of lists, so that a NamedTuple, a dataclass or a SimpleNamespace are all fine. A field that cannot
-be read so is a "problem", said as the learner reads it.
-"""
+"""Driver of exercise 128 (build_batch), run beside the learner's code. It reads the seven fields the statement names
+as the engine reads them (1-D integer tensors; query_start_loc and seq_lens as integers in a list or a tensor; block
+tables as lists of lists), so a NamedTuple, a dataclass or a SimpleNamespace are all fine; a field that cannot be
+read so is a "problem", said as the learner reads it."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ class Unreadable(Exception):
 
 
 def _sendable(value: Any) -> Any:
-    """`value` if it can cross to the grader as plain data (numbers, lists, tuples, tensors, arrays), else its
-    description."""
+    """`value` if it can cross to the grader as plain data (numbers, lists, tensors, arrays), else its description."""
     if isinstance(value, array):
         value = list(value)  # what the model runner reads of it (framework.model_runner, _as_long)
     try:
@@ -67,8 +63,7 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
     if isinstance(value, (list, tuple, deque)):
         bad = next(x for x in value if int_values([x]) is None)
         raise Unreadable(f"{name} holds {type(bad).__name__} values ({short(bad)}); it must hold integers")
-    raise Unreadable(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of "
-                     "integers")
+    raise Unreadable(f"{name} is {short(value)} ({type(value).__name__}); it must be a list or 1-D tensor of integers")
 
 
 def read_tables(value: Any) -> list[list[int]]:

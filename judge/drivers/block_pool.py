@@ -1,9 +1,6 @@
-"""Driver of exercise 125 (BlockPool): a script of calls run on the learner's pool, beside it.
-
-It reads only what the statement makes public: what each call returned or raised, `list(pool.ref_cnt)` and
-`pool.num_free_blocks`, so the learner may keep the free queue and the counts however they like (a deque, an
-`array.array`, ...).
-"""
+"""Driver of exercise 125 (BlockPool): a script of calls run on the learner's pool, beside it. It reads only what
+the statement makes public (what each call returned or raised, `list(pool.ref_cnt)`, `pool.num_free_blocks`), so the
+learner may keep the free queue and the counts however they like."""
 
 from __future__ import annotations
 
@@ -68,16 +65,16 @@ def run(impl: ModuleType, num_blocks: int, ops: list) -> dict[str, Any]:
         if not callable(fn):
             trace["steps"].append({"raised": None, "problem": f"BlockPool has no method {method}"})
             return trace
-        step: dict[str, Any] = {"raised": None}
         try:
             ret = fn(list(arg) if isinstance(arg, list) else arg)
         except Exception as exc:  # noqa: BLE001
-            step.update(raised=raised_name(exc), _error=learner_error(exc))
-            ret = None
-        if method == "allocate" and step["raised"] is None:
-            got = int_values(ret)
-            step["returned"] = got if got is not None else {"not a list of ints": f"{str(ret)[:200]} "
-                                                                                  f"({type(ret).__name__})"}
+            step = {"raised": raised_name(exc), "_error": learner_error(exc)}
+        else:
+            step = {"raised": None}
+            if method == "allocate":
+                got = int_values(ret)
+                step["returned"] = got if got is not None else {
+                    "not a list of ints": f"{str(ret)[:200]} ({type(ret).__name__})"}
         step["state"] = current = state(pool)
         trace["steps"].append(step)
         if step["raised"] == "NotImplementedError" or "problem" in current:

@@ -1,9 +1,6 @@
-"""Driver of exercise 127 (paged_attention), run beside the learner's code.
-
-A case is a `Spec` (plain data: seeds, sizes, the requests' lengths and block tables). `run` builds its tensors
-here with `make_inputs`, the same seeded inputs the grader builds to compute the expected output, and calls the
-learner's `paged_attention` on them natively. It returns the output (a tensor; anything else by its type's name and
-a short repr), which inputs the call modified, or the learner's error: never a verdict.
+"""Driver of exercise 127 (paged_attention), run beside the learner's code. A case is a `Spec` (plain data: seeds,
+sizes, the requests' lengths and block tables); `run` builds its tensors here with `make_inputs`, as the grader does
+to compute the expected output, and returns what the learner's `paged_attention` did with them, never a verdict.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Driver of exercise 126 (compute_slot_mapping, write_kv), run beside the learner's code.
-
-`write` builds a real multi-layer cache here and gives `write_kv` one layer of it (`key_caches[layer]`, a view),
-as the model runner does, then returns the whole cache: a write that rebinds (`key_cache.data = ...`) or goes
-through a flat view of the wrong storage offset shows as a layer left unchanged or another layer changed.
-"""
+"""Driver of exercise 126 (compute_slot_mapping, write_kv), run beside the learner's code. `write` gives `write_kv`
+one layer (`key_caches[layer]`, a view) of a real multi-layer cache, as the model runner does, and returns the whole
+cache: a write that rebinds (`key_cache.data = ...`) or goes through a flat view of the wrong storage offset shows as
+a layer left unchanged or another layer changed."""
 
 from __future__ import annotations
 
@@ -37,7 +35,8 @@ def write_inputs(spec: list) -> dict[str, Any]:
     g = torch.Generator().manual_seed(seed)
     dt, it = getattr(torch, dtype), getattr(torch, idx_dtype)
     shape = (layers, nb, bs, heads, hd)
-    return {"key_caches": torch.randn(shape, generator=g).to(dt), "value_caches": torch.randn(shape, generator=g).to(dt),
+    return {"key_caches": torch.randn(shape, generator=g).to(dt),
+            "value_caches": torch.randn(shape, generator=g).to(dt),
             "key": torch.randn(len(slot_list), heads, hd, generator=g).to(dt),
             "value": torch.randn(len(slot_list), heads, hd, generator=g).to(dt),
             "slot_mapping": torch.tensor(slot_list, dtype=it)}

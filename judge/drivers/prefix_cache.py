@@ -1,10 +1,7 @@
-"""Driver of exercise 132 (hash_block, block_hashes, PrefixCache), run beside the learner's code.
-
-Any deterministic hash is right, so no hash value is compared with the reference's: the driver reports which
-calls gave equal hashes, whether each is an int, and whether block_hashes agrees with the learner's own hash_block
-chained. Hash values leave it only for the hidden cases to compare among themselves (two processes of the learner's,
-two sequences) or hand back to the learner's own cache: `hashes`, and the diagnostics of `hash_calls`.
-"""
+"""Driver of exercise 132 (hash_block, block_hashes, PrefixCache), run beside the learner's code. Any deterministic
+hash is right, so it reports which calls gave equal hashes, whether each is an int, and whether block_hashes agrees
+with the learner's own hash_block chained; hash values leave it only for the hidden cases to compare among
+themselves or hand back to the learner's own cache (`hashes`, and the diagnostics of `hash_calls`)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """Driver of exercises 129 (schedule) and 131 (preemption): a scheduler world built beside the learner's code.
 
-A workload (a configuration, requests already running, arrivals) runs on a KV-cache manager and a scheduler,
-driven by a fake model loop: after each `schedule()` every scheduled request's `num_computed_tokens` advances by
-its `num_new_tokens`, a request that completed its pending tokens gets a dummy output token, and one with
-`max_tokens` tokens is retired with `finish`. The grader runs the same World on the reference and compares what
-`step` and `call` return here: plain data about the learner's schedule and the state it left, never a verdict.
-
-129: the learner's `Scheduler.schedule` on the framework's shell, with the reference preemption (131's answer).
-131: the learner's `preempt` and `allocate_or_preempt` inside the reference scheduler (129's answer).
-The references run in the grader; the parts' calls the learner's code makes here are answered by the grader one at
-a time, with what the references did (judge/drivers/scripted.py): `new_world`, `step` and `preemption_call` return
-either the call the learner's code is paused at or their result, and `answer` resumes it. 129's World holds a
-scripted KV-cache manager and preemption; 131's workloads run their World in the grader, which calls the learner's
-functions here (`preemption_call`) on the state its scheduler reached.
+A workload (a configuration, requests already running, arrivals) runs on a KV-cache manager and a scheduler driven
+by a fake model loop; the grader runs the same World on the references and compares what `step` and
+`preemption_call` return (plain data). 129: the learner's `Scheduler.schedule` on the framework's shell; 131: the
+learner's `preempt` and `allocate_or_preempt`, called from the reference scheduler in the grader. The grader answers
+the parts' calls one at a time (judge/drivers/scripted.py): a call returns the call the learner's code is paused at,
+or its result; `answer` resumes it.
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from judge.crossing import learner_error
 from judge.drivers import keep, kept
 from judge.wire import WorkerLost
 from judge.drivers.scripted import (Replay, ScriptedKVCacheManager, ScriptedPreemption, describe as describe_call,
-                                    fields, ids, set_fields)
+                                    fields, ids, plan, set_fields)
 from judge.drivers.scripted import departure_message  # noqa: F401 - judge/public.py's words for a departure
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
@@ -44,6 +37,13 @@ class Config:
     @property
     def capacity(self) -> int:
         return self.num_blocks * self.block_size
+
+    def setup_text(self) -> list[str]:
+        """The KV-cache manager and the scheduler of this configuration, as code."""
+        return [f"kv = KVCacheManager(num_blocks={self.num_blocks}, block_size={self.block_size}, "
+                f"enable_prefix_caching={self.prefix})",
+                f"s = Scheduler(kv, token_budget={self.token_budget}, max_num_seqs={self.max_num_seqs}, "
+                f"enable_chunked_prefill={self.chunked})"]
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,8 @@ class Workload:
 
     def valid(self) -> bool:
         c = self.config
-        for s in self.requests:
-            need = len(s.prompt) + s.max_tokens
-            if not s.prompt or s.max_tokens < 1 or need > c.capacity or (not c.chunked and need > c.token_budget):
-                return False
-        return True
+        limit = c.capacity if c.chunked else min(c.capacity, c.token_budget)
+        return all(s.prompt and s.max_tokens >= 1 and len(s.prompt) + s.max_tokens <= limit for s in self.requests)
 
     def plain(self) -> dict:
         return {"config": asdict(self.config), "requests": [asdict(s) for s in self.requests]}
@@ -86,15 +83,9 @@ def make_request(s: Spec) -> Request:
     return Request(list(s.prompt), SamplingParams(max_tokens=s.max_tokens, ignore_eos=True), request_id=s.rid)
 
 
-def dummy_token(r: Request) -> int:
-    """The fake model's 'sampled' token: deterministic, different per request and position."""
-    return 500 + 7 * len(r.output_token_ids) + sum(r.prompt_token_ids) % 89
-
-
 class World:
-    """One scheduler (of class `cls`) and its requests, driven by the fake model loop, on the KV-cache manager
-    `kv` (in the worker: a scripted one; in the grader: the reference). `parts`: what replays (in the worker) or
-    records (in the grader) the parts' calls, shown the world's scheduler and requests."""
+    """One scheduler (of class `cls`) and its requests on the KV-cache manager `kv` (scripted in the worker, the
+    reference in the grader); `parts` (what replays or records the parts' calls) is shown its scheduler and requests."""
 
     def __init__(self, cls: type, w: Workload, kv: Any, parts: Any = None) -> None:
         c = w.config
@@ -129,12 +120,14 @@ class World:
             sp.computed is None and sp.arrival >= step for sp in self.w.requests)
 
     def update(self, scheduled: list) -> None:
+        """The fake model: computed tokens advance; a request that completes its pending tokens gets a token, and is
+        finished at `max_tokens`."""
         for s in scheduled:
             r, n = s.request, s.num_new_tokens
             completes = r.num_computed_tokens + n == r.num_tokens
             r.num_computed_tokens += n
-            if completes:
-                r.output_token_ids.append(dummy_token(r))
+            if completes:  # the fake model's 'sampled' token: deterministic, different per request and position
+                r.output_token_ids.append(500 + 7 * len(r.output_token_ids) + sum(r.prompt_token_ids) % 89)
                 if len(r.output_token_ids) >= r.sampling_params.max_tokens:
                     SchedulerBase.finish(self.sched, r, "length")
 
@@ -191,16 +184,14 @@ def facts(world: World, out: SchedulerOutput) -> dict[str, Any]:
 
 
 def blocks(world: World) -> dict[str, Any]:
-    """The block pool's reference counts and number of free blocks (what exercise 125's contract makes public: the
-    free queue's storage is the pool's own), and the blocks each request holds."""
+    """The pool's reference counts and free blocks (125's public contract), and the blocks each request holds."""
     pool = world.kv.block_pool
     return {"ref_cnt": [int(c) for c in pool.ref_cnt], "num_free_blocks": int(pool.num_free_blocks),
             "held": [b for r in world.requests.values() for b in r.block_table]}
 
 
 def graded_scheduler(impl: ModuleType, replay: Replay) -> type:
-    """129: the learner's schedule on the framework's shell, with the reference preemption (131's answer) replayed
-    from the grader's script."""
+    """129: the learner's schedule on the framework's shell, with the reference preemption replayed."""
     learner = getattr(impl, "Scheduler", None)
     if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
         raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
@@ -208,8 +199,7 @@ def graded_scheduler(impl: ModuleType, replay: Replay) -> type:
     return type("Graded", bases, {"preemption": ScriptedPreemption(replay)})
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# What the grader calls (the learner's module comes first; a script is what judge/drivers/scripted.py replays)
+# What the grader calls (the learner's module comes first)
 
 
 def new_world(impl: ModuleType, name: str, workload: dict) -> Any:
@@ -243,23 +233,23 @@ def step_world(world: World, step: int, parts: Any, lookups: dict | None = None)
     """`step` on `world`, whose `parts` the grader answers (from the prefix hits `lookups`; None: 131's world in the
     grader, on the reference parts, calling the learner's preemption in the worker); a departure ends the phase."""
     world.arrive(step)
-    before = snapshot(world)
+    result: dict[str, Any] = {"before": snapshot(world)}
     if lookups is not None:
-        parts.load("schedule", lookups, before=before)
+        parts.load("schedule", lookups, before=result["before"])
     try:
         out = world.sched.schedule()
     except WorkerLost:  # 131, run in the grader: the worker calling the learner's preemption died or hung
         raise
     except BaseException as exc:  # noqa: BLE001 - the learner's exception, for the grader to show
         if parts.departure is None:
-            return {"before": before, "error": learner_error(exc)}
+            return {**result, "error": learner_error(exc)}
     if parts.departure is not None:
-        return {"before": before, "departure": parts.departure}
+        return {**result, "departure": parts.departure}
     problem = output_problem(out)
     if problem:
-        return {"before": before, "problem": problem}
-    plan, pre = plan_of(out)
-    result = {"before": before, "plan": plan, "preempted": pre, "facts": facts(world, out), "after": snapshot(world)}
+        return {**result, "problem": problem}
+    scheduled, preempted = plan_of(out)
+    result.update(plan=scheduled, preempted=preempted, facts=facts(world, out), after=snapshot(world))
     if lookups is not None:
         parts.load("update")
     try:
@@ -269,9 +259,7 @@ def step_world(world: World, step: int, parts: Any, lookups: dict | None = None)
             return {**result, "error": learner_error(exc)}
     if parts.departure is not None:
         return {**result, "departure": parts.departure}
-    result["blocks"] = blocks(world)
-    result["free"] = world.kv.num_free_blocks
-    return result
+    return {**result, "blocks": blocks(world), "free": world.kv.num_free_blocks}
 
 
 PREEMPTION = "preemption"  # the name 131's calls keep their parts under, for `answer`
@@ -292,15 +280,12 @@ def preemption_call(impl: ModuleType, config: dict, state: dict, fn: str, rid: s
     replay.scheduler, replay.requests = sched, world.requests
     params: dict[int, SamplingParams] = {}  # shared by the requests of one max_tokens: nothing changes them
     for rec in state["requests"]:
-        if rec["max_tokens"] not in params:
-            params[rec["max_tokens"]] = SamplingParams(max_tokens=rec["max_tokens"], ignore_eos=True)
-        r = Request(list(rec["prompt"]), params[rec["max_tokens"]], request_id=rec["rid"])
+        shared = params.setdefault(rec["max_tokens"], SamplingParams(max_tokens=rec["max_tokens"], ignore_eos=True))
+        r = Request(list(rec["prompt"]), shared, request_id=rec["rid"])
         set_fields(r, rec)
         world.requests[r.request_id] = r
-    replay.apply({"running": state["running"], "waiting": state["waiting"], "free": state["free"],
-                  "ref_cnt": state["ref_cnt"]})
     out = SchedulerOutput()
-    replay.apply({"plan": state["plan"]}, out)
+    replay.apply({key: state[key] for key in ("running", "waiting", "free", "ref_cnt", "plan")}, out)
     return replay.run(lambda: preemption_result(impl, fn, world, rid, n, out, state["running"]))
 
 
@@ -315,8 +300,9 @@ def preemption_result(impl: ModuleType, fn: str, world: Any, rid: str, n: int, o
             return {"error": learner_error(exc)}
     if replay.departure is not None:  # with the queue it was called on: the victims it could choose
         return {"departure": {**replay.departure, "running": running}}
-    plan, pre = plan_of(out)
-    return {"returned": _plain_return(ret), "plan": plan, "preempted": pre, "consumed": replay.consumed,
+    scheduled, preempted = plan_of(out)
+    return {"returned": ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200], "plan": scheduled,
+            "preempted": preempted, "consumed": replay.consumed,
             "state": {rid: fields(r) for rid, r in world.requests.items()}, "running": ids(sched.running),
             "waiting": ids(sched.waiting), "after": snapshot(world), "blocks": blocks(world)}
 
@@ -328,8 +314,7 @@ def world_state(scheduler: Any, out: SchedulerOutput) -> dict[str, Any]:
     return {"requests": [{"rid": r.request_id, "prompt": list(r.prompt_token_ids),
                           "max_tokens": r.sampling_params.max_tokens, **fields(r)} for r in queued],
             "running": ids(scheduler.running), "waiting": ids(scheduler.waiting), "free": pool.num_free_blocks,
-            "ref_cnt": [int(x) for x in pool.ref_cnt], "plan": {"scheduled": [list(x) for x in plan_of(out)[0]],
-                                                                "preempted": plan_of(out)[1]}}
+            "ref_cnt": [int(x) for x in pool.ref_cnt], "plan": plan(out)}
 
 
 def call_preemption(preemption: Any, fn: str, scheduler: Any, request: Request, n: int, out: SchedulerOutput) -> Any:
@@ -339,21 +324,12 @@ def call_preemption(preemption: Any, fn: str, scheduler: Any, request: Request, 
     return preemption.allocate_or_preempt(scheduler, request, n, out)
 
 
-def _plain_return(ret: Any) -> Any:
-    return ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200]
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # The calls as a learner reads them (the public replay's messages)
 
 
 def script(w: Workload) -> str:
     """The workload as code a learner can paste (with the running requests placed by hand)."""
-    c = w.config
-    lines = [f"kv = KVCacheManager(num_blocks={c.num_blocks}, block_size={c.block_size}, "
-             f"enable_prefix_caching={c.prefix})",
-             f"s = Scheduler(kv, token_budget={c.token_budget}, max_num_seqs={c.max_num_seqs}, "
-             f"enable_chunked_prefill={c.chunked})"]
+    lines = w.config.setup_text()
     for sp in sorted(w.requests, key=lambda sp: -1 if sp.computed is not None else sp.arrival):
         req = f"Request({list(sp.prompt)}, SamplingParams(max_tokens={sp.max_tokens}, ignore_eos=True), " \
               f"request_id={sp.rid!r})"
@@ -383,11 +359,9 @@ def describe(fn: str, *args: Any) -> str | None:
 
 def state_text(config: dict, state: dict, fn: str, rid: str, n: int) -> str:
     """131's one call on the state a scheduler reached, as a learner reads it."""
-    c = Config(**config)
-    lines = [f"kv = KVCacheManager(num_blocks={c.num_blocks}, block_size={c.block_size}, "
-             f"enable_prefix_caching={c.prefix}) with {state['free']} free blocks, ref_cnt {state['ref_cnt']}",
-             f"s = Scheduler(kv, token_budget={c.token_budget}, max_num_seqs={c.max_num_seqs}, "
-             f"enable_chunked_prefill={c.chunked}); s.running = {state['running']}; s.waiting = {state['waiting']}"]
+    kv, sched = Config(**config).setup_text()
+    lines = [f"{kv} with {state['free']} free blocks, ref_cnt {state['ref_cnt']}",
+             f"{sched}; s.running = {state['running']}; s.waiting = {state['waiting']}"]
     lines += [f"{r['rid']}: prompt {r['prompt']}, output_token_ids={r['output_token_ids']}, num_computed_tokens="
               f"{r['num_computed_tokens']}, block_table={r['block_table']}, status={r['status']}" for r in
               state["requests"]]

@@ -1,17 +1,14 @@
 """Driver of exercise 134 (verify_and_update): the learner's function called on requests built beside it.
 
-`verify` makes one call on a request and logits the grader chose (the grader's speculating engine calls it so for
-every request of every step); `distribution` makes many, on requests seeded 0, 1, ..., and tests what they emitted
-against the distribution the statement states (`sampling_failure`). That test needs no answer: for a correct
-sampler, whatever order it draws its random numbers in, the call's token at position i is, with probability
-A_i p_i(t), the token t after drafts 0..i-1 were all accepted, where p_i is the distribution of logits row i and
-A_i = p_0(x_0) ... p_{i-1}(x_{i-1}) (x_k: draft k), and a call ends on the first token that is not its draft.
-
-The bound on a false rejection: over n calls, the number K of calls whose token at position i is t (a "cell") is
-Binomial(n, pi) with pi = A_i p_i(t), exactly. A cell fails when K lies in a tail of probability at most a on
-either side (P(K <= k) <= a, or P(K >= k) <= a, computed exactly from the binomial's mass function), which happens
-with probability at most 2a for a correct sampler. With C cells and a = alpha / (2 C), the union bound gives a
-false rejection probability of at most alpha = 1e-6 for the whole test, the cells' dependence notwithstanding.
+`verify` makes one call (the grader's speculating engine calls it so for every request of every step);
+`distribution` makes many, on requests seeded 0, 1, ..., and tests their tokens against the distribution the
+statement states (`sampling_failure`), which needs no answer: for a correct sampler, whatever order it draws its
+random numbers in, the token at position i is t with probability A_i p_i(t) (p_i: the distribution of logits row i,
+A_i = p_0(x_0) ... p_{i-1}(x_{i-1}), x_k: draft k), and a call ends on its first token that is not its draft.
+So the number K of n calls whose token at position i is t (a "cell") is Binomial(n, A_i p_i(t)). A cell fails when K
+lies in a tail of probability at most a on either side (computed exactly), which a correct sampler does with
+probability at most 2a; with C cells and a = alpha / (2 C), the union bound keeps the false rejection probability of
+the whole test below alpha, the cells' dependence notwithstanding.
 """
 
 from __future__ import annotations
@@ -28,18 +25,13 @@ from judge.crossing import learner_error
 FALSE_REJECTION = 1e-6  # the test's false-rejection probability for a correct sampler (module docstring)
 
 
-def _request(case: dict[str, Any], seed: int | None = None) -> Request:
+def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, tokenizer=None) -> dict[str, Any]:
+    """One call on a request whose last token and drafts were just computed (every token before its last is
+    cached): what it returned and the request's state after it."""
     params = SamplingParams(**case["params"] | ({"seed": seed} if seed is not None else {}))
     request = Request(list(case["prompt"]), params, output_token_ids=list(case["outputs"]))
     request.num_computed_tokens = request.num_tokens - 1
     request.generator = make_generator(params, torch.device("cpu"))
-    return request
-
-
-def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, tokenizer=None) -> dict[str, Any]:
-    """One call on a request whose last token and drafts were just computed (every token before its last is
-    cached): what it returned and the request's state after it."""
-    request = _request(case, seed)
     logits = torch.as_tensor(case["logits"], dtype=torch.float32)  # a list, or a tensor from the grader's engine
     try:
         tokens, reason = impl.verify_and_update(request, list(case["drafts"]), logits, case["eos"], tokenizer)
@@ -54,7 +46,6 @@ def verify(impl: ModuleType, case: dict[str, Any]) -> dict[str, Any]:
     """One call, with the course's tokenizer where the case has a stop string."""
     if case["params"].get("stop"):
         from mini_llm import load_tokenizer
-
         return _call(impl, case, tokenizer=load_tokenizer())
     return _call(impl, case)
 
@@ -69,12 +60,7 @@ def distribution(impl: ModuleType, case: dict[str, Any], trials: int) -> dict[st
             return result
         runs.append(result["returned"])
     failure = sampling_failure(case, runs)
-    return {"problem": failure and f"{failure['message']}\nhint: {failure['hint']}",
-            "_runs": runs}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The test of many calls' tokens against the distribution (module docstring)
+    return {"problem": failure and f"{failure['message']}\nhint: {failure['hint']}", "_runs": runs}
 
 
 def row_probs(case: dict[str, Any]) -> list[list[float]]:
@@ -85,10 +71,7 @@ def row_probs(case: dict[str, Any]) -> list[list[float]]:
 
 def _accepted(run: list[int], drafts: list[int]) -> int:
     """How many drafts the run begins with."""
-    n = 0
-    while n < min(len(drafts), len(run)) and run[n] == drafts[n]:
-        n += 1
-    return n
+    return next((i for i, (t, d) in enumerate(zip(run, drafts)) if t != d), min(len(run), len(drafts)))
 
 
 def _shape_failure(runs: list[list[int]], drafts: list[int]) -> dict[str, str] | None:
@@ -123,9 +106,7 @@ def _binomial_range(n: int, prob: float, tail: float) -> tuple[int, int]:
     pmf = torch.distributions.Binomial(n, torch.tensor(prob, dtype=torch.float64)).log_prob(
         torch.arange(n + 1, dtype=torch.float64)).exp()
     below, above = pmf.cumsum(0), pmf.flip(0).cumsum(0).flip(0)  # P(K <= k), P(K >= k)
-    lo = int((below <= tail).sum())  # counts 0..lo-1 lie in the lower tail
-    hi = n - int((above <= tail).sum())
-    return lo, hi
+    return int((below <= tail).sum()), n - int((above <= tail).sum())
 
 
 def _cell_hint(position: int, token: int, drafts: list[int], too_many: bool) -> str:
@@ -169,10 +150,6 @@ def sampling_failure(case: dict[str, Any], runs: list[list[int]]) -> dict[str, s
     return {"message": f"over {n} calls, token {t} came at position {i} {'more' if too_many else 'less'} often "
                        f"than a correct sampler gives it, except with probability below {FALSE_REJECTION:g}:\n{table}",
             "hint": _cell_hint(i, t, drafts, too_many)}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Calls as code a learner can paste
 
 
 def _logits_text(logits: Any) -> str:

@@ -1,10 +1,7 @@
-"""Driver of exercise 136 (structured output), run beside the learner's code.
-
-The grammars are compiled by the framework (framework/structured_output.py) against a toy vocabulary (`VOCAB`:
-token id = index, 0 the end of sequence), so that a case's masks and outputs are short enough to read. Each
-function takes the learner's module and plain data, calls the learner's function as the engine does, and returns
-what it did as plain data: the logits it masked, the tokens each grammar holds, the finish reason, or the tokens
-a short decode loop produced with them. It holds no expected value.
+"""Driver of exercise 136 (structured output), run beside the learner's code: it calls the learner's functions as
+the engine does and returns what they did as plain data. The framework compiles the grammars
+(framework/structured_output.py) against a toy vocabulary (`VOCAB`: token id = index, 0 the end of sequence), so
+that a case's masks and outputs are short enough to read.
 """
 
 from __future__ import annotations
@@ -48,17 +45,13 @@ def text(token_ids: list[int]) -> str:
     return "".join(VOCAB[t] for t in token_ids)
 
 
-def _rows(rows: list[dict]) -> list[GrammarRow]:
-    """Each row: {"grammar": spec or None, "accepted": tokens its grammar holds, "need_logits", "drafts"}."""
-    return [GrammarRow(None if r["grammar"] is None else grammar(r["grammar"], r["accepted"]), bool(r["need_logits"]),
-                       list(r["drafts"])) for r in rows]
-
-
 def mask(impl: ModuleType, rows: list[dict], logits: list[list[float]]) -> dict[str, Any]:
-    """apply_grammar_bitmask(logits, rows, bitmask) on fresh grammars: {"masked": per logits row, the token ids
-    set to -inf, "changed": per row, the ids changed to anything else, "states": each row's grammar after,
-    "returned": what it returned, if not None}, or {"raised": ...}."""
-    objects = _rows(rows)
+    """apply_grammar_bitmask(logits, rows, bitmask) on fresh grammars (each row: {"grammar": spec or None,
+    "accepted": tokens its grammar holds, "need_logits", "drafts"}): {"masked": per logits row, the token ids set to
+    -inf, "changed": per row, the ids changed to anything else, "states": each row's grammar after, "returned": what
+    it returned, if not None}, or {"raised": ...}."""
+    objects = [GrammarRow(None if r["grammar"] is None else grammar(r["grammar"], r["accepted"]),
+                          bool(r["need_logits"]), list(r["drafts"])) for r in rows]
     before = torch.tensor(logits, dtype=torch.float32).reshape(len(logits), len(VOCAB))
     given = before.clone()
     try:
@@ -86,14 +79,12 @@ def update(impl: ModuleType, spec: dict, accepted: list[int], drafts: list[int],
 
 
 def decode(impl: ModuleType, requests: list[dict], seed: int, max_steps: int = 40) -> dict[str, Any]:
-    """A small engine loop with the learner's two functions: every unfinished request is scheduled each step;
-    a request first spends `chunks` steps on prompt chunks (no logits), then samples (greedy at temperature 0,
-    else from softmax(logits / temperature) with its own seeded generator). With `script` (tokens), a request
-    whose output so far follows the script drafts its next `num_drafts` tokens, cut where its grammar forbids
-    them; the first `accept` of them (random per step) are made likely. A draft is accepted while the token the
-    row gives equals it. The engine's finish: "stop" on <eos>, "length" at `max_tokens`.
-    Returns {"outputs": [{"token_ids", "finish_reason", "text", "grammar": its state at the end}]}, or
-    {"raised": ..., "fn": the function} / {"problem": ...}."""
+    """A small engine loop with the learner's two functions: each step schedules every unfinished request, which
+    first spends `chunks` steps on prompt chunks (no logits), then samples (greedy at temperature 0, else with its
+    own seeded generator). With `script`, a request whose output follows it drafts its next `num_drafts` tokens, cut
+    where its grammar forbids them, a random number of them made likely; a draft is accepted while the row's token
+    equals it. The engine finishes on <eos> ("stop") or at `max_tokens` ("length"). Returns {"outputs": [{"token_ids",
+    "finish_reason", "text", "grammar": its state}]}, or {"raised": ..., "fn": ...} / {"problem": ...}."""
     gen = torch.Generator().manual_seed(seed)
     reqs = [dict(r, out=[], reason=None, step=0, g=None if r["grammar"] is None else grammar(r["grammar"], []),
                  gen=torch.Generator().manual_seed(seed + 1 + i)) for i, r in enumerate(requests)]
@@ -148,8 +139,7 @@ def _drafts(r: dict) -> list[int]:
 def _verify(r: dict, drafts: list[int], rows: torch.Tensor) -> list[int]:
     """The tokens the request emits from its rows, up to the engine's first stop (set as r["engine_reason"])."""
     emitted = []
-    for i in range(len(rows)):
-        row = rows[i]
+    for i, row in enumerate(rows):
         if r.get("temperature", 0) == 0:
             token = int(row.argmax())
         else:

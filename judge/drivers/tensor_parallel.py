@@ -1,9 +1,7 @@
-"""Driver of exercise 135 (shard the layer): the learner's `layer_forward` run once per rank, one thread per rank,
-in one process, with an `all_reduce` that waits for every rank and returns the sum of their tensors: the
-arithmetic of a real all-reduce without a network.
-
-It returns what each rank did, as plain data: its output (or its exception) and every tensor it passed to
-`all_reduce`. The grader compares those with the dense layer it computes itself (judge/hidden/tensor_parallel.py).
+"""Driver of exercise 135 (shard the layer): the learner's `layer_forward` run on every rank, one thread each, with
+an `all_reduce` that waits for every rank and returns the sum of their tensors (a real all-reduce's arithmetic,
+without a network). It returns what each rank did: its output or exception, and every tensor it passed to
+`all_reduce`; the grader compares them with the dense layer it computes itself (judge/hidden/tensor_parallel.py).
 """
 
 from __future__ import annotations
