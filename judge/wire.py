@@ -1,7 +1,6 @@
-"""Plain data between the grader and the worker, as JSON lines; never pickle. What crosses is what the public
-drivers return (None, bool, int, float, str, lists, tuples, dicts, sets, torch tensors, numpy arrays); decoding
-builds only such values. What the worker sends is the learner's to forge: it is received within the limits below,
-and whatever breaks them raises WireError, which the grader turns into the submission's verdict."""
+"""Plain data between the grader and the worker, as JSON lines; never pickle: None, bool, int, float, str, lists,
+tuples, dicts, sets, torch tensors, numpy arrays. What the worker sends is the learner's to forge: whatever breaks
+the limits below raises WireError, which the grader turns into the submission's verdict."""
 
 from __future__ import annotations
 
@@ -64,9 +63,7 @@ def _encode_array(value: Any) -> dict | None:
 
         t = value.detach().to("cpu").contiguous()
         dtype = str(t.dtype).replace("torch.", "")
-        flat = t.reshape(-1)
-        raw = b"" if not t.numel() else \
-            (flat.to(torch.uint8) if t.dtype == torch.bool else flat.view(torch.uint8)).numpy().tobytes()
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
         return {"__tensor__": dtype, "shape": list(t.shape), "data": base64.b64encode(raw).decode()}
     if mod == "numpy":
         import numpy as np
@@ -143,10 +140,8 @@ def _tensor(data: dict) -> Any:
         if math.prod(shape):
             raise ValueError("tensor data does not match its shape")
         return torch.empty(shape, dtype=target)
-    if dtype == "bool":
-        flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()).to(torch.bool)
-    else:
-        flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()).view(target)
+    flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy())
+    flat = flat.to(torch.bool) if dtype == "bool" else flat.view(target)  # a forged bool byte is read as True
     if flat.numel() != math.prod(shape):
         raise ValueError("tensor data does not match its shape")
     return flat.reshape(shape)
@@ -179,16 +174,6 @@ def loads(line: bytes) -> dict:
     if not isinstance(msg, dict):
         raise WireError("a message that is not a JSON object")
     return msg
-
-
-def reply_problem(msg: dict) -> str | None:
-    """What makes `msg` not a reply of the protocol (None if it is one)."""
-    if not isinstance(msg.get("ok"), bool):
-        return "a reply without ok: true or false"
-    if not msg["ok"]:
-        if not isinstance(msg.get("error"), dict):
-            return "a failed reply without an error record"
-    return None
 
 
 def cut(text: Any, limit: int = TEXT_LIMIT) -> str:
