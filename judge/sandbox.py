@@ -50,11 +50,6 @@ def site_packages() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def python_executable() -> str:
-    """The real interpreter (not the venv's symlink, which the sandbox does not contain)."""
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-
-
 @lru_cache(maxsize=1)
 def bwrap_problem() -> str | None:
     """None if bubblewrap works here, else why not (missing, or not allowed to create namespaces)."""
@@ -164,7 +159,7 @@ def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: lis
     `fds`: the request and reply pipes it inherits. Isolated, bubblewrap reads its options from that descriptor
     (`--args`), so that its command line, which the sandbox's PID 1 shows in /proc/1/cmdline, names none of the
     host's folders it binds (only the interpreter and the site-packages, which the sandbox sees anyway)."""
-    py = python_executable()
+    py = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)  # not a venv's symlink
     fd_args = [str(fds[0]), str(fds[1])]
     if not isolated:
         argv = [py, "-I", "-B", "-S", "-u", "-c", BOOT, str(ROOT), *site_packages(), *fd_args]

@@ -50,13 +50,11 @@ def encode(value: Any, depth: int = 0) -> Any:
         return {"__dict__": [[rec(k), rec(v)] for k, v in value.items()]}
     if isinstance(value, (set, frozenset)):
         return {"__set__": [rec(v) for v in value]}
-    tensor = _encode_array(value)
-    if tensor is None:
-        raise TypeError(f"cannot send a {type(value).__name__}")
-    return tensor
+    return _encode_array(value)
 
 
-def _encode_array(value: Any) -> dict | None:
+def _encode_array(value: Any) -> dict:
+    """A tensor's or a numpy array's wire form; TypeError for any other value."""
     mod = type(value).__module__.split(".")[0]
     if mod == "torch" and type(value).__name__ in ("Tensor", "Parameter"):
         import torch
@@ -74,7 +72,7 @@ def _encode_array(value: Any) -> dict | None:
         if isinstance(value, np.generic) and value.dtype.kind in "biuf":
             return {"__npscalar__": value.dtype.str, "value": _float(value.item()) if value.dtype.kind == "f"
                     else value.item()}
-    return None
+    raise TypeError(f"cannot send a {type(value).__name__}")
 
 
 _DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"}
