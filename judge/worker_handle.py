@@ -173,9 +173,9 @@ class WorkerHandle(Session):
             raise self.violation(f"a message the grader did not ask for ({_describe(msg)})")
         if not isinstance(msg.get("ok"), bool):
             raise self.violation("a reply without ok: true or false")
-        if not msg["ok"] and not isinstance(msg.get("error"), dict):
-            raise self.violation("a failed reply without an error record")
         if not msg["ok"]:
+            if not isinstance(msg.get("error"), dict):
+                raise self.violation("a failed reply without an error record")
             msg["error"] = crossing.received_error(msg["error"])
         self.pending[rid] = msg
 

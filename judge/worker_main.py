@@ -11,7 +11,7 @@ import os
 import resource
 import sys
 from contextlib import suppress
-from typing import Any
+from typing import Any, Callable
 
 import judge
 from judge import harness, wire
@@ -37,7 +37,7 @@ def _set_limits(memory_mb: int | None) -> None:
 
 
 class Worker:
-    def __init__(self, cfg: dict, send, read) -> None:
+    def __init__(self, cfg: dict, send: Callable[[dict], None], read: Callable[[], bytes]) -> None:
         self.cfg, self.send, self.read = cfg, send, read  # read(): the next request line, b"" at the end
         self.module: Any = None
         self.learner_file: str | None = None
