@@ -101,9 +101,8 @@ def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
         return CaseFailure(other, input=where, kind="not implemented")
     if isinstance(exc, NotImplementedError):
         file = context().learner_file
-        in_repo = file and os.path.realpath(file).startswith(str(ROOT) + os.sep)
         shown = "your code" if context().learner_display == "your code" else \
-            os.path.relpath(file, ROOT) if in_repo else file or "your practice file"
+            _display_path(file) if file else "your practice file"
         return CaseFailure(f"not implemented yet: {name} raises NotImplementedError",
                            hint=f"write {name} in {shown}", kind="not implemented")
     if isinstance(exc, SystemExit):
@@ -111,6 +110,10 @@ def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
                            kind="exit")
     return CaseFailure(f"{name} raised {type(exc).__name__}: {short(str(exc))}", input=where,
                        traceback=trimmed_traceback(exc), kind="error")
+
+
+def _display_path(path: str) -> str:
+    return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
 
 
 _STUB_MESSAGE = re.compile(r"exercise (\d+): ")  # how every practice stub's NotImplementedError begins
