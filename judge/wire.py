@@ -61,7 +61,9 @@ def _encode_array(value: Any) -> dict:
 
         t = value.detach().to("cpu").contiguous()
         dtype = str(t.dtype).replace("torch.", "")
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+        flat = t.reshape(-1)
+        raw = b"" if not t.numel() else \
+            (flat.to(torch.uint8) if t.dtype == torch.bool else flat.view(torch.uint8)).numpy().tobytes()
         return {"__tensor__": dtype, "shape": list(t.shape), "data": base64.b64encode(raw).decode()}
     if mod == "numpy":
         import numpy as np
