@@ -1,6 +1,5 @@
-"""The course judge: hidden tests for the practice exercises, run safely on the learner's code (judge/README.md:
-the CLI, adding an exercise, the Python API). The API is imported on first use, so that the worker, which imports
-judge.worker_main and the public drivers, loads nothing of the grader's."""
+"""The course judge: hidden tests for the practice exercises, run safely on the learner's code (judge/README.md).
+The API is imported on first use, so that the worker loads nothing of the grader's."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The last grading result of each practice file, for `python practice/judge.py list`: stored outside the repository
-(see `cache_file`), valid while the file's content (sha256) is unchanged."""
+"""The last grading result of each practice file, for `python practice/judge.py list`: stored outside the repository,
+valid while the file's content (sha256) is unchanged."""
 
 from __future__ import annotations
 

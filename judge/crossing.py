@@ -1,14 +1,12 @@
-"""Exceptions crossing from the worker to the grader, both ends in one module: the worker sends a record of the
-learner's exception (`learner_error`: its class, the classes of its MRO, its message and traceback, cut); the grader
-makes what the worker sent receivable (`received_error`: bounded strings, a type name that is an identifier) and
-rebuilds it (`rebuilt`) as the same builtin or framework.errors class, or as a LearnerError of the same name that
-derives from the nearest such base. Nothing of the learner's runs in the grader."""
+"""Exceptions crossing from the worker to the grader, both ends: the worker sends a record of the learner's exception
+(`learner_error`), the grader bounds what it received (`received_error`) and rebuilds it (`rebuilt`)."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import traceback
+from contextlib import suppress
 from typing import Any
 
 from .harness import context, is_memory_error, trimmed_traceback
@@ -16,17 +14,17 @@ from .wire import NAME_LIMIT, cut
 
 
 def learner_error(exc: BaseException, learner_file: str | None = None) -> dict:
-    """The learner's exception as plain data for the grader to show: its type, the classes of its MRO, their
-    traceback trimmed to `learner_file` (default: the context's), the other exercise's stub it came from."""
+    """The learner's exception as plain data: its class and MRO, its message, exit code and traceback (trimmed to
+    `learner_file`, default the context's), cut to wire.TEXT_LIMIT, and the other exercise's stub it came from."""
     relayed = getattr(exc, "_judge_record", None)  # raised by the learner's code the grader's part called back
     if isinstance(relayed, dict):
         return relayed
     learner_file = learner_file or context().learner_file
-    try:
-        tb = trimmed_traceback(exc, learner_file)
-    except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
-        tb = None
-    err = error_record(exc, tb)
+    err: dict[str, Any] = {"type": type(exc).__name__, "module": type(exc).__module__, "message": cut(exc)}
+    if isinstance(exc, SystemExit):
+        err["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else cut(exc.code)
+    with suppress(Exception):  # a traceback that cannot be formatted is left out
+        err["traceback"] = cut(trimmed_traceback(exc, learner_file))
     err["mro"] = [[c.__module__, c.__name__] for c in type(exc).__mro__[:16]]
     err["stub"] = _other_stub(exc, learner_file)
     if is_memory_error(exc):
@@ -48,20 +46,8 @@ def _other_stub(exc: BaseException, learner_file: str | None) -> list[str] | Non
     return [f"practice/{os.path.basename(raiser.filename)}", raiser.name]
 
 
-def error_record(exc: BaseException, tb: str | None) -> dict:
-    """What the worker sends of an exception the learner's code raised: its type's name and module, its message
-    and the trimmed traceback, both cut to wire.TEXT_LIMIT, the exit code of a SystemExit."""
-    rec: dict[str, Any] = {"type": type(exc).__name__, "module": type(exc).__module__, "message": cut(exc)}
-    if isinstance(exc, SystemExit):
-        rec["code"] = exc.code if isinstance(exc.code, (int, str, type(None))) else cut(exc.code)
-    if tb is not None:
-        rec["traceback"] = cut(tb)
-    return rec
-
-
 def known_class(module: str, name: str) -> type | None:
-    """The builtin or framework.errors exception class `module.name`, or None: the classes an exception record is
-    rebuilt as, on either side."""
+    """The builtin or framework.errors exception class `module.name`, or None."""
     if module not in ("builtins", "framework.errors"):
         return None
     cls = getattr(importlib.import_module(module), name, None)
@@ -70,8 +56,8 @@ def known_class(module: str, name: str) -> type | None:
 
 
 def received_error(rec: dict) -> dict:
-    """An exception record as the grader may use it, whatever the worker sent: strings of bounded length, a type
-    name that is a short identifier (else "LearnerError")."""
+    """An exception record as the grader may use it, whatever the worker sent: bounded strings, a type name that is
+    a short identifier (else "LearnerError")."""
     name = rec.get("type")
     name = name if isinstance(name, str) and name.isidentifier() and len(name) <= NAME_LIMIT else "LearnerError"
     code = rec.get("code")
@@ -101,9 +87,8 @@ _classes: dict[str, type] = {}
 
 def rebuilt(err: dict) -> BaseException:
     """The learner's exception, rebuilt here: the very class when it is a builtin or framework.errors one, else a
-    LearnerError of the same name that also derives from the nearest known class of its bases, so that a
-    `class TableTooShort(ValueError)` is a ValueError here too (and a look-alike NoFreeBlocksError is not the real
-    one)."""
+    LearnerError of the same name deriving from the nearest known class of its MRO (a subclass of ValueError is a
+    ValueError here too; a look-alike NoFreeBlocksError is not the real one)."""
     name, module, message = str(err.get("type")), str(err.get("module")), str(err.get("message", ""))
     cls: Any = MemoryError if err.get("memory") else known_class(module, name)
     if cls is None:
@@ -119,8 +104,8 @@ def rebuilt(err: dict) -> BaseException:
 
 
 def _learner_class(name: str, base: type) -> type:
-    """A class named `name` deriving from LearnerError (and `base`); kept only while fewer than _MAX_CLASSES are,
-    so that a worker that invents names cannot grow the grader."""
+    """A class named `name` deriving from LearnerError (and `base`); at most _MAX_CLASSES are kept, so that a worker
+    that invents names cannot grow the grader."""
     key = f"{name}({base.__name__})"
     cls = _classes.get(key)
     if cls is None:

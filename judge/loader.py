@@ -23,8 +23,7 @@ class SetupError(Exception):
 
 def module_name_for(path: Path, exercise: Exercise | None = None) -> str:
     """The name the learner's file is imported under: the practice module it replaces (`practice.scheduler` for
-    exercise 129, wherever the file lies), so that the stub's relative imports (`from .preemption import ...`)
-    work in a submitted copy too; for a file of another package in the repository, its own name."""
+    129, wherever the file lies), so that the stub's relative imports work in a submitted copy too."""
     if exercise is not None:
         return exercise.practice_file[:-3].replace("/", ".")
     rel = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else None

@@ -1,6 +1,5 @@
-"""The import finder that lends a student's practice module where a reference is not there: the worker installs it
-(judge/worker_main.py), and so does the grader where the parts it runs need one that this copy lacks (a student
-edition). It imports nothing of the judge."""
+"""The import finder that lends a student's practice module where a reference is not there (in the worker, and in
+the grader of a student edition). It imports nothing of the judge."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The learner's code as the grader sees it: public drivers run beside it in the worker, answering plain data
-(judge/README.md). Learner exceptions are rebuilt from their records by judge/crossing.py: nothing of the learner's
-runs here."""
+(judge/README.md); nothing of the learner's runs here."""
 
 from __future__ import annotations
 
@@ -16,15 +15,13 @@ from .registry import ROOT, load_exercises
 
 
 def forget() -> None:
-    """Drop the classes made for what a submission's worker sent, and the objects its drivers kept (the runner
-    calls it after each submission)."""
+    """Drop what a submission left here: the classes made for its exceptions, the objects its drivers kept."""
     crossing.forget()
     drivers.forget()
 
 
 class Session:
-    """What the drivers need from the runner: one request, one plain answer (or WorkerLost). A WorkerHandle
-    (judge/worker_handle.py) also lets the grader work while the worker does (`send`), and stops on a violation."""
+    """What the drivers need from the runner: one request, one plain answer (or WorkerLost)."""
 
     def request(self, msg: dict) -> dict:  # pragma: no cover - implemented by every session
         raise NotImplementedError
@@ -45,7 +42,7 @@ class RemoteModule:
     __slots__ = ("_session",)
 
     def __init__(self, session: Session) -> None:
-        object.__setattr__(self, "_session", session)
+        self._session = session
 
     def __repr__(self) -> str:
         return "<your module>"
@@ -76,7 +73,7 @@ class Driver:
         if not isinstance(self._impl, RemoteModule):  # code of this process: the driver's function called here
             value = getattr(importlib.import_module(f"judge.drivers.{self._name}"), fn)(self._impl, *args, **kwargs)
             return lambda: value
-        session = object.__getattribute__(self._impl, "_session")
+        session = self._impl._session
         wait = session.send({"op": "call", "driver": self._name, "attr": fn, "args": [_encode(a) for a in args],
                              "kwargs": {k: _encode(v) for k, v in kwargs.items()}})
 
@@ -115,13 +112,16 @@ def learner_failure(err: dict, name: str, where: str) -> CaseFailure:
                        traceback=trimmed_traceback(exc), kind="error")
 
 
+def _display_path(path: str) -> str:
+    return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
+
+
 _STUB_MESSAGE = re.compile(r"exercise (\d+): ")  # how every practice stub's NotImplementedError begins
 
 
 def another_stub(err: dict) -> str | None:
-    """What to say first when the NotImplementedError `err` came from the untouched practice stub of an exercise
-    other than the one graded (a part this case runs, in a copy without that part's reference): which exercise,
-    which file, what it said. None for any other exception, or the graded exercise's own stub."""
+    """What to say first when `err` is the NotImplementedError of another exercise's untouched practice stub (a part
+    this case runs, in a copy without its reference); None for any other exception."""
     found = _STUB_MESSAGE.match(str(err.get("message") or ""))
     graded = context().exercise
     if err.get("type") != "NotImplementedError" or not found or graded is None or graded.id == int(found.group(1)):
@@ -132,10 +132,6 @@ def another_stub(err: dict) -> str | None:
     return (f"exercise {other.id} is not done yet: this case runs {other.practice_file}, which is still a stub "
             f"({err['message']}). Write exercise {other.id} first (python practice/judge.py {other.id}); this case "
             f"cannot pass before it does")
-
-
-def _display_path(path: str) -> str:
-    return os.path.relpath(path, ROOT) if os.path.realpath(path).startswith(str(ROOT) + os.sep) else path
 
 
 # What to call instead of another exercise's stub: the framework shell's method, wired to the reference.

@@ -1,14 +1,8 @@
-"""How the graded process is started: the command line and what it can see (judge/README.md, "How the sandbox
-works").
-
-Isolated (class grading): under bubblewrap, as nobody in its own user, mount, PID, network, IPC and UTS namespaces,
-with an empty environment, read-only binds of the system, Python and the site-packages, in /course only what a
-student receives (`visible_files`: no reference, the grader runs the parts an exercise runs on) and the submission,
-and a private /tmp; bubblewrap is PID 1 of its namespace and dies with the grader, so nothing outlives it.
-Unisolated (self-study): a plain subprocess in a fresh temporary folder with a clean environment, its own session and
-the same limits, which guards against accidents only. Either way Python runs with `-I -B -S` (no `site`, so no `.pth`
-file runs) and the site-packages are put on sys.path explicitly.
-"""
+"""How the graded process is started and what it sees (judge/README.md, "How the sandbox works"). Isolated (class
+grading): under bubblewrap, as nobody in its own namespaces, with read-only binds of the system, Python, the
+site-packages and, in /course, only what a student receives (no reference), and a private /tmp; bubblewrap dies with
+the grader. Unisolated (self-study): a plain subprocess with a clean environment, its own session and the same
+limits, which guards against accidents only. Either way Python runs with `-I -B -S` (no `.pth` file runs)."""
 
 from __future__ import annotations
 
@@ -20,6 +14,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,10 +27,9 @@ BOOT = ("import sys; sys.path[:0] = [sys.argv[1]]; sys.path.extend(sys.argv[2:-2
 NOT_ISOLATED = ("note: not isolated: your code runs in a plain subprocess with time and memory limits "
                 "(fine for self-study; class grading uses bubblewrap)")
 
-# What a student receives of the repository as it is here: the student edition copies these, and the worker sees
-# only these, and no reference (`course_binds`). The edition also writes, filtered, the
-# chapters (without the solutions of unreleased exercises: the worker never sees chapters/) and the judge's
-# `EDITION_JUDGE` folders (the released exercises' metadata and public cases, which hold no secret).
+# What a student receives of the repository as it is: the student edition copies these, and the worker sees only
+# these (`course_binds`). The edition also writes, filtered, the chapters (which the worker never sees) and the
+# judge's `EDITION_JUDGE` folders (the released exercises' metadata and public cases, which hold no secret).
 STUDENT_FILES = ("pyproject.toml", "environment.yml", "practice", "framework", "mini_llm", "course", "docs/glossary.md",
                  "scripts/train_tiny_model.py", "scripts/story_generator.py", "judge/*.py", "judge/drivers")
 EDITION_JUDGE = ("judge/exercises", "judge/public")
@@ -56,11 +50,6 @@ def site_packages() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def python_executable() -> str:
-    """The real interpreter (not the venv's symlink, which the sandbox does not contain)."""
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-
-
 @lru_cache(maxsize=1)
 def bwrap_problem() -> str | None:
     """None if bubblewrap works here, else why not (missing, or not allowed to create namespaces)."""
@@ -78,9 +67,8 @@ def bwrap_problem() -> str | None:
 
 
 def install_problem() -> str | None:
-    """None if nothing secret is importable from the folders the sandbox mounts, else why class grading must not
-    run: a non-editable install (`pip install .`) copies the references and the hidden cases into site-packages,
-    which the worker sees."""
+    """None if nothing secret is importable from the site-packages the sandbox mounts, else why class grading must
+    not run (`pip install .` copies the references and the hidden cases there)."""
     found = []
     for sp in site_packages():
         if importlib.machinery.PathFinder.find_spec("solutions", [sp]) is not None:
@@ -97,9 +85,7 @@ def install_problem() -> str | None:
             "install -e .` in the checkout, or grade from the student edition (docs/instructors.md).")
 
 
-# -- the grader's temporary folders: private, named after the grader's PID so that a later grader removes those of
-# one that was killed before it could
-
+# The grader's temporary folders are named after its PID, so that a later grader removes those of a killed one.
 _TMP_NAME = re.compile(r"judge-(\d+)-")
 
 
@@ -120,15 +106,13 @@ def _sweep_once() -> None:
     for name in os.listdir(root):
         m = _TMP_NAME.match(name)
         path = os.path.join(root, name)
-        try:
+        with suppress(OSError):  # PermissionError from os.kill: that PID runs, as another user
             if not m or os.lstat(path).st_uid != os.getuid() or _alive(int(m[1])):
                 continue
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
-        except OSError:
-            continue
 
 
 def _alive(pid: int) -> bool:
@@ -136,8 +120,6 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -164,7 +146,7 @@ def _system_binds() -> list[str]:
 
 def course_binds(root: Path = ROOT) -> list[str]:
     """What a student receives, in /course: no reference, whatever the exercise (the parts it runs on run in the
-    grader, which sends their scripts)."""
+    grader)."""
     args = ["--dir", COURSE]
     for rel in visible_files(root):
         args += ["--ro-bind", str(root / rel), f"{COURSE}/{rel}"]
@@ -177,7 +159,7 @@ def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: lis
     `fds`: the request and reply pipes it inherits. Isolated, bubblewrap reads its options from that descriptor
     (`--args`), so that its command line, which the sandbox's PID 1 shows in /proc/1/cmdline, names none of the
     host's folders it binds (only the interpreter and the site-packages, which the sandbox sees anyway)."""
-    py = python_executable()
+    py = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)  # not a venv's symlink
     fd_args = [str(fds[0]), str(fds[1])]
     if not isolated:
         argv = [py, "-I", "-B", "-S", "-u", "-c", BOOT, str(ROOT), *site_packages(), *fd_args]
@@ -185,7 +167,8 @@ def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: lis
     inner = f"{SUBMISSION}/{submission.name}" if submission else None
     args = ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--die-with-parent",
             "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
-            "--clearenv", *_env_args(), *_system_binds(), *course_binds()]
+            "--clearenv", *(a for k, v in worker_env("/tmp").items() for a in ("--setenv", k, v)), *_system_binds(),
+            *course_binds()]
     if submission:
         args += ["--ro-bind", str(submission), inner]
     for path in extra_ro:  # e.g. a model checkpoint given with --model
@@ -198,17 +181,7 @@ def command(ex: Exercise, isolated: bool, submission: Path | None, extra_ro: lis
 
 
 def worker_env(tmp: str) -> dict[str, str]:
-    """The environment of an unisolated worker (the isolated one gets the same through bwrap's --setenv)."""
-    return {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, **_ENV}
-
-
-_ENV = {
-    "LANG": "C.UTF-8", "CUDA_VISIBLE_DEVICES": "", "MINI_LLM_DEVICE": "cpu",
-    "TOKENIZERS_PARALLELISM": "false",
-    # One thread: the cases are small, and a busy machine makes more threads much slower.
-    "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-}
-
-
-def _env_args() -> list[str]:
-    return [a for k, v in worker_env("/tmp").items() for a in ("--setenv", k, v)]
+    """The worker's whole environment (isolated, through bwrap's --setenv). One thread: the cases are small, and a
+    busy machine makes more threads much slower."""
+    return {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8", "CUDA_VISIBLE_DEVICES": "",
+            "MINI_LLM_DEVICE": "cpu", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

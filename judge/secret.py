@@ -17,9 +17,8 @@ def secret_file() -> Path:
 
 
 def secret_seed() -> str:
-    env = os.environ.get("JUDGE_SECRET_SEED")
-    if env is not None:
-        return env
+    if "JUDGE_SECRET_SEED" in os.environ:
+        return os.environ["JUDGE_SECRET_SEED"]
     try:
         return secret_file().read_text().strip()
     except OSError:

@@ -1,7 +1,6 @@
-"""Plain data between the grader and the worker, as JSON lines; never pickle. What crosses is what the public
-drivers return (None, bool, int, float, str, lists, tuples, dicts, sets, torch tensors, numpy arrays); decoding
-builds only such values. What the worker sends is the learner's to forge: it is received within the limits below,
-and whatever breaks them raises WireError, which the grader turns into the submission's verdict."""
+"""Plain data between the grader and the worker, as JSON lines; never pickle: None, bool, int, float, str, lists,
+tuples, dicts, sets, torch tensors, numpy arrays. What the worker sends is the learner's to forge: whatever breaks
+the limits below raises WireError, which the grader turns into the submission's verdict."""
 
 from __future__ import annotations
 
@@ -51,13 +50,11 @@ def encode(value: Any, depth: int = 0) -> Any:
         return {"__dict__": [[rec(k), rec(v)] for k, v in value.items()]}
     if isinstance(value, (set, frozenset)):
         return {"__set__": [rec(v) for v in value]}
-    tensor = _encode_array(value)
-    if tensor is None:
-        raise TypeError(f"cannot send a {type(value).__name__}")
-    return tensor
+    return _encode_array(value)
 
 
-def _encode_array(value: Any) -> dict | None:
+def _encode_array(value: Any) -> dict:
+    """A tensor's or a numpy array's wire form; TypeError for any other value."""
     mod = type(value).__module__.split(".")[0]
     if mod == "torch" and type(value).__name__ in ("Tensor", "Parameter"):
         import torch
@@ -77,7 +74,7 @@ def _encode_array(value: Any) -> dict | None:
         if isinstance(value, np.generic) and value.dtype.kind in "biuf":
             return {"__npscalar__": value.dtype.str, "value": _float(value.item()) if value.dtype.kind == "f"
                     else value.item()}
-    return None
+    raise TypeError(f"cannot send a {type(value).__name__}")
 
 
 _DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"}
@@ -143,10 +140,8 @@ def _tensor(data: dict) -> Any:
         if math.prod(shape):
             raise ValueError("tensor data does not match its shape")
         return torch.empty(shape, dtype=target)
-    if dtype == "bool":
-        flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()).to(torch.bool)
-    else:
-        flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()).view(target)
+    flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy())
+    flat = flat.to(torch.bool) if dtype == "bool" else flat.view(target)  # a forged bool byte is read as True
     if flat.numel() != math.prod(shape):
         raise ValueError("tensor data does not match its shape")
     return flat.reshape(shape)
@@ -179,16 +174,6 @@ def loads(line: bytes) -> dict:
     if not isinstance(msg, dict):
         raise WireError("a message that is not a JSON object")
     return msg
-
-
-def reply_problem(msg: dict) -> str | None:
-    """What makes `msg` not a reply of the protocol (None if it is one)."""
-    if not isinstance(msg.get("ok"), bool):
-        return "a reply without ok: true or false"
-    if not msg["ok"]:
-        if not isinstance(msg.get("error"), dict):
-            return "a failed reply without an error record"
-    return None
 
 
 def cut(text: Any, limit: int = TEXT_LIMIT) -> str:

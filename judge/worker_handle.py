@@ -1,18 +1,17 @@
-"""The grader's handle on one worker (the worker runs judge/worker_main.py): started, asked, read and stopped,
-every wait bounded (the limits are in judge/README.md, "How the sandbox works").
-
-A violation, a timeout, a death, too much output or the memory budget stop the worker and set `lost`
-(verdict, message): the runner gives that verdict to the case, and a violation or the budget ends the submission.
-"""
+"""The grader's handle on one worker (judge/worker_main.py), every wait bounded (judge/README.md, "How the sandbox
+works"). A violation, a timeout, a death, too much output or the memory budget stop the worker and set `lost`
+(verdict, message): the runner gives that verdict to the case, and a violation or the budget ends the submission."""
 
 from __future__ import annotations
 
+import math
 import os
 import selectors
 import signal
 import subprocess
 import time
 from contextlib import suppress
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,17 +53,16 @@ class _Output:
         return head + middle + self.tail.decode("utf-8", "replace")
 
 
-_statm: dict[int, int] = {}  # pid -> its descriptor of /proc/self/statm, opened once (read at every message)
+@lru_cache(maxsize=1)
+def _statm(pid: int) -> int:
+    """A descriptor of /proc/self/statm, opened once (it is read at every message); a forked grader opens its own."""
+    return os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def resident_bytes() -> int | None:
     """This process's resident memory now (None where /proc is not there)."""
     try:
-        pid = os.getpid()  # a forked grader opens its own
-        if pid not in _statm:
-            _statm.clear()
-            _statm[pid] = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-        return int(os.pread(_statm[pid], 100, 0).split()[1]) * _PAGE
+        return int(os.pread(_statm(os.getpid()), 100, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
 
@@ -111,8 +109,7 @@ class WorkerHandle(Session):
     def __init__(self, ex: Exercise, target: dict[str, Any], isolated: bool, memory_mb: int | None,
                  options: dict[str, Any], output: _Output, output_limit: int, ceiling: int | None = None) -> None:
         self.args = (ex, target, isolated, memory_mb, options, output, output_limit, ceiling)
-        self.ex, self.output, self.output_limit, self.memory_mb = ex, output, output_limit, memory_mb
-        self.ceiling = ceiling
+        self.output, self.output_limit, self.memory_mb, self.ceiling = output, output_limit, memory_mb, ceiling
         self.output_start = output.total  # the limit is per worker, hence per case
         self.deadline = time.monotonic() + STARTUP_TIMEOUT  # wall clock
         self.cpu_deadline: float | None = None  # the worker's CPU time at which the import or the case times out
@@ -122,8 +119,8 @@ class WorkerHandle(Session):
         self.status: int | None = None
         self.rusage = None
         self.buf = bytearray()
-        self.pending: dict[int, dict | None] = {}  # ids sent -> their reply, None while not there
         self.next_id = 0
+        self.pending: dict[int, dict | None] = {}  # ids sent -> their reply, None while not there
         self.tmp = sandbox.private_tmp("worker")
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
@@ -174,19 +171,19 @@ class WorkerHandle(Session):
         awaited = type(rid) is int and rid in self.pending and self.pending[rid] is None
         if msg.get("t") != "reply" or not awaited:
             raise self.violation(f"a message the grader did not ask for ({_describe(msg)})")
-        problem = wire.reply_problem(msg)
-        if problem:
-            raise self.violation(problem)
+        if not isinstance(msg.get("ok"), bool):
+            raise self.violation("a reply without ok: true or false")
         if not msg["ok"]:
+            if not isinstance(msg.get("error"), dict):
+                raise self.violation("a failed reply without an error record")
             msg["error"] = crossing.received_error(msg["error"])
         self.pending[rid] = msg
 
-    def ready(self, import_limit: float, cap: float | None = None) -> "WorkerHandle":
+    def ready(self, import_limit: float, cap: float = math.inf) -> "WorkerHandle":
         """This worker once the learner's module is imported (within `import_limit` seconds of the worker's own
         start-up), in its case phase; WorkerLost, with the reason, if the module does not load or it is lost."""
         if self.phase == "start":
-            if cap is not None:
-                self.deadline = min(self.deadline, cap)
+            self.deadline = min(self.deadline, cap)
             msg = self._read_message()
             if msg.get("t") != "hello":
                 raise self.violation(f"a message before the grading process had started ({_describe(msg)})")
@@ -208,14 +205,12 @@ class WorkerHandle(Session):
                                    "the judge's descriptors? (the rest of this submission is not run)")
         return WorkerLost(self.lost[1])
 
-    def set_deadline(self, seconds: float, cap: float | None = None) -> None:
+    def set_deadline(self, seconds: float, cap: float = math.inf) -> None:
         """From now on: at most `seconds` of the worker's CPU time, and WALL_FACTOR times that of wall-clock time
         (never past `cap`), so that neither the grader's own work nor a loaded machine counts against the learner."""
         self.limit = seconds
         self.cpu_deadline = cpu_seconds(self.proc.pid) + seconds
-        self.deadline = time.monotonic() + WALL_FACTOR * seconds
-        if cap is not None:
-            self.deadline = min(self.deadline, cap)
+        self.deadline = min(time.monotonic() + WALL_FACTOR * seconds, cap)
 
     def sibling(self) -> "WorkerHandle":
         """Another worker for the same code, ready (a fresh process: e.g. another hash seed)."""

@@ -1,6 +1,6 @@
-"""The worker's entry module: the graded process, started by the grader's handle judge.worker_handle (`python -I
--B -S -u -c ...`, under bubblewrap when grading a class); never run it by hand. It holds the learner's module and nothing secret, and answers each request (call
-this function of a public driver, judge/drivers/) with plain data: the grader computes every verdict from that."""
+"""The graded process, started by judge/worker_handle.py (under bubblewrap when grading a class). It holds the
+learner's module and nothing secret, and answers each request (call this function of a public driver,
+judge/drivers/) with plain data: the grader computes every verdict from that."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import resource
 import sys
 from contextlib import suppress
-from typing import Any, Iterator
+from typing import Any, Callable
 
 import judge
 from judge import harness, wire
@@ -30,14 +30,14 @@ def _set_limits(memory_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault must not write a core file
     if memory_mb:
         limit = int(memory_mb) << 20
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 class Worker:
-    def __init__(self, cfg: dict, send, read) -> None:
+    def __init__(self, cfg: dict, send: Callable[[dict], None], read: Callable[[], bytes]) -> None:
         self.cfg, self.send, self.read = cfg, send, read  # read(): the next request line, b"" at the end
         self.module: Any = None
         self.learner_file: str | None = None
@@ -79,16 +79,13 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - not plain data (a learner object the driver let through)
             return _cannot_grade(exc)
 
-    def messages(self) -> Iterator[dict]:
-        """The grader's messages until it closes the pipe (a line that is not JSON is skipped)."""
+    def serve(self) -> None:
+        """Answer the grader's requests until it closes the pipe (a line that is not JSON is skipped)."""
         for line in iter(self.read, b""):
             try:
-                yield json.loads(line)
+                req = json.loads(line)
             except ValueError:
                 continue
-
-    def serve(self) -> None:
-        for req in self.messages():
             self.answer(req)
 
     def answer(self, req: dict) -> None:
@@ -104,9 +101,6 @@ def main() -> None:
     req_fd, rep_fd = int(sys.argv[-2]), int(sys.argv[-1])
     requests = os.fdopen(req_fd, "rb")
     cfg = json.loads(requests.readline())
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
 
     def send(msg: dict) -> None:
         data = wire.dumps(msg)
@@ -127,11 +121,10 @@ def main() -> None:
         with harness.grading(dataclasses.replace(ctx, learner_file=worker.learner_file)):
             worker.serve()
     finally:
-        try:
+        with suppress(BaseException):  # the learner's code may have replaced or closed them
             sys.stdout.flush()
             sys.stderr.flush()
-        finally:
-            os._exit(0)  # learner threads must not keep the process alive
+        os._exit(0)  # learner threads must not keep the process alive
 
 
 if __name__ == "__main__":
