@@ -26,7 +26,7 @@ class WorkerLost(BaseException):
 
 
 def _float(x: float) -> Any:
-    return x if math.isfinite(x) else {"__float__": repr(x)}
+    return x if math.isfinite(x) else {"__float__": repr(float(x))}  # float(): repr(np.float64) names numpy
 
 
 def encode(value: Any, depth: int = 0) -> Any:
@@ -153,8 +153,9 @@ def _ndarray(data: dict) -> Any:
     dt = np.dtype(str(data.get("__ndarray__") or data.get("__npscalar__")))
     if dt.kind not in "biuf":
         raise ValueError(f"array dtype {dt} cannot be received")
-    if "__npscalar__" in data:
-        return dt.type(data["value"])
+    if "__npscalar__" in data:  # a float's value may be {"__float__": "nan"}, as `encode` sends it
+        value = data["value"]
+        return dt.type(float(str(value["__float__"])) if isinstance(value, dict) else value)
     a = np.frombuffer(base64.b64decode(str(data["data"])), dtype=dt).copy()
     return a.reshape([int(s) for s in data["shape"]])
 

@@ -18,6 +18,7 @@ The CLI part needs bubblewrap; it is skipped, saying so, only where it cannot ru
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import resource
@@ -236,6 +237,19 @@ def _nested(depth: int) -> list:
 def test_a_malformed_value_is_a_wire_error(value):
     with pytest.raises(wire.WireError):
         wire.decode(value)
+
+
+def test_values_a_learner_may_return_cross_the_wire():
+    """Non-finite floats too, in plain, numpy and torch form (a NaN numpy scalar was once a protocol violation)."""
+    import numpy as np
+    import torch
+
+    values = [float("nan"), float("-inf"), np.float32("nan"), np.float64("inf"), np.int64(7),
+              np.array([1.5, float("nan")], dtype=np.float32), torch.tensor([float("nan"), 2.0])]
+    got = wire.decode(json.loads(wire.dumps({"v": wire.encode(values)}))["v"])
+    assert [type(g) for g in got] == [type(v) for v in values[:3]] + [float] + [type(v) for v in values[4:]]  # float64
+    for g, v in zip(got, values):
+        assert np.array_equal(np.asarray(g), np.asarray(v), equal_nan=True), (g, v)
 
 
 def test_exception_records_are_received_bounded():
