@@ -111,7 +111,9 @@ class WorkerHandle(Session):
         self.args = (ex, target, isolated, memory_mb, options, output, output_limit, ceiling)
         self.output, self.output_limit, self.memory_mb, self.ceiling = output, output_limit, memory_mb, ceiling
         self.output_start = output.total  # the limit is per worker, hence per case
-        self.deadline = time.monotonic() + STARTUP_TIMEOUT  # wall clock
+        self.wall, self.waited = STARTUP_TIMEOUT, 0.0  # seconds the grader may wait for the worker, and has waited
+        self.cap = math.inf  # the submission's time cap (time.monotonic())
+        self.load = 1.0
         self.cpu_deadline: float | None = None  # the worker's CPU time at which the import or the case times out
         self.cpu_checked = 0.0
         self.phase = "start"  # start (until "hello") | import (until "ready") | case
@@ -183,7 +185,7 @@ class WorkerHandle(Session):
         """This worker once the learner's module is imported (within `import_limit` seconds of the worker's own
         start-up), in its case phase; WorkerLost, with the reason, if the module does not load or it is lost."""
         if self.phase == "start":
-            self.deadline = min(self.deadline, cap)
+            self.cap = min(self.cap, cap)
             msg = self._read_message()
             if msg.get("t") != "hello":
                 raise self.violation(f"a message before the grading process had started ({_describe(msg)})")
@@ -206,11 +208,17 @@ class WorkerHandle(Session):
         return WorkerLost(self.lost[1])
 
     def set_deadline(self, seconds: float, cap: float = math.inf) -> None:
-        """From now on: at most `seconds` of the worker's CPU time, and WALL_FACTOR times that of wall-clock time
-        (never past `cap`), so that neither the grader's own work nor a loaded machine counts against the learner."""
-        self.limit = seconds
+        """From now on: at most `seconds` of the worker's CPU time, and of waiting for it WALL_FACTOR times that,
+        times the machine's load per core (never past `cap`). Only the grader's waits count, not its own work in
+        between, so that neither the grader nor a loaded machine counts against the learner; code that sleeps is
+        still stopped."""
+        self.limit, self.load = seconds, max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
         self.cpu_deadline = cpu_seconds(self.proc.pid) + seconds
-        self.deadline = min(time.monotonic() + WALL_FACTOR * seconds, cap)
+        self.wall, self.waited, self.cap = WALL_FACTOR * seconds * self.load, 0.0, cap
+
+    def _left(self) -> float:
+        """Seconds the grader may still wait for the worker (0 or less: the deadline has passed)."""
+        return min(self.wall - self.waited, self.cap - time.monotonic())
 
     def sibling(self) -> "WorkerHandle":
         """Another worker for the same code, ready (a fresh process: e.g. another hash seed)."""
@@ -235,7 +243,7 @@ class WorkerHandle(Session):
     def _read_message(self) -> dict:
         """The next message of the worker; WorkerLost when it dies, hangs past the deadline or floods output."""
         while True:
-            if not self.lost and time.monotonic() >= self.deadline:
+            if not self.lost and self._left() <= 0:
                 self._stop("timeout", self._timeout_message())
             if self.lost:
                 raise WorkerLost(self.lost[1])
@@ -269,12 +277,14 @@ class WorkerHandle(Session):
             pid, st, ru = os.wait4(self.proc.pid, os.WNOHANG)
             if pid:
                 self.status, self.rusage = st, ru
-        wait = self.deadline - time.monotonic()  # past the deadline: only what has already arrived
+        wait = self._left()  # past the deadline: only what has already arrived
         if writing:
             self.sel.register(self.req_w, selectors.EVENT_WRITE, "request")
+        t0 = time.monotonic()
         try:
             events = self.sel.select(max(0.0, min(wait, _POLL if self.status is None else 0.0)))
         finally:
+            self.waited += time.monotonic() - t0
             if writing:
                 self.sel.unregister(self.req_w)
         got = False
@@ -313,8 +323,9 @@ class WorkerHandle(Session):
             used = f"more than {self.limit:g}s of CPU time"
         else:
             spent = cpu_seconds(self.proc.pid) - (self.cpu_deadline or 0) + self.limit
-            used = (f"no result after {WALL_FACTOR * self.limit:g}s of wall-clock time, {WALL_FACTOR}x the limit of "
-                    f"{self.limit:g}s of CPU time, of which it used {max(spent, 0):.1f}s")
+            load = f" times {self.load:.1f}, this machine's load per core," if self.load > 1 else ","
+            used = (f"no result after {self.wall:.3g}s of wall-clock time, {WALL_FACTOR}x the limit of "
+                    f"{self.limit:g}s of CPU time{load} of which it used {max(spent, 0):.1f}s")
         if self.phase == "import":
             return f"time limit exceeded while importing your module ({used}): code at module level loops or waits?"
         why = ("an infinite loop? a very slow implementation?" if cpu else

@@ -112,6 +112,21 @@ def test_a_case_that_sleeps_is_stopped_by_the_wall_clock_bound():
     assert time.monotonic() - t0 < 60
 
 
+def test_the_graders_own_time_between_requests_does_not_count():
+    """Only the grader's waits for the worker count against the wall-clock bound: a grader slower than the bound
+    (busy, or on a loaded machine) between two requests does not time out a worker that answers at once."""
+    from judge.remote import Driver, RemoteModule
+    from judge.worker_handle import WorkerHandle, _Output
+
+    w = WorkerHandle(judge.get_exercise(128), {"impl_module": "solutions.batch"}, False, None, {}, _Output(), 10**6)
+    try:
+        w.ready(60).set_deadline(0.25)
+        time.sleep(2 * judge.worker_handle.WALL_FACTOR * 0.25 * w.load)  # the grader's work: twice the bound
+        assert Driver(RemoteModule(w), "batch").build([], 4)
+    finally:
+        w.close()
+
+
 @pytest.mark.parametrize("name", ["memory_hog", "memory_torch"])
 def test_memory_exhaustion_hits_the_limit(name):
     r = grade_bad(name, memory_limit_mb=1200, time_limit=60)
