@@ -22,10 +22,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .registry import ROOT, Exercise, exercises_of, load_exercises, span
+from . import harness
+from .cli import needs_cell
+from .compare import diagnostic
+from .registry import ROOT, Exercise, exercises_of, load_exercises, public_path, span
+from .remote import RemoteModule, Session
+from .runner import _case_list, _Output, _Run
 from .sandbox import student_files
-from .public import diagnostic, public_path
-from .remote import Session
 from .secret import ensure_secret
 
 SOLUTION_HEADING = re.compile(r"^(#+) Solutions? to exercises? (\d+)")
@@ -58,17 +61,13 @@ def _public(reply: Any) -> Any:
     return reply
 
 
-def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, list]:
+def record(ex: Exercise) -> dict[str, list]:
     """{case name: [[request, reference's reply], ...]} for the exercise's public cases (judge/public.py replays
     them)."""
-    from . import harness
-    from .remote import RemoteModule
-    from .runner import _case_list, _Output, _Run
-
     out: dict[str, list] = {}
     every = _case_list(ex, None)
-    run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
-               dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
+    run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb, {}, _Output(),
+               10 ** 7, None, float("inf"))
     try:
         for case in [c for c in every if c.public]:  # one worker for them all, as grading runs them
             fatal = run.start() if run.worker is None else None
@@ -87,8 +86,6 @@ def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, lis
 
 def student_readme(released: list[Exercise], with_solutions: list[Exercise]) -> str:
     """The edition's README: what the copy holds and the commands a student runs."""
-    from .cli import needs_cell
-
     served = sorted({i for ids in exercises_of(["engine", "async_engine"]) for i in ids}
                     & {ex.id for ex in released})
     solved = {ex.id for ex in with_solutions}

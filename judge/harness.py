@@ -36,6 +36,7 @@ _context = Context()
 
 
 def context() -> Context:
+    """The context of the submission being graded (an empty one outside grading)."""
     return _context
 
 
