@@ -4,7 +4,6 @@ Metadata modules must stay light (no torch import): `list` reads them all."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import pkgutil
 from dataclasses import dataclass, field
