@@ -62,8 +62,7 @@ def _public(reply: Any) -> Any:
 
 
 def record(ex: Exercise) -> dict[str, list]:
-    """{case name: [[request, reference's reply], ...]} for the exercise's public cases (judge/public.py replays
-    them)."""
+    """{case name: [[request, reference's reply], ...]} of the exercise's public cases, for judge/public.py."""
     out: dict[str, list] = {}
     every = _case_list(ex, None)
     run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb, {}, _Output(),
@@ -189,8 +188,7 @@ def strip_notebook(nb: dict, solved: set[int], bodies: list[str]) -> dict:
 
 
 def shipped_markdown(text: str, folder: Path) -> str:
-    """A README of `folder` as shipped: no section for chapter authors, no table row linking to a file the copy
-    lacks."""
+    """A README of `folder` as shipped: no section for chapter authors, no table row linking to a missing file."""
     def dead(line: str) -> bool:
         links = re.findall(r"\]\(([^)#:]+)\)", line)
         return line.startswith("|") and any(not (folder / link).exists() for link in links)
@@ -215,8 +213,7 @@ def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
 
 
 def start_texts(out: Path, chapters: list[str]) -> dict[str, str]:
-    """What `course.start(chapter)` prints first in the fresh copy `out`, per chapter (run there: the banner differs
-    from the course's)."""
+    """What `course.start(chapter)` prints first in the fresh copy `out` (its banner differs from the course's)."""
     code = ("import json, sys, course; print(json.dumps({c: course.start_text(c) for c in sys.argv[1:]} | "
             "{'': course.IMPL}))")
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_IMPL", "PYTHONPATH")}
