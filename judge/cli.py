@@ -59,12 +59,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _grade_one(ex: Exercise, args, impl: Path | None, isolated: bool = False) -> Report:
-    cases = list(args.case) if args.case else None  # only the cases whose names contain these
     options = {name: str(Path(value).resolve()) for name, value in (("model", args.model), ("trace", args.trace))
                if value}
     try:
         report = grade(ex, impl, reference=args.reference, time_limit=args.timeout, memory_limit_mb=args.memory,
-                       cases=cases, options=options, isolated=isolated, total_limit=args.total_timeout)
+                       cases=args.case, options=options, isolated=isolated, total_limit=args.total_timeout)
     except IsolationUnavailable:
         raise
     except Exception:  # noqa: BLE001 - a judge bug must not stop the grading of the others
@@ -120,9 +119,8 @@ def write_csv(path: str, rows: list[dict]) -> None:
 
 
 def needs_cell(ex: Exercise) -> str:
-    """`list`'s short form of the exercises this one needs where the copy has no reference of them (its statement's
-    "Needs" line says it in words): "125–129 (131, 132)", the ones in brackets only for cases that preempt or
-    cache prefixes; "e2e:" where only its end-to-end case needs them."""
+    """The statement's "Needs" line in short, e.g. "125–129 (131, 132)": in brackets, the ones only for cases that
+    preempt or cache prefixes; "e2e:" where only its end-to-end case needs them."""
     needed, optional = exercises_of([Path(ex.practice_file).stem])
     needed, optional = [i for i in needed if i != ex.id], [i for i in optional if i != ex.id]
     cell = " ".join(part for part in (span(needed), f"({span(optional)})" if optional else "") if part)
@@ -170,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if words[0] == "test":
         words = words[1:]
     try:
-        exercises = (list(load_exercises().values()) if words in (["all"], [])
-                     else [get_exercise(w) for w in words])
+        exercises = list(load_exercises().values()) if words in (["all"], []) else [get_exercise(w) for w in words]
     except KeyError as e:
         print(e.args[0], file=sys.stderr)
         return 2

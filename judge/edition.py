@@ -2,16 +2,10 @@
 
     python -m judge.edition OUT --released 125,126,128 [--with-solutions 125] [--force]
 
-OUT gets the chapters, the practice stubs and statements, framework/, mini_llm/, course/, the public part of the
-judge (its code, drivers, the metadata of the released exercises, and for each of them its public cases recorded
-from the reference, runnable with `python practice/judge.py ID`), a README written for students, the glossary, the
-scripts that made the embedded model and the package files. References (solutions/) only of the exercises given
-with --with-solutions, and the same in the chapters: each "Solution to exercise N" section of another exercise is
-cut (its text, code and stored outputs), so is any other stored output that shows a reference's source, and a
-chapter's text that names a file of the repository the copy lacks (benchmarks/, docs/performance.md, a reference)
-says so where it names it. Never judge/hidden/, nbgrader/, tests/, docs/instructors.md, nor the instructor's secret
-seed, which this command creates (once) on the instructor's machine so that the random hidden cases differ from
-anything a student can run.
+OUT gets sandbox.STUDENT_FILES, the released exercises' metadata and public cases (recorded from the references), a
+README for students, and the chapters without the solution sections and reference sources of the exercises not given
+--with-solutions. Never judge/hidden/, nbgrader/, tests/ nor the instructor's secret seed (created here, once, so that
+the random hidden cases differ from anything a student can run).
 """
 
 from __future__ import annotations
@@ -28,10 +22,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .registry import ROOT, Exercise, exercises_of, load_exercises, span
+from . import harness
+from .cli import needs_cell
+from .compare import diagnostic
+from .registry import ROOT, Exercise, exercises_of, load_exercises, public_path, span
+from .remote import RemoteModule, Session
+from .runner import _case_list, _Output, _Run
 from .sandbox import student_files
-from .public import diagnostic, public_path
-from .remote import Session
+from .secret import ensure_secret
 
 SOLUTION_HEADING = re.compile(r"^(#+) Solutions? to exercises? (\d+)")
 AUTHORS_HEADING = "## For chapter authors"
@@ -55,8 +53,7 @@ class Recorder(Session):
 
 
 def _public(reply: Any) -> Any:
-    """A reference's reply without what is not compared and would show the reference's code: tracebacks and a
-    driver's diagnostics (keys starting with one "_"; "__" marks wire types)."""
+    """A reference's reply without what is not compared and would show its code: tracebacks and diagnostics."""
     if isinstance(reply, dict):
         return {k: _public(v) for k, v in reply.items() if k != "traceback" and not diagnostic(k)}
     if isinstance(reply, list):
@@ -64,17 +61,12 @@ def _public(reply: Any) -> Any:
     return reply
 
 
-def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, list]:
-    """{case name: [[request, reference's reply], ...]} for the exercise's public cases (judge/public.py replays
-    them on a student's copy)."""
-    from . import harness
-    from .remote import RemoteModule
-    from .runner import _case_list, _Output, _Run
-
+def record(ex: Exercise) -> dict[str, list]:
+    """{case name: [[request, reference's reply], ...]} of the exercise's public cases, for judge/public.py."""
     out: dict[str, list] = {}
     every = _case_list(ex, None)
-    run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb,
-               dict(options or {}), _Output(), 10 ** 7, None, float("inf"))
+    run = _Run(ex, {"impl_module": ex.reference, "display": ex.reference}, False, ex.memory_limit_mb, {}, _Output(),
+               10 ** 7, None, float("inf"))
     try:
         for case in [c for c in every if c.public]:  # one worker for them all, as grading runs them
             fatal = run.start() if run.worker is None else None
@@ -92,10 +84,7 @@ def record(ex: Exercise, options: dict[str, Any] | None = None) -> dict[str, lis
 
 
 def student_readme(released: list[Exercise], with_solutions: list[Exercise]) -> str:
-    """The edition's README: what the copy holds and the commands a student runs (the course's README speaks of
-    the hidden tests, the references and the instructors' tools, which the copy does not have)."""
-    from .cli import needs_cell
-
+    """The edition's README: what the copy holds and the commands a student runs."""
     served = sorted({i for ids in exercises_of(["engine", "async_engine"]) for i in ids}
                     & {ex.id for ex in released})
     solved = {ex.id for ex in with_solutions}
@@ -150,11 +139,11 @@ are missing and exits.
 
 
 def reference_bodies(unreleased: list[Exercise]) -> list[str]:
-    """The source of every function and class of these exercises' references that has at least three lines,
-    each line stripped of its indentation: what no file and no stored output of the edition may contain."""
+    """What no file or stored output of the edition may contain: every function and class of at least three lines
+    of these exercises' references, each line stripped."""
     bodies = []
     for ex in unreleased:
-        text = (ROOT / (ex.reference.replace(".", "/") + ".py")).read_text()
+        text = ex.reference_path.read_text()
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 body = stripped_lines(ast.get_source_segment(text, node) or "")
@@ -199,8 +188,7 @@ def strip_notebook(nb: dict, solved: set[int], bodies: list[str]) -> dict:
 
 
 def shipped_markdown(text: str, folder: Path) -> str:
-    """A README of `folder` as shipped: no section for chapter authors, no table row linking to a file the copy
-    lacks."""
+    """A README of `folder` as shipped: no section for chapter authors, no table row linking to a missing file."""
     def dead(line: str) -> bool:
         links = re.findall(r"\]\(([^)#:]+)\)", line)
         return line.startswith("|") and any(not (folder / link).exists() for link in links)
@@ -210,8 +198,7 @@ def shipped_markdown(text: str, folder: Path) -> str:
 
 
 def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
-    """chapters/ as the edition has them (see the module docstring); written last, when `out` holds every other
-    file, so that what the copy lacks is known."""
+    """chapters/ as the edition has them; written last, so that what the copy lacks is known."""
     shutil.copytree(ROOT / "chapters", out / "chapters", ignore=IGNORE)
     bodies = reference_bodies([ex for ex in load_exercises().values() if ex not in with_solutions])
     paths = sorted((out / "chapters").glob("*.ipynb"))
@@ -226,8 +213,7 @@ def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
 
 
 def start_texts(out: Path, chapters: list[str]) -> dict[str, str]:
-    """What `course.start(chapter)` prints first in a fresh copy `out` (nothing passed yet), per chapter: run there,
-    so that the stored banner is the one the copy prints, not the course's ("engine: the reference ...")."""
+    """What `course.start(chapter)` prints first in the fresh copy `out` (its banner differs from the course's)."""
     code = ("import json, sys, course; print(json.dumps({c: course.start_text(c) for c in sys.argv[1:]} | "
             "{'': course.IMPL}))")
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_IMPL", "PYTHONPATH")}
@@ -238,8 +224,7 @@ def start_texts(out: Path, chapters: list[str]) -> dict[str, str]:
 
 
 def restart(nb: dict, text: str, impl: str) -> None:
-    """The chapter's first cell with `text` in place of the start lines of its stored output (the banner, and the
-    line of the exercises the chapter runs), and the copy's `impl` where it prints "implementation: solutions"."""
+    """The chapter's first cell with `text` in place of its stored start lines, and "implementation: `impl`"."""
     cell = next((c for c in nb["cells"] if c["cell_type"] == "code" and "course.start(" in "".join(c["source"])), None)
     stream = next((o for o in (cell or {}).get("outputs", []) if o.get("name") == "stdout"), None)
     if stream is None:
@@ -256,8 +241,7 @@ REPOSITORY_FILE = re.compile(r"(?<![\w/.-])((?:benchmarks|docs|nbgrader|scripts|
 
 
 def note_missing_files(nb: dict, out: Path) -> None:
-    """Under each markdown cell of the chapter that names files of the repository the copy lacks, one line that
-    says so (a chapter's code reaches them through course.reference and course.repository_file)."""
+    """Under each markdown cell that names files of the repository the copy lacks, one line that says so."""
     for cell in nb["cells"]:
         text = "".join(cell["source"])
         missing = [] if cell["cell_type"] != "markdown" else sorted(
@@ -273,7 +257,7 @@ def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exer
     ids = {ex.id for ex in released}
     metadata = [p.relative_to(ROOT) for p in sorted((ROOT / "judge" / "exercises").glob("ex*.py"))
                 if int(p.name[2:5]) in ids]
-    references = [ex.reference.replace(".", "/") + ".py" for ex in with_solutions]
+    references = [ex.reference_path.relative_to(ROOT) for ex in with_solutions]
     out.mkdir(parents=True)
     (out / "README.md").write_text(student_readme(released, with_solutions))
     for rel in [*student_files(), "judge/exercises/__init__.py", *metadata, "solutions/__init__.py", *references]:
@@ -311,8 +295,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.out} exists (use --force to replace it)", file=sys.stderr)
             return 2
         shutil.rmtree(args.out)
-    from .secret import ensure_secret
-
     secret = ensure_secret()
     files = write_edition(args.out, [exercises[i] for i in released], [exercises[i] for i in solved])
     print(f"wrote the student edition to {args.out} ({len(files)} files; exercises {released}, "

@@ -1,6 +1,5 @@
-"""What hidden test modules are written with (judge/README.md): the case list, the failure type, the grading
-context and helpers. Anything but a CaseFailure a case raises is reported as an error, with the learner's traceback
-trimmed to their file."""
+"""What hidden test modules are written with (judge/README.md): the case list, the failure type, the grading context
+and helpers. Anything else a case raises is reported as an error, with the traceback trimmed to the learner's file."""
 
 from __future__ import annotations
 
@@ -21,13 +20,12 @@ from .secret import rng  # noqa: E402,F401 - random.Random for a hidden case, mi
 
 @dataclass(frozen=True)
 class Context:
-    """What the cases of one submission are graded with, fixed while they run: set by the runner in the grader
-    (`grading`), and once in the worker."""
+    """What the cases of one submission are graded with: set by the runner (`grading`), and once in the worker."""
 
-    learner_file: str | None = None  # the learner's file, for trimming tracebacks to it
+    learner_file: str | None = None  # for trimming tracebacks to it
     learner_display: str | None = None  # how the runner names it ("your code": code given as text)
     exercise: Any = None  # the Exercise (runner.another_process loads the learner's file again for it)
-    options: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"model": "/path/to/checkpoint"}: `option`
+    options: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"model": "/path/to/checkpoint"}
     memory_mb: int | None = None
 
     def __post_init__(self) -> None:
@@ -44,7 +42,6 @@ def context() -> Context:
 
 @contextlib.contextmanager
 def grading(ctx: Context) -> Iterator[Context]:
-    """Grade with `ctx` as the context until the block ends."""
     global _context
     saved, _context = _context, ctx
     try:
@@ -66,8 +63,8 @@ class Case:
 
 
 class Cases:
-    """An ordered list of named cases; use an instance as a decorator factory. `before_each` and `after_each`
-    run around every case (after_each only when the case returned: it may still fail it)."""
+    """An ordered list of named cases, registered by decorating with an instance. `after_each` runs only when the
+    case returned (it may still fail it)."""
 
     def __init__(self, before_each: Callable[[], None] | None = None,
                  after_each: Callable[[], None] | None = None) -> None:
@@ -75,8 +72,7 @@ class Cases:
         self.before_each, self.after_each = before_each, after_each
 
     def __call__(self, name: str, *, timeout: float | None = None, public: bool = False) -> Callable:
-        """Register a case; `public`: a student can run it on their copy (the statement's worked examples and
-        cases that cover the whole contract, on inputs that are not secret)."""
+        """Register a case; `public`: a student can run it on their copy (its inputs are not secret)."""
         if any(c.name == name for c in self._cases):
             raise ValueError(f"duplicate case name {name!r}")
 
@@ -104,8 +100,7 @@ class Cases:
 
 
 class CaseFailure(AssertionError):
-    """A failed case. `input` is shown as the (smallest) failing input; `field`/`expected`/`got` the first
-    difference; `hint` a suggestion; `traceback` the learner's trimmed traceback when their code raised."""
+    """A failed case: `input` the (smallest) failing input, `field`/`expected`/`got` the first difference."""
 
     def __init__(self, message: str, *, input: str | None = None, field: str | None = None,
                  expected: Any = None, got: Any = None, hint: str | None = None, traceback: str | None = None,
@@ -135,10 +130,8 @@ def short(value: Any) -> str:
 
 
 def int_values(value: Any) -> list[int] | None:
-    """The integers of a list, tuple, deque, range, `array.array` or any other sequence of ints (numpy ints and 0-d
-    integer tensors too), or of a 1-D integer tensor or numpy array, as a list of ints; None if `value` is none of
-    those. The judge's one integer reader (the batch driver's `read_ints` only says why a value is not one). Imports
-    torch only for a value of torch or numpy (pure-Python exercises stay quick to grade)."""
+    """The ints of any sequence of ints (numpy ints and 0-d integer tensors too) or of a 1-D integer tensor or array;
+    None for anything else. Imports torch only for a torch or numpy value: pure-Python exercises grade quickly."""
     if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
         return list(value)
     if _of_arrays(value):
@@ -168,7 +161,6 @@ def _of_arrays(value: Any) -> bool:
 
 
 def _array_ints(value: Any, dims: int) -> list[int] | None:
-    """A torch tensor or numpy array (or scalar) of integers with `dims` dimensions, as a list of ints."""
     import numpy as np
     import torch
 
@@ -209,7 +201,7 @@ def trimmed_traceback(exc: BaseException, learner_file: str | None = None) -> st
 
 def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any], Iterable[Any]],
            max_calls: int = 400) -> Any:
-    """Greedy shrinking: repeatedly replace `value` by its first smaller candidate that still `fails`."""
+    """Greedy shrinking: replace `value` by its first smaller candidate that still `fails`, until none does."""
     calls = 0
     improved = True
     while improved and calls < max_calls:
@@ -227,8 +219,8 @@ def shrink(value: Any, fails: Callable[[Any], bool], candidates: Callable[[Any],
 def check_each(values: Iterable[Any], diff: Callable[[Any], CaseFailure | None],
                candidates: Callable[[Any], Iterable[Any]], max_calls: int = 400,
                explain: Callable[[Any], CaseFailure | None] | None = None) -> None:
-    """Raise the failure of the first value `diff` rejects, shown on its smallest failing variant (`explain`, if
-    given, diagnoses that one: shrinking goes without); a "not implemented" failure is raised as it is."""
+    """Raise the failure of the first value `diff` rejects, on its smallest failing variant (diagnosed by `explain`
+    if given); a "not implemented" failure is raised as it is."""
     for value in values:
         failure = diff(value)
         if failure is None:
@@ -240,9 +232,8 @@ def check_each(values: Iterable[Any], diff: Callable[[Any], CaseFailure | None],
 
 
 def run_case(c: Case, impl: Any) -> CaseResult:
-    """Run one case in this process and classify what happened. With one torch thread, as in the worker
-    (OMP_NUM_THREADS=1): what the grader computes to compare with matches the worker's arithmetic, and small
-    matrices gain nothing from threads."""
+    """Run one case in this process and classify what happened. With one torch thread, as in the worker: the
+    grader's arithmetic matches the worker's."""
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else None
     if torch is not None:

@@ -1,21 +1,8 @@
-"""nbgrader autograding with the judge, without running any student code in the notebook's kernel.
-
-A solution cell executed by `nbgrader autograde` would run in a kernel with the instructor's rights: it could
-replace `judge.grade`, write the gradebook, or leave a daemon behind. So the course's nbgrader_config.py puts two
-preprocessors around nbgrader's Execute:
-
-- JudgeAutograde grades the solution cell's code with the judge, isolated (bubblewrap), in nbgrader's own process
-  (the same call as `practice/judge.py --impl`, hence the same verdicts). The report goes to a file the kernel
-  reads. Then every code cell is made harmless: the judge cell and each test-case cell get the course's own code
-  (print the report; check case N), and every other code cell (the solution cell, cells a student added) is turned
-  into a raw cell, which nbgrader does not execute.
-- JudgeRestore, after Execute, puts back the cells as submitted (the feedback shows the student's code and the
-  report printed by the judge cell).
-
-JUDGE_UNISOLATED=1 grades without bubblewrap (only for code you trust); otherwise autograding refuses to run
-where bubblewrap does not. JUDGE_TIMEOUT (seconds per case), JUDGE_TOTAL_TIMEOUT (seconds per submission),
-JUDGE_MEMORY_MB, JUDGE_MODEL and JUDGE_CASES (comma-separated; the others score 0) set the judge's options.
-"""
+"""nbgrader autograding with the judge, without running any student code in the notebook's kernel (there it would
+have the instructor's rights). nbgrader_config.py puts two preprocessors around nbgrader's Execute: JudgeAutograde
+grades the solution cell isolated, in nbgrader's process, as `practice/judge.py --impl` does, and leaves the kernel
+only the course's code (the other code cells become raw cells); JudgeRestore then puts back the cells as submitted.
+The JUDGE_* variables (docs/instructors.md) set the judge's options; JUDGE_UNISOLATED=1 grades without bubblewrap."""
 
 from __future__ import annotations
 
@@ -24,10 +11,11 @@ import os
 import re
 import tempfile
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .registry import get_exercise
+from .registry import Exercise, get_exercise
 from .report import CaseResult, Report, clean
 
 REPORT_ENV = "JUDGE_NOTEBOOK_REPORT"
@@ -44,8 +32,7 @@ def options_from_env() -> dict[str, Any]:
 
 
 def notebook_report(exercise: int, code: str) -> Report:
-    """The judge cell's report: read from the file JudgeAutograde wrote (autograding), else graded here from the
-    solution cell's code (a student checking their work: not isolated, and only the cases their copy has)."""
+    """The judge cell's report: the one JudgeAutograde wrote, else graded here (a student checking their work)."""
     path = os.environ.get(REPORT_ENV)
     if path and os.path.isfile(path):
         saved = json.loads(Path(path).read_text())
@@ -59,8 +46,7 @@ def notebook_report(exercise: int, code: str) -> Report:
 
 
 def case_check(report: Report, name: str) -> None:
-    """Raise AssertionError (0 points) unless case `name` passed; a case this copy of the judge does not have (a
-    hidden one, in the student edition) is only announced."""
+    """Raise AssertionError (0 points) unless case `name` passed; one this copy lacks (a hidden one) is announced."""
     found = [r for r in report.results if r.name == name]
     if not found:
         if report.fatal:
@@ -103,31 +89,16 @@ class JudgeAutograde(_Base):
 
     def preprocess(self, nb, resources):
         from .cli import case_names
-        from .runner import IsolationUnavailable, grade
 
         ex = get_exercise(_exercise_of(resources["nbgrader"]["assignment"]))
-        solutions = [c for c in nb.cells if c.cell_type == "code" and _grade_id(c) == "solution"]
-        isolated = os.environ.get("JUDGE_UNISOLATED") != "1"
-        if not solutions:
-            report = Report(ex.id, ex.slug, ex.title, "the submitted notebook")
-            report.fatal = "the notebook has no solution cell (grade_id 'solution'): nothing to grade"
-        else:
-            try:
-                report = grade(ex, source=solutions[0].source, isolated=isolated, **options_from_env())
-            except IsolationUnavailable as exc:
-                raise RuntimeError(f"refusing to autograde: {exc}. (JUDGE_UNISOLATED=1 grades without bubblewrap, "
-                                   "for code you trust.)") from None
-            except Exception:  # noqa: BLE001 - a judge bug: this notebook scores 0 and is still exported
-                traceback.print_exc()  # for the instructor, in nbgrader's log; the feedback names no file of theirs
-                report = Report(ex.id, ex.slug, ex.title, "the submitted notebook")
-                report.fatal = "the judge failed on this submission (a bug of the course, not of your code)"
+        report = _graded(ex, nb)
         graded = {r.name for r in report.results}  # every case gets a result: one not run scores 0
         names = case_names(ex)
         report.results += [CaseResult(n, False, 0.0, "not run", "not run (JUDGE_CASES)") for n in names
                            if n not in graded and not report.fatal]
         fd, path = tempfile.mkstemp(prefix=f"judge-{os.getpid()}-report-", suffix=".json")  # swept if killed
         with os.fdopen(fd, "w") as f:
-            json.dump(report.to_dict(), f)
+            json.dump(asdict(report), f)
         os.environ[REPORT_ENV] = path
         resources["judge_report"] = path
         originals = {}
@@ -147,6 +118,27 @@ class JudgeAutograde(_Base):
                 cell.pop("execution_count", None)
         resources["judge_originals"] = originals
         return nb, resources
+
+
+def _graded(ex: Exercise, nb: Any) -> Report:
+    """The report of the notebook's solution cell, graded isolated unless JUDGE_UNISOLATED=1."""
+    from .runner import IsolationUnavailable, grade
+
+    solutions = [c for c in nb.cells if c.cell_type == "code" and _grade_id(c) == "solution"]
+    report = Report(ex.id, ex.slug, ex.title, "the submitted notebook")
+    if not solutions:
+        report.fatal = "the notebook has no solution cell (grade_id 'solution'): nothing to grade"
+        return report
+    isolated = os.environ.get("JUDGE_UNISOLATED") != "1"
+    try:
+        return grade(ex, source=solutions[0].source, isolated=isolated, **options_from_env())
+    except IsolationUnavailable as exc:
+        raise RuntimeError(f"refusing to autograde: {exc}. (JUDGE_UNISOLATED=1 grades without bubblewrap, "
+                           "for code you trust.)") from None
+    except Exception:  # noqa: BLE001 - a judge bug: this notebook scores 0 and is still exported
+        traceback.print_exc()  # for the instructor, in nbgrader's log; the feedback names no file of theirs
+        report.fatal = "the judge failed on this submission (a bug of the course, not of your code)"
+        return report
 
 
 class JudgeRestore(_Base):

@@ -1,11 +1,9 @@
 """The exercise registry: one metadata module per exercise in judge/exercises/, found by scanning (judge/README.md).
-Metadata modules must stay light (no torch import): `list` reads them all. Which cases are public is marked on
-the cases themselves (`@CASES(name, public=True)` in the hidden module)."""
+Metadata modules must stay light (no torch import): `list` reads them all."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import pkgutil
 from dataclasses import dataclass, field
@@ -15,8 +13,7 @@ from typing import Any, Iterable
 from . import exercises as pkg
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root
-# The references of a whole engine: the parts of the exercises whose cases run one around the learner's code (less
-# the exercise's own answer, which no part may run)
+# The references of a whole engine, for the exercises whose cases run one around the learner's code
 ENGINE_PARTS = ("solutions.engine", "solutions.scheduler", "solutions.kv_cache_manager", "solutions.model_runner",
                 "solutions.block_pool", "solutions.prefix_cache", "solutions.preemption", "solutions.batch",
                 "solutions.paged_attention", "solutions.paged_kv_cache")
@@ -29,10 +26,8 @@ PARTS["engine"] = ("engine", *PARTS["kv_cache_manager"], *PARTS["model_runner"],
 
 
 def shipped(module: str, root: Path = ROOT) -> bool:
-    """Whether this copy (`root`) holds the file of `module` (e.g. "solutions.batch", or the package
-    "judge.hidden"): the one answer to "is this reference here" of the judge and the course. A file check, not an
-    import lookup: while the judge grades in this process, the finder that lends a student's practice module the
-    name of a reference the copy lacks is on sys.meta_path (judge/practice_finder.py; withdrawn after grading)."""
+    """Whether this copy holds the file of `module` (e.g. "solutions.batch", or the package "judge.hidden"). Not an
+    import lookup: judge/practice_finder.py may lend a practice module the name of a missing reference."""
     path = root / module.replace(".", "/")
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
@@ -53,10 +48,9 @@ class Exercise:
     case_timeout: float = 20.0  # default seconds per case (a case may set its own); `time_limit=` overrides
     memory_limit_mb: int = 4096  # address-space limit of the grading process
     total_timeout: float = 600.0  # seconds for one submission, all cases together (the rest are not run)
-    # the references of the parts the learner's code calls (other exercises' answers), run in the grader to record
-    # their scripts; in a student edition without one, the student's practice module of that name
+    # the references of the parts the learner's code calls, run in the grader (a student edition lacking one: the
+    # student's practice module of that name), and the cases that run them, e.g. "its end-to-end case" ("": all)
     part_references: tuple[str, ...] = ()
-    # the cases that run those parts where not all of them do, e.g. "its end-to-end case" ("": every case)
     parts_run_by: str = ""
 
     @property
@@ -67,11 +61,9 @@ class Exercise:
     def reference_path(self) -> Path:
         return ROOT / (self.reference.replace(".", "/") + ".py")
 
-    def needs(self, where: str = "a case") -> str | None:
-        """The exercises that must pass before all this one's cases can, where the copy lacks their references (a
-        student edition: your practice/ modules run in their place), in words; None for none. Derived from
-        `part_references` (exercises_of)."""
-        return needs_text([Path(self.practice_file).stem], skip=self.id, where=where)
+    def needs(self) -> str | None:
+        """In words, the exercises that must pass first where the copy lacks their references; None for none."""
+        return needs_text([Path(self.practice_file).stem], skip=self.id, where="a case")
 
     def needs_line(self) -> str:
         """The statement's "Needs" line."""
@@ -84,8 +76,7 @@ class Exercise:
 
     @property
     def public_cases(self) -> tuple[str, ...]:
-        """The cases a student can run on their copy: those its hidden module marks `public=True`, or where that
-        is not installed (a student edition), the ones recorded there (judge/public/<slug>.json)."""
+        """The cases a student can run on their copy: marked `public=True`, or in an edition, the recorded ones."""
         cases = self._hidden_cases()
         if cases is not None:
             return tuple(c.name for c in cases if c.public)
@@ -98,7 +89,7 @@ class Exercise:
         return len(self.public_cases), None if cases is None else len(cases)
 
     def _hidden_cases(self) -> Any:
-        """The hidden module's CASES; None where judge.hidden is not installed (a student edition)."""
+        """The hidden module's CASES; None where judge.hidden is not installed."""
         try:
             return importlib.import_module(self.tests).CASES
         except ModuleNotFoundError as exc:
@@ -144,11 +135,8 @@ def get_exercise(key: int | str | Exercise) -> Exercise:
 
 
 def exercises_of(modules: Iterable[str]) -> tuple[list[int], dict[int, str]]:
-    """The exercises whose code runs where `modules` (e.g. "engine", "async_engine") run: the exercise writing each
-    exercise module an assembled module is built from (PARTS), and for an exercise module, the parts its own
-    exercise runs on (its `part_references`). Returns (always needed, {exercise: what needs it} for the OPTIONAL
-    modules, needed only where something preempts or caches prefixes). Exercises this copy does not release are
-    left out."""
+    """The released exercises whose code runs where `modules` (e.g. "engine") run, through PARTS and the modules'
+    `part_references`: (always needed, {exercise: what needs it} for the OPTIONAL modules)."""
     by_module = {Path(ex.practice_file).stem: ex for ex in load_exercises().values()}
     names = set()
     for module in modules:

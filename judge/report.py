@@ -1,13 +1,12 @@
-"""Grading results and their text form (what the CLI prints and what `check` puts in its AssertionError), bounded
-whatever the graded code does (judge/README.md, "How the sandbox works"): no control characters, strings cut to
-TEXT_LIMIT, the whole text to REPORT_LIMIT, and for a class (`for_class`) no path of the grader's machine, no frame
-of the course's files or of a reference, and no printed output (it could carry the hidden inputs)."""
+"""Grading results and their text form, bounded whatever the graded code does (judge/README.md, "How the sandbox
+works"): no control characters, strings cut to TEXT_LIMIT, the text to REPORT_LIMIT, and for a class (`for_class`) no
+path of the grader's machine, no frame of the course's files or of a reference, no printed output."""
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .registry import ROOT
@@ -33,8 +32,7 @@ _FRAME = re.compile(r'  File "(?P<path>[^"]*)", line')
 
 
 def _public_frames(traceback: str) -> str:
-    """A traceback without the frames (file, line and source) of the grader's own files or of a reference in the
-    sandbox: their source lines are not the student's to see."""
+    """A traceback without the frames of the grader's files or of a reference: their source is not the student's."""
     hidden = (str(ROOT) + os.sep, "/course/solutions/")
     out, skipping = [], False
     for line in traceback.splitlines():
@@ -61,8 +59,7 @@ class CaseResult:
     name: str
     passed: bool
     seconds: float = 0.0
-    verdict: str = "pass"  # pass | fail | error | not implemented | exit | memory | timeout | crash | output | protocol
-    # | grader memory | not run
+    verdict: str = "pass"  # fail, error, not implemented, exit, memory, timeout, crash, output, protocol, not run...
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -76,7 +73,7 @@ class Report:
     exercise_id: int
     slug: str
     title: str
-    target: str  # what was graded: a file path, a module name, "<source>", ...
+    target: str  # what was graded: a file path, a module name, ...
     results: list[CaseResult] = field(default_factory=list)
     fatal: str | None = None  # why nothing (or not everything) could be graded
     output: str = ""  # the learner's captured stdout+stderr, truncated
@@ -86,7 +83,7 @@ class Report:
     class_grading: bool = False  # see `for_class`
 
     def for_class(self) -> "Report":
-        """This report as a class sees it: no path of the grader's machine, no printed output in `text()`."""
+        """This report as a class sees it (see the module docstring)."""
         for r in self.results:
             r.message = _private(r.message)
             if isinstance(r.details.get("traceback"), str):
@@ -117,9 +114,6 @@ class Report:
 
     def summary(self) -> str:
         return f"{self.passed} passed, {self.failed} failed"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def text(self, summary: bool = True, verbose: bool = False) -> str:
         lines = [f"== exercise {self.exercise_id} {self.slug}: {self.title}", f"   grading {clean(self.target, 300)}"]
