@@ -65,7 +65,8 @@ def drive(manager_cls: type[KVCacheManager], num_requests: int, prompt_len: int,
 
 def run(num_requests: int = 16, prompt_len: int = 512, output_len: int = 512, block_size: int = 16,
         rounds: int = 5) -> dict:
-    managers = {"before (rehash every call)": RehashingKVCacheManager, "after (hash when a block fills)": KVCacheManager}
+    managers = {"before (rehash every call)": RehashingKVCacheManager,
+                "after (hash when a block fills)": KVCacheManager}
     seconds: dict[str, list[float]] = {name: [] for name in managers}
     for r in range(rounds):
         caches = []

@@ -91,7 +91,8 @@ class NotPassedYet(ExerciseNeeded):
             return f"this cell runs {self.name}, which needs {c.module}, whose exercise this copy does not release"
         if self.module == c.module:
             return f"this cell runs {self.name}, exercise {c.exercise}, which you have not passed yet"
-        return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), which you have not passed yet"
+        return (f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), "
+                "which you have not passed yet")
 
 
 class NotInThisCopy(RuntimeError):

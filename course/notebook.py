@@ -12,10 +12,11 @@ kernel:
 * with some of your modules in use, the printed text of each code cell that ran your code (a function of your
   practice/ file was called while it ran) is compared with the stored one, and the last code cell of the chapter
   ends with the verdict, naming those cells and, where cells showed stored outputs instead, the exercise (or the
-  file of the course this copy lacks) they wait for, e.g. `your batch reproduces the 1 checked output of this chapter that ran it (counted from 0: code cell 9
-  ran batch); 5 cells showed stored outputs: they need paged_kv_cache (exercise 126), which you have not passed
-  yet`. Not compared: cells tagged "timing" (wall-clock figures vary) and "unchecked" (they print what the
-  contract leaves to you, such as your error messages or the type of a returned list).
+  file of the course this copy lacks) they wait for, e.g. `your batch reproduces the 1 checked output of this
+  chapter that ran it (counted from 0: code cell 9 ran batch); 5 cells showed stored outputs: they need
+  paged_kv_cache (exercise 126), which you have not passed yet`. Not compared: cells tagged "timing" (wall-clock
+  figures vary) and "unchecked" (they print what the contract leaves to you, such as your error messages or the
+  type of a returned list).
 
 The stored outputs are read from the chapter's .ipynb when the chapter starts: the notebook as you last saved it.
 Outside IPython (a plain `python` process) `install` does nothing and NotPassedYet propagates.

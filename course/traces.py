@@ -166,7 +166,8 @@ def against_reference(part: str, make: Callable[[Any], Any], drive: Callable[[An
     if diff is None:
         print(f"your {where} plans all {len(ref_steps)} steps as the reference does: the same requests, "
               "kinds, tokens, blocks, preemptions and prefix hits")
-        figures.step_timeline(yours.steps, list(yours.requests.values()), f"{title}: yours (the reference's is the same)")
+        figures.step_timeline(yours.steps, list(yours.requests.values()),
+                              f"{title}: yours (the reference's is the same)")
         return None
     print(diff.table())
     figures.trace_comparison(diff, title)

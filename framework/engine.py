@@ -159,8 +159,9 @@ class LLMEngineBase:
         request's first output (`make_output`), so in the engine's thread and never in a caller's: a server's
         event loop, which adds requests, is not held up by it. vLLM computes them in the step too, from the
         prefill's own hidden states, at no extra pass (`GPUModelRunner.sample_tokens` -> `_bookkeeping_sync` ->
-        `_get_prompt_logprobs_dict`, vllm/v1/worker/gpu_model_runner.py at b31e9326a7d9394aab8c767f8ebe225c65594b60); here the
-        runner returns the logits of the last position only, so they cost one more pass over the prompt."""
+        `_get_prompt_logprobs_dict`, vllm/v1/worker/gpu_model_runner.py at
+        b31e9326a7d9394aab8c767f8ebe225c65594b60); here the runner returns the logits of the last position only, so
+        they cost one more pass over the prompt."""
         prompt = request.prompt_token_ids
         with torch.inference_mode():
             logits = self.model(torch.tensor([prompt], device=self.model.device))[0]

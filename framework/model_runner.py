@@ -101,7 +101,8 @@ class ModelRunnerBase:
 
     def attention_for_step(self, cpu_batch: RunnerBatch, batch: RunnerBatch) -> Attention:
         """The attention every layer of this step runs: `paged_attention` called exactly as exercise 127
-        defines it. A runner may return a faster kernel with the same results (the reference runner batches requests)."""
+        defines it. A runner may return a faster kernel with the same results (the reference runner batches
+        requests)."""
         return lambda q, k_cache, v_cache: self.paged_attention(
             q, k_cache, v_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables)
 

@@ -55,14 +55,13 @@ class SchedulerBase:
 
     def add_request(self, request: Request) -> None:
         max_tokens = self.kv.block_pool.num_blocks * self.kv.block_size
-        if request.num_prompt_tokens + request.sampling_params.max_tokens > max_tokens:
-            raise ValueError(f"request {request.request_id} needs up to "
-                             f"{request.num_prompt_tokens + request.sampling_params.max_tokens} tokens of KV cache "
+        needed = request.num_prompt_tokens + request.sampling_params.max_tokens
+        if needed > max_tokens:
+            raise ValueError(f"request {request.request_id} needs up to {needed} tokens of KV cache "
                              f"but the whole cache holds {max_tokens}: raise num_blocks or lower max_tokens")
-        if not self.enable_chunked_prefill and request.num_prompt_tokens + request.sampling_params.max_tokens > self.token_budget:
+        if not self.enable_chunked_prefill and needed > self.token_budget:
             raise ValueError(f"without chunked prefill a request must fit in one step's token_budget "
-                             f"({self.token_budget}); request {request.request_id} may need "
-                             f"{request.num_prompt_tokens + request.sampling_params.max_tokens}")
+                             f"({self.token_budget}); request {request.request_id} may need {needed}")
         self.waiting.append(request)
 
     def has_unfinished_requests(self) -> bool:

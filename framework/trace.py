@@ -3,11 +3,12 @@
 `StepTracer(engine)` records every step from what the framework sees, never from an engine's private state: it
 wraps, on that engine object only, the public `step`, `add_request`, the runner's `execute_model` (its items, the
 batch of exercise 128) and `build_batch`; observes the scheduler's `schedule` (its `SchedulerOutput`) through the
-framework's hook, framework/observe.py, which the server's metrics share; and reads the KV-cache manager's `num_free_blocks` and each scheduled `Request`'s public fields. So it traces the
-reference engine, the learner's (`COURSE_IMPL=practice`), speculation and tensor parallelism alike. Nothing is
-wrapped until a tracer is made, so tracing off costs nothing; `close()` unwraps. While it is on, the phases are
-also `torch.profiler.record_function` ranges (schedule, forward, with prepare inside it, and sample: the rest of
-the step), so a `torch.profiler` trace of the run names them beside the kernels.
+framework's hook, framework/observe.py, which the server's metrics share; and reads the KV-cache manager's
+`num_free_blocks` and each scheduled `Request`'s public fields. So it traces the reference engine, the learner's
+(`COURSE_IMPL=practice`), speculation and tensor parallelism alike. Nothing is wrapped until a tracer is made, so
+tracing off costs nothing; `close()` unwraps. While it is on, the phases are also `torch.profiler.record_function`
+ranges (schedule, forward, with prepare inside it, and sample: the rest of the step), so a `torch.profiler` trace
+of the run names them beside the kernels.
 
     llm = LLM(trace="run.json")                  # written after each generate() and at shutdown()
     python -m course.serve --trace run.json      # written when the server stops
@@ -289,7 +290,8 @@ def _step_events(step: StepRecord) -> list[dict]:
     at = {"pid": ENGINE_PID, "tid": STEPS_TID, "ts": _us(step.start)}
     events = [_slice(f"step {step.index}", "step", ENGINE_PID, STEPS_TID, step.start, step.end, asdict(step))]
     events += [_slice(name, "phase", ENGINE_PID, STEPS_TID, a, b) for name, (a, b) in step.phases.items()]
-    events += [{"ph": "C", "name": "KV blocks", **at, "args": {"used": step.kv_blocks_used, "free": step.kv_blocks_free}},
+    events += [{"ph": "C", "name": "KV blocks", **at,
+                "args": {"used": step.kv_blocks_used, "free": step.kv_blocks_free}},
                {"ph": "C", "name": "rows", **at, "args": dict(step.rows)},
                {"ph": "C", "name": "tokens", **at, "args": {"scheduled": step.tokens_scheduled,
                                                            "budget left": step.token_budget - step.tokens_scheduled}}]

@@ -70,7 +70,8 @@ def generate(
     if len({len(p) for p in batch}) != 1:
         raise ValueError("prompts in one call must have equal lengths; call generate once per prompt instead")
     if len(batch[0]) + max_new_tokens > model.cfg.max_position_embeddings:
-        raise ValueError(f"prompt plus max_new_tokens exceeds max_position_embeddings={model.cfg.max_position_embeddings}")
+        raise ValueError("prompt plus max_new_tokens exceeds "
+                         f"max_position_embeddings={model.cfg.max_position_embeddings}")
     generator = None
     if temperature > 0:
         generator = torch.Generator(device=model.device)

@@ -32,7 +32,9 @@ def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_transformer(path: str | os.PathLike | None = None, dtype: torch.dtype | None = None, device=None) -> Transformer:
+def load_transformer(
+    path: str | os.PathLike | None = None, dtype: torch.dtype | None = None, device=None
+) -> Transformer:
     """Build a `Transformer` from a checkpoint folder (default: the embedded model) on `device`.
 
     `dtype` defaults to the checkpoint's own (bf16 for Qwen3); pass torch.float32 for exact comparisons.

@@ -1,8 +1,8 @@
 """Exercise 129 — the scheduler.
 
 Statement: practice/exercises/129-scheduler.md. Grade: `python practice/judge.py 129`.
-The scheduler's shell, `framework.scheduler.SchedulerBase`, supplies the queues and helpers; you write `schedule`. Preemption (exercise 131)
-comes from practice/preemption.py.
+The scheduler's shell, `framework.scheduler.SchedulerBase`, supplies the queues and helpers; you write `schedule`.
+Preemption (exercise 131) comes from practice/preemption.py.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ class Scheduler(SchedulerBase):
            with `self.allocate_or_preempt(request, n, out)`; if that returns False, skip it. A request
            preempted during this loop is no longer in `self.running`: skip it too.
         2. Then waiting requests, in order, while budget is left, fewer than `max_num_seqs` are running and
-           nothing was preempted in this step: take the prefix-cache hits `computed = self.kv.get_computed_blocks(request)`;
+           nothing was preempted in this step: take the prefix-cache hits
+           `computed = self.kv.get_computed_blocks(request)`;
            tokens to compute = request.num_tokens - request.num_computed_tokens - len(computed) * block_size.
            If that exceeds the budget left: without chunked prefill, stop admitting; with it, schedule a
            chunk of budget-left tokens. Allocate with `self.kv.allocate_slots(request, n, computed)`; if it

@@ -78,7 +78,8 @@ def execute(nb: nbformat.NotebookNode, env: dict[str, str], timeout: int = 600) 
     """Execute `nb` (outputs cleared first) in a fresh kernel with cwd chapters/; raises CellExecutionError."""
     nb = strip_outputs(nb)
     with tempfile.TemporaryDirectory() as share:
-        jupyter_path = os.pathsep.join(filter(None, [str(install_kernelspec(Path(share))), os.environ.get("JUPYTER_PATH")]))
+        kernelspec = str(install_kernelspec(Path(share)))
+        jupyter_path = os.pathsep.join(filter(None, [kernelspec, os.environ.get("JUPYTER_PATH")]))
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                                 resources={"metadata": {"path": str(CHAPTERS)}})
         saved = os.environ.get("JUPYTER_PATH")

@@ -35,12 +35,12 @@ ELDERS = [("old wizard", "he"), ("old woman", "she"), ("old man", "he"), ("wise 
           ("grandfather", "he"), ("teacher", "she"), ("fisherman", "he"), ("gardener", "she")]
 
 PLACES = [
-    ("a quiet forest", "the forest"), ("a small village by the sea", "the village"), ("a big green meadow", "the meadow"),
-    ("a little house on a hill", "the hill"), ("a busy town", "the town"), ("a sunny farm", "the farm"),
-    ("a cozy cottage near the woods", "the cottage"), ("a tall castle", "the castle"), ("a snowy valley", "the valley"),
-    ("a garden full of flowers", "the garden"), ("a sandy island", "the island"), ("an old lighthouse", "the lighthouse"),
-    ("a warm cave under the mountain", "the cave"), ("a pond with tall reeds", "the pond"), ("a quiet street", "the street"),
-    ("a field of yellow corn", "the field"),
+    ("a quiet forest", "the forest"), ("a small village by the sea", "the village"),
+    ("a big green meadow", "the meadow"), ("a little house on a hill", "the hill"), ("a busy town", "the town"),
+    ("a sunny farm", "the farm"), ("a cozy cottage near the woods", "the cottage"), ("a tall castle", "the castle"),
+    ("a snowy valley", "the valley"), ("a garden full of flowers", "the garden"), ("a sandy island", "the island"),
+    ("an old lighthouse", "the lighthouse"), ("a warm cave under the mountain", "the cave"),
+    ("a pond with tall reeds", "the pond"), ("a quiet street", "the street"), ("a field of yellow corn", "the field"),
 ]
 OBJECTS = [
     ("red ball", "ball"), ("blue hat", "hat"), ("shiny key", "key"), ("old map", "map"), ("golden coin", "coin"),
@@ -262,11 +262,13 @@ def story_gift(rng: random.Random) -> str:
                          f"{hero.He} sat under a tree and thought for a long time. Then {hero.he} smiled."]))
     s.append(rng.choice([f"{hero.name} picked the prettiest flowers in {place[1]}.",
                          f"{hero.name} made a {obj} out of paper and string.",
-                         f"{hero.name} baked a small {rng.choice(['honey cake', 'apple pie'])} all by {hero.him}self."]))
+                         f"{hero.name} baked a small {rng.choice(['honey cake', 'apple pie'])} "
+                         f"all by {hero.him}self."]))
     s.append(f"{hero.He} also wrote a card that said, \"I love you.\"")
     s.append(f"The next morning, {hero.name} gave the present to {hero.his} {who}.")
     s.append(f"{hero.His} {who} smiled a big smile.")
-    s.append(say(rng, f"{hero.his} {who}", rng.choice(["This is the best present ever!", "Thank you, my dear. I love it.",
+    s.append(say(rng, f"{hero.his} {who}", rng.choice(["This is the best present ever!",
+                                                       "Thank you, my dear. I love it.",
                                                        "You made this for me? It is wonderful!"])))
     s.append(f"{hero.name} felt warm and {rng.choice(FEELINGS_GOOD)} inside.")
     s.append(rng.choice([MORALS[9], MORALS[3]]))
@@ -282,7 +284,8 @@ def story_journey(rng: random.Random) -> str:
     s = [opening(rng, hero, home)]
     s.append(f"{rng.choice(TIMES)}, {hero.name} found a {obj} {rng.choice(HIDING)}.")
     s.append(f"{hero.He} took it to the {elder}.")
-    s.append(say(rng, f"the {elder}", f"This {short} is very old. It comes from {far[0]}. Someone there must be missing it."))
+    s.append(say(rng, f"the {elder}",
+                 f"This {short} is very old. It comes from {far[0]}. Someone there must be missing it."))
     s.append(f"So {hero.name} packed some {rng.choice(FOODS)} and set off, and {hero.his} friend {friend.name} "
              f"went with {hero.him}.")
     obstacle = rng.randrange(3)
@@ -299,8 +302,8 @@ def story_journey(rng: random.Random) -> str:
         s.append(say(rng, friend.name, "My legs are so tired."))
         s.append(f"{hero.name} said they could rest, and then they climbed slowly to the top.")
     s.append(f"At last they reached {far[1]}.")
-    s.append(f"There they met {rng.choice(['an old woman', 'a little girl', 'a tired king', 'a kind baker', 'a small boy'])} "
-             f"who was looking for the {short}.")
+    stranger = rng.choice(["an old woman", "a little girl", "a tired king", "a kind baker", "a small boy"])
+    s.append(f"There they met {stranger} who was looking for the {short}.")
     s.append(say(rng, "the stranger", rng.choice([f"My {short}! I thought it was lost forever.",
                                                   f"You found my {short}! Thank you so much."])))
     s.append(f"{hero.name} and {friend.name} walked home, tired but {rng.choice(FEELINGS_GOOD)}.")

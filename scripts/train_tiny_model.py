@@ -29,7 +29,7 @@ from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # the tokenizer trainer: one thread, one order of merges
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep: no effect on the numbers, faster on a busy CPU
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep: same numbers, faster on a busy CPU
 
 import numpy as np
 import torch
@@ -247,6 +247,8 @@ def write_card(out, args, cfg, n_params, train_s, total_s, loss_fp32, loss_bf16,
     points += [] if points[-1] == loss_log[-1] else loss_log[-1:]
     curve = ", ".join(f"{s}: {loss:.3f}" for s, loss in points)
     sample_md = "\n".join(f"- **{p}** → {c.replace(EOS, ' `<|endoftext|>`')}" for p, c in samples)
+    heads = (f"{cfg.num_attention_heads} / {cfg.num_key_value_heads} (grouped-query attention, "
+             f"{cfg.num_queries_per_kv} queries per KV head)")
     card = f"""# tiny-qwen3: the course's embedded model
 
 A {n_params / 1e6:.2f}M-parameter Qwen3 model trained from scratch on CPU so that every chapter runs offline,
@@ -271,7 +273,7 @@ small to know anything about the world: it exists to exercise the inference engi
 | parameters | {n_params:,} (embeddings tied to the LM head, counted once) |
 | hidden size | {cfg.hidden_size} |
 | layers | {cfg.num_hidden_layers} |
-| attention heads (query / key-value) | {cfg.num_attention_heads} / {cfg.num_key_value_heads} (grouped-query attention, {cfg.num_queries_per_kv} queries per KV head) |
+| attention heads (query / key-value) | {heads} |
 | head dim | {cfg.head_dim} |
 | MLP intermediate size | {cfg.intermediate_size} (SwiGLU) |
 | vocabulary | {cfg.vocab_size} |

@@ -39,7 +39,8 @@ class LLMEngine(LLMEngineBase):
         sched = self.scheduler.schedule()
         if not sched:
             return []
-        items = [(s.request.all_token_ids[s.request.num_computed_tokens: s.request.num_computed_tokens + s.num_new_tokens],
+        items = [(s.request.all_token_ids[s.request.num_computed_tokens:
+                                          s.request.num_computed_tokens + s.num_new_tokens],
                   s.request.num_computed_tokens, s.request.block_table, s.completes_prompt) for s in sched.scheduled]
         try:
             logits = self.runner.execute_model(items)

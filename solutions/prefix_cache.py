@@ -3,7 +3,8 @@
 
 A full block is named by a hash of its tokens chained with the hash of the block before it, so equal hashes mean
 equal prefixes, not merely equal blocks. Only full blocks are cached: a partial block is still being written.
-vLLM v1: `hash_block_tokens` in vllm/v1/core/kv_cache_utils.py and `BlockPool.get_cached_block` in vllm/v1/core/block_pool.py.
+vLLM v1: `hash_block_tokens` in vllm/v1/core/kv_cache_utils.py and `BlockPool.get_cached_block` in
+vllm/v1/core/block_pool.py.
 """
 
 from __future__ import annotations

@@ -90,9 +90,9 @@ def test_engine_variants_run_side_by_side_over_rounds():
 def test_shape_runs_random_weights_of_that_width_in_every_loader():
     """--shape: a random checkpoint of Qwen3-0.6B's width (one layer and a small vocabulary, to stay fast) that
     mini_llm and transformers both load; the identical tokens of the three systems show they hold the same weights."""
-    report = run_benchmark(num_requests=2, seed=1, max_batch=2, token_budget=32, device=str(DEVICE), prompt_lens=(4, 12),
-                           output_lens=(2, 4), systems=SHAPE_SYSTEMS, warmup=False, shape="qwen3-0.6b",
-                           shape_overrides={"num_hidden_layers": 1, "vocab_size": 2048})
+    report = run_benchmark(num_requests=2, seed=1, max_batch=2, token_budget=32, device=str(DEVICE),
+                           prompt_lens=(4, 12), output_lens=(2, 4), systems=SHAPE_SYSTEMS, warmup=False,
+                           shape="qwen3-0.6b", shape_overrides={"num_hidden_layers": 1, "vocab_size": 2048})
     assert report["mismatches"] == {"hf": [], "hf-cb": []}
     assert report["config"]["model"] == "random qwen3-0.6b" and report["config"]["layers"] == 1
     # 8 KV heads of 128 dims, K and V, 16 slots, 4 bytes (fp32), one layer
@@ -102,7 +102,8 @@ def test_shape_runs_random_weights_of_that_width_in_every_loader():
 def test_shape_checkpoint_has_the_models_config_and_weights(tmp_path):
     cfg = shape_config("qwen3-0.6b")
     assert (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers) == (151936, 1024, 3072, 28)
-    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.tie_word_embeddings) == (16, 8, 128, True)
+    heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.tie_word_embeddings)
+    assert heads == (16, 8, 128, True)
     write_shape_checkpoint("qwen3-0.6b", tmp_path, num_hidden_layers=2, vocab_size=2048)
     from safetensors import safe_open
 

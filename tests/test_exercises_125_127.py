@@ -19,11 +19,13 @@ from judge.loader import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases"
-EXERCISES = {125: ("block_pool", block_pool), 126: ("slot_mapping", slot_mapping), 127: ("paged_attention", paged_attention)}
+EXERCISES = {125: ("block_pool", block_pool), 126: ("slot_mapping", slot_mapping),
+             127: ("paged_attention", paged_attention)}
 
 
 def fixtures(prefix: str) -> list[tuple[int, Path]]:
-    return [(ex, p) for ex, (folder, _) in EXERCISES.items() for p in sorted((CASES_DIR / folder).glob(f"{prefix}_*.py"))]
+    return [(ex, p) for ex, (folder, _) in EXERCISES.items()
+            for p in sorted((CASES_DIR / folder).glob(f"{prefix}_*.py"))]
 
 
 WRONG, RIGHT = fixtures("wrong"), fixtures("right")

@@ -84,7 +84,8 @@ def test_another_exercises_stub_is_named_first():
         replayed = public.replay(Stubbed(), [[request, {"ok": True, "value": {}}]])
         hidden = learner_failure(stub, "verify_and_update", "verify_and_update(request, [], logits, None)")
     first = "exercise 125 is not done yet: this case runs practice/block_pool.py, which is still a stub"
-    assert replayed.startswith(first) and "\ninput: logits = torch.nn.functional.one_hot(torch.tensor([1]), 2)" in replayed, replayed
+    assert replayed.startswith(first), replayed
+    assert "\ninput: logits = torch.nn.functional.one_hot(torch.tensor([1]), 2)" in replayed, replayed
     assert hidden.message.startswith(first), hidden.message
     with harness.grading(harness.Context(exercise=judge.get_exercise(125))):
         own = public.replay(Stubbed(), [[request, {"ok": True, "value": {}}]])

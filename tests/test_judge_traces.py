@@ -49,7 +49,8 @@ def test_129_report_names_the_step_and_the_rows_and_trace_writes_both_runs(tmp_p
     assert "\n      first difference at engine step 1 (trace index 0): scheduled requests, KV blocks used\n" in message
     rows = {words[0]: words[1:] for words in map(str.split, message.splitlines()[:7])
             if words and words[0] in ("decoding", "chunking", "new")}
-    assert rows == {"decoding": ["-", "decode", "1", "1", "<"], "chunking": ["prefill", "12", "5", "prefill", "12", "5"],
+    assert rows == {"decoding": ["-", "decode", "1", "1", "<"],
+                    "chunking": ["prefill", "12", "5", "prefill", "12", "5"],
                     "new": ["-", "prefill", "4", "1", "<"]}
     assert "KV blocks used: yours 6, reference 7" in message
     assert check_written(out, tmp_path, 129, case) == 1

@@ -220,7 +220,8 @@ def test_config_reads_rope_theta_from_either_place():
     base = dict(architectures=["Qwen3ForCausalLM"], vocab_size=10, hidden_size=8, intermediate_size=16,
                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=4)
     assert Qwen3Config.from_dict({**base, "rope_theta": 5.0}).rope_theta == 5.0
-    assert Qwen3Config.from_dict({**base, "rope_parameters": {"rope_type": "default", "rope_theta": 7.0}}).rope_theta == 7.0
+    rope = {"rope_type": "default", "rope_theta": 7.0}
+    assert Qwen3Config.from_dict({**base, "rope_parameters": rope}).rope_theta == 7.0
     with pytest.raises(CheckpointError, match="multiple"):
         Qwen3Config.from_dict({**base, "num_key_value_heads": 3, "num_attention_heads": 4})
     with pytest.raises(CheckpointError, match="rope"):

@@ -83,7 +83,8 @@ def test_released_code_is_the_stub(ex):
     package = ex.practice_file.split("/")[0]
     stub = re.sub(r"(?m)^from \.(\S*) import", lambda m: f"from {package}{'.' if m[1] else ''}{m[1]} import", stub)
     stub_lines = re.sub(r"raise NotImplementedError\(.*\)", "raise NotImplementedError()", stub).strip().splitlines()
-    released = [line for line in _released(gen.solution_code(ex)).strip().splitlines() if "# YOUR CODE HERE" not in line]
+    released = [line for line in _released(gen.solution_code(ex)).strip().splitlines()
+                if "# YOUR CODE HERE" not in line]
     ops = difflib.SequenceMatcher(a=stub_lines, b=released, autojunk=False).get_opcodes()
     assert ops, "empty solution cell"
     for tag, a0, a1, b0, b1 in ops:

@@ -128,7 +128,8 @@ def test_timing_invariant_keeps_what_does_not_vary():
     assert timing_invariant(run) != timing_invariant(run.replace("knee at 4.0", "knee at None"))
     assert timing_invariant(run) != timing_invariant(run.replace("FAIL", "PASS"))
     shown = "== exercise 134 x: y\n   grading …/x.py\nFAIL  one case   0.01s\nPASS  two   1.20s  [error]\n"
-    assert judge_cases_shown(shown + shown.replace("134", "135")) == [(134, ["one case", "two"]), (135, ["one case", "two"])]
+    assert judge_cases_shown(shown + shown.replace("134", "135")) == [(134, ["one case", "two"]),
+                                                                      (135, ["one case", "two"])]
 
 
 def test_grade_cells_list_the_judges_cases():

@@ -57,7 +57,8 @@ def offline():
     def texts(prompts: list[str], max_tokens: int, ignore_eos: bool = False) -> list[str]:
         todo = sorted({p for p in prompts if (p, max_tokens, ignore_eos) not in cache})
         outs = llm.generate(todo, SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)) if todo else []
-        cache.update({(p, max_tokens, ignore_eos): llm.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
+        decode = llm.tokenizer.decode
+        cache.update({(p, max_tokens, ignore_eos): decode(o.outputs[0].token_ids, skip_special_tokens=True)
                       for p, o in zip(todo, outs)})
         return [cache[p, max_tokens, ignore_eos] for p in prompts]
 

@@ -21,7 +21,9 @@ from solutions import structured_output as so
 from solutions.engine import LLMEngine
 from solutions.spec_decode import SpecDecodeEngine
 
-PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 10},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120}},
           "required": ["name", "age"], "additionalProperties": False}
 PROMPTS = ["Once upon a time", "Tom has a dog named", "The sun was"]
 

@@ -72,7 +72,8 @@ def check_trace(path: Path, llm, prompts, outputs) -> tuple[list, list]:
 
 
 def test_speculation_with_preemption_and_prefix_hits(tmp_path):
-    """Speculation on (benchmarks/repetitive.py's prompts, which n-grams find), a cache so small that requests are preempted, and prefix caching on shared prompts."""
+    """Speculation on (benchmarks/repetitive.py's prompts, which n-grams find), a cache so small that requests are
+    preempted, and prefix caching on shared prompts."""
     config = dict(dtype=torch.float32, num_blocks=24, token_budget=64, enable_prefix_caching=True,
                   speculative=SpeculativeConfig())
     plain = spec_decode.LLM(**config)

@@ -40,7 +40,8 @@ def documents() -> list[tuple[str, str]]:
                     found.append((f"{path.name} cell {i} output", out["text"]))
     paths = [*(ROOT / "docs").glob("*.md"), *(ROOT / "practice" / "exercises").glob("*.md"),
              ROOT / "README.md", ROOT / "chapters" / "README.md"]
-    for folder in ("framework", "solutions", "practice", "course", "benchmarks", "mini_llm", "chapters", "scripts", "tests"):
+    for folder in ("framework", "solutions", "practice", "course", "benchmarks", "mini_llm", "chapters", "scripts",
+                   "tests"):
         paths += (ROOT / folder).rglob("*.py")
     for path in sorted(paths):
         name = path.relative_to(ROOT).as_posix()
@@ -86,7 +87,8 @@ def problems(where: str, text: str) -> list[str]:
     cited = {p: pin_of(p) for p in PATH_RE.findall(text)}
     if not cited:
         return []
-    found = [f"{where}: {path} is not a file of any pin in docs/upstream.json" for path, o in cited.items() if o is None]
+    found = [f"{where}: {path} is not a file of any pin in docs/upstream.json"
+             for path, o in cited.items() if o is None]
     symbols = set(UPSTREAM["other_names"])
     for owner in filter(None, cited.values()):
         symbols.update(UPSTREAM["pins"][owner[0]]["files"][owner[1]])
@@ -127,7 +129,8 @@ def test_every_pinned_file_and_other_name_is_used():
 
 def test_the_check_fails_on_a_wrong_pointer():
     vllm = UPSTREAM["pins"]["vllm"]["commit"]
-    good = f"`Scheduler.schedule` (`vllm/v1/core/sched/scheduler.py`, commit {vllm[:10]}) schedules. Then `token_budget`."
+    good = (f"`Scheduler.schedule` (`vllm/v1/core/sched/scheduler.py`, commit {vllm[:10]}) schedules. "
+            "Then `token_budget`.")
     assert problems("x", good) == []
     assert problems("x", good.replace(vllm[:10], "00024d3145")), "another commit must fail"
     assert problems("x", good.replace("Scheduler.schedule`", "Scheduler.schedule_all`")), "an unknown symbol must fail"

@@ -157,7 +157,8 @@ def check_batches(impl, batches: list[tuple[list[Item], int]]) -> None:
 
 
 def random_batches(seed: int, count: int, kinds: list[str], sizes: list[int], n_req=(1, 6), spare: bool = True,
-                   then: Callable[[random.Random, list[Item]], list[Item]] | None = None) -> list[tuple[list[Item], int]]:
+                   then: Callable[[random.Random, list[Item]], list[Item]] | None = None,
+                   ) -> list[tuple[list[Item], int]]:
     """`count` random batches; `then(rng, items)` changes each batch's items after they are drawn."""
     rng = seeded(seed)
     out = []

@@ -1,10 +1,11 @@
 """Hidden tests of exercise 130 (LLMEngine.step and LLMEngine.generate).
 
 The learner's engine runs in the worker on fakes that replay the script of the reference scheduler, KV-cache manager
-and model runner, recorded here on the same requests, and its driver records every step (judge/drivers/engine.py). Each record is
-checked against what the scheduler asked for: one forward pass carrying every scheduled request with the right
-items, `num_computed_tokens` advanced, one token sampled from the right row of logits for exactly the requests that
-completed their pending tokens, finished requests retired (blocks freed), one output per request that got a token.
+and model runner, recorded here on the same requests, and its driver records every step (judge/drivers/engine.py).
+Each record is checked against what the scheduler asked for: one forward pass carrying every scheduled request with
+the right items, `num_computed_tokens` advanced, one token sampled from the right row of logits for exactly the
+requests that completed their pending tokens, finished requests retired (blocks freed), one output per request that
+got a token.
 Then it must equal the record of the reference engine run here on the same requests by the same driver (its twin):
 a worker that forges records gains nothing unless it does exactly what a right engine does. The independent
 reference for the tokens is `mini_llm.generate` run here, each request alone (greedy, fp32 on the CPU).
@@ -96,8 +97,8 @@ def departed(k: int, d: dict, where: str, rids: Sequence[str] = ()) -> CaseFailu
     if diff is not None:
         hint = FIELD_HINTS.get(diff["field"], "finish a request only with self.scheduler.finish(request, reason), "
                                               "when stop_reason(...) returns a reason")
-        return _fail(k, departure_message(made, want, where), field=diff["field"], expected=diff["want"], got=diff["got"],
-                     hint=hint)
+        return _fail(k, departure_message(made, want, where), field=diff["field"], expected=diff["want"],
+                     got=diff["got"], hint=hint)
     if ops == ("finish", "finish") and made["args"][0] == want["args"][0]:
         return _fail(k, f"request {made['args'][0]} finished with reason {made['args'][1]!r}, expected "
                         f"{want['args'][1]!r}", field="reason", expected=want["args"][1], got=made["args"][1],
@@ -401,7 +402,8 @@ class Engine:
                 raise _fail(k, f"request {rid} has num_computed_tokens {a['num_computed']} after a step that "
                                f"computed {s['num_new']} token(s) from {s['num_computed']}",
                             field="num_computed_tokens", expected=s["num_computed"] + s["num_new"],
-                            got=a["num_computed"], hint=_advance_hint(s["num_computed"], s["num_new"], a["num_computed"]))
+                            got=a["num_computed"],
+                            hint=_advance_hint(s["num_computed"], s["num_new"], a["num_computed"]))
             new = a["outputs"][s["num_outputs"]:]
             if not completes(s):
                 if new:

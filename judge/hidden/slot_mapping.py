@@ -33,7 +33,8 @@ def expected_slots(table: list[int], start: int, end: int, bs: int) -> list[int]
 def _slot_hint(table: list[int], start: int, end: int, bs: int, got: list[int]) -> str:
     positions = list(range(start, end))
     if got == positions:
-        return "a slot is not the position: go through the block table, table[p // block_size] * block_size + p % block_size"
+        return ("a slot is not the position: go through the block table, "
+                "table[p // block_size] * block_size + p % block_size")
     if got == [table[p // bs] + p % bs for p in positions]:
         return "multiply the block id by block_size: slot = block_id * block_size + row"
     exp = expected_slots(table, start, end, bs) or []

@@ -299,7 +299,8 @@ def _(impl):
 def _(impl):
     check_updates(impl, [(GRAMMARS[3], [], [], [34], "length"), (GRAMMARS[3], [34], [], [0], "stop"),
                          (GRAMMARS[4], [29], [], [30], None), (GRAMMARS[4], [29], [30], [30, 0], None),
-                         (GRAMMARS[0], SCRIPTS[0][:5], [2], [2, 0], "length"), (GRAMMARS[2], [7], [15], [15], "length")])
+                         (GRAMMARS[0], SCRIPTS[0][:5], [2], [2, 0], "length"),
+                         (GRAMMARS[2], [7], [15], [15], "length")])
 
 
 @CASES("decode loops: greedy rows")

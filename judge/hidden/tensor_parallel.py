@@ -271,7 +271,8 @@ def _(impl):
     check_refused(impl, Shape(4, 4, intermediate=54), (4,), "the intermediate size (54)")
 
 
-@CASES("layer_forward on the judge's shards: grouped-query shapes on 1, 2 and 4 ranks, two all-reduces each", public=True)
+@CASES("layer_forward on the judge's shards: grouped-query shapes on 1, 2 and 4 ranks, two all-reduces each",
+       public=True)
 def _(impl):
     for i, (s, ws) in enumerate(GQA):
         w = random_layer(s)

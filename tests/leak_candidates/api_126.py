@@ -1,6 +1,6 @@
 # EXERCISE: 126
-"""Whatever the edition ships under the names of exercise 126's API (compute_slot_mapping, write_kv): a function, class or
-method so named, as it is."""
+"""Whatever the edition ships under the names of exercise 126's API (compute_slot_mapping, write_kv): a function,
+class or method so named, as it is."""
 
 import sys
 from pathlib import Path

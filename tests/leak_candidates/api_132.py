@@ -1,6 +1,6 @@
 # EXERCISE: 132
-"""Whatever the edition ships under the names of exercise 132's API (hash_block, block_hashes, PrefixCache): a function, class or
-method so named, as it is."""
+"""Whatever the edition ships under the names of exercise 132's API (hash_block, block_hashes, PrefixCache): a
+function, class or method so named, as it is."""
 
 import sys
 from pathlib import Path

@@ -9,4 +9,5 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _glue  # noqa: E402
 import _shipped  # noqa: E402
 
-paged_attention = _glue.paged_attention_from(_shipped.define(_shipped.find("03_paged_attention", params=("q", "k", "v"))))
+paged_attention = _glue.paged_attention_from(
+    _shipped.define(_shipped.find("03_paged_attention", params=("q", "k", "v"))))
