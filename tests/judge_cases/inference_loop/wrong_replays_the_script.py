@@ -34,7 +34,7 @@ def holder_of(engine):
         for obj in gc.get_objects():
             try:
                 found = vars(obj)
-            except TypeError:  # no __dict__
+            except Exception:  # no __dict__, or one that refuses to be read
                 continue
             script = found.get("script")
             if found.get("scheduler") is engine.scheduler and isinstance(getattr(script, "entries", None), deque):

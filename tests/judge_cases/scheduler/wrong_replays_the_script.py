@@ -25,7 +25,7 @@ def holders(kv, preemption):
             try:
                 if isinstance(vars(obj).get("calls"), list):
                     found.append(obj)
-            except TypeError:  # no __dict__
+            except Exception:  # no __dict__, or one that refuses to be read
                 continue
     return found
 
