@@ -195,8 +195,8 @@ def check_against_the_server(tool: dict, server: dict, wanted: dict) -> None:
     """What a client-side serving benchmark must agree on with the server it measured, whatever the machine's load
     (load slows the server and the client alike, so each run is compared with the server's clock of that run):
     - the requests and tokens, exactly: the server counts every request sent, and the tool each request it
-      reports with exactly its max_tokens (guidellm 0.8.1 has left one of the 12 out of its report on a loaded
-      machine, the server having served all 12; the rest of the check then holds for the 11 it reports);
+      reports with exactly its max_tokens (guidellm 0.8.1 at times leaves one of the 12 out of its report, the
+      server having served all 12; the rest of the check then holds for the 11 it reports);
     - output throughput is the tokens over the window from the first request's start to the last one's end;
     - that window holds the arrival schedule, (n - 1) / RATE, plus the last request's latency: it is at least
       the schedule and at most the schedule plus the slowest request and the client's overhead;
