@@ -50,17 +50,31 @@ def verify(impl: ModuleType, case: dict[str, Any]) -> dict[str, Any]:
     return _call(impl, case)
 
 
-def distribution(impl: ModuleType, case: dict[str, Any], trials: int) -> dict[str, Any]:
-    """`trials` calls on fresh requests seeded 0, 1, ... (its first error ends it): what the test finds wrong
-    with them ("problem", None if nothing), and each call's tokens as a diagnostic (the grader tests them again)."""
+def distribution(impl: ModuleType, case: dict[str, Any], trials: int, repeats: int = 0) -> dict[str, Any]:
+    """`trials` calls on fresh requests seeded 0, 1, ..., then the first `repeats` of them again (the first error
+    ends it): what the test finds wrong with them ("problem", None if nothing), and each call's tokens as a
+    diagnostic (the grader tests them again)."""
     runs = []
-    for seed in range(trials):
+    for seed in [*range(trials), *range(repeats)]:
         result = _call(impl, case, seed)
         if "error" in result:
             return result
         runs.append(result["returned"])
-    failure = sampling_failure(case, runs)
-    return {"problem": failure and f"{failure['message']}\nhint: {failure['hint']}", "_runs": runs}
+    runs, again = runs[:trials], runs[trials:]
+    failure = sampling_failure(case, runs) or repeat_failure(runs, again)
+    return {"problem": failure and f"{failure['message']}\nhint: {failure['hint']}", "_runs": runs, "_again": again}
+
+
+def repeat_failure(runs: list[list[int]], again: list[list[int]]) -> dict[str, str] | None:
+    """A seeded request is reproducible: the same seeded calls made again emit the same tokens (a global random
+    generator has moved on between the two)."""
+    seed = next((seed for seed, (a, b) in enumerate(zip(runs, again)) if a != b), None)
+    if seed is None:
+        return None
+    return {"message": f"the same seeded calls, made again, emitted other tokens: seed {seed} gave {runs[seed]}, "
+                       f"then {again[seed]}",
+            "hint": "draw your random numbers with the request's generator, torch.rand((), "
+                    "generator=request.generator), not a global one: a seeded request is reproducible"}
 
 
 def row_probs(case: dict[str, Any]) -> list[list[float]]:
@@ -161,7 +175,7 @@ def _logits_text(logits: Any) -> str:
     return f"logits = torch.tensor({rows.tolist()})  # rows' argmax {argmax}"
 
 
-def describe(fn: str, case: dict[str, Any], trials: int | None = None) -> str:
+def describe(fn: str, case: dict[str, Any], trials: int | None = None, repeats: int = 0) -> str:
     """A call of this driver as code a learner can run, after `import torch`,
     `from framework.request import Request` and `from framework.sampling import SamplingParams, make_generator`."""
     params = ", ".join(f"{k}={v!r}" for k, v in case["params"].items() if v not in (None, []))
@@ -180,4 +194,5 @@ def describe(fn: str, case: dict[str, Any], trials: int | None = None) -> str:
         return f"{_logits_text(case['logits'])}\n{tokenizer}{request('')}\n{call}"
     probs = [[round(p, 4) for p in row] for row in row_probs(case)]
     return (f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n"
-            f"for seed in range({trials}):\n    {request(', seed=seed')}\n    {call}")
+            f"for seed in {f'[*range({trials}), *range({repeats})]' if repeats else f'range({trials})'}:\n"
+            f"    {request(', seed=seed')}\n    {call}")

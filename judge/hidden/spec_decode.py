@@ -154,17 +154,20 @@ def _(impl):
 # Random sampling: many seeded calls' tokens against the distribution the statement states, cell by cell, with a
 # false-rejection probability below 1e-6 for any correct sampler (judge/drivers/spec_decode.py derives it)
 
-TRIALS = 2000
+TRIALS, REPEATS = 2000, 200
 
 
-def check_distribution(impl, logits: list[list[float]], drafts: list[int], temperature: float, **cut: Any) -> None:
+def check_distribution(impl, logits: list[list[float]], drafts: list[int], temperature: float, repeats: int = 0,
+                       **cut: Any) -> None:
+    """TRIALS seeded calls against the distribution, then the first `repeats` of them again."""
     case = {"prompt": [1, 2, 3], "outputs": [], "drafts": drafts, "logits": logits, "eos": None,
             "params": {"max_tokens": 64, "temperature": temperature, **cut}}
-    text = spec_driver.describe("distribution", case, TRIALS)
-    got = Driver(impl, "spec_decode").distribution(case, TRIALS)
+    text = spec_driver.describe("distribution", case, TRIALS, repeats)
+    got = Driver(impl, "spec_decode").distribution(case, TRIALS, repeats)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
-    failure = spec_driver.sampling_failure(case, got["_runs"])  # tested here, never trusting the worker's verdict
+    runs, again = got["_runs"], got["_again"]  # tested here, never trusting the worker's verdict
+    failure = spec_driver.sampling_failure(case, runs) or spec_driver.repeat_failure(runs, again)
     if failure:
         raise CaseFailure(failure["message"], input=text, hint=failure["hint"])
 
@@ -183,7 +186,7 @@ def random_logits(seed: str, rows: int, vocab: int = 8) -> list[list[float]]:
 @CASES("random: acceptance with probability p(x), residual without the draft", public=True)
 def _(impl):
     logits = probs_logits([[0.4, 0.4, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.1, 0.3]])
-    check_distribution(impl, logits, [0, 2], temperature=1.0)
+    check_distribution(impl, logits, [0, 2], temperature=1.0, repeats=REPEATS)
     check_distribution(impl, logits[1:], [0], temperature=1.0, top_k=3)  # a draft outside the top-k: never accepted
 
 
