@@ -254,8 +254,8 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
                     await asyncio.wait_for(consumer.progress.wait(), max(deadline - time.monotonic(), 0.01))
                 except TimeoutError:
                     break
-        elif op == "abort":
-            llm.abort(consumers[name].stream.request_id)
+        elif op == "abort":  # a name never added is aborted as an unknown request id
+            llm.abort(consumers[name].stream.request_id if name in consumers else name)
             aborts[name] = len(engine.steps)
         elif op in ("drain", "idle"):
             await asyncio.gather(*tasks)

@@ -280,6 +280,7 @@ def _(impl):
     s.add("a", 5, 4)
     s.drain()
     s.abort("a")
+    s.abort("never-added")
     s.add("b", 6, 5)
     s.drain()
     run = s.run(impl)
