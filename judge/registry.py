@@ -77,7 +77,7 @@ class Exercise:
     @property
     def public_cases(self) -> tuple[str, ...]:
         """The cases a student can run on their copy: marked `public=True`, or in an edition, the recorded ones."""
-        cases = self._hidden_cases()
+        cases = self.hidden_cases()
         if cases is not None:
             return tuple(c.name for c in cases if c.public)
         recorded = public_path(self)
@@ -85,11 +85,12 @@ class Exercise:
 
     def case_counts(self) -> tuple[int, int | None]:
         """(public cases, all cases; None where the hidden tests are not installed)."""
-        cases = self._hidden_cases()
+        cases = self.hidden_cases()
         return len(self.public_cases), None if cases is None else len(cases)
 
-    def _hidden_cases(self) -> Any:
-        """The hidden module's CASES; None where judge.hidden is not installed."""
+    def hidden_cases(self) -> Any:
+        """The hidden module's CASES; None where judge.hidden is not installed (a student's copy). The one place that
+        tells whether the hidden cases are here."""
         try:
             return importlib.import_module(self.tests).CASES
         except ModuleNotFoundError as exc:
