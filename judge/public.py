@@ -11,12 +11,12 @@ import re
 from typing import Any
 
 from . import wire
-from .compare import diagnostic, difference, plain
+from .compare import difference, plain
 from .harness import short
 from .registry import Exercise, public_path
 from .remote import Session, another_stub
 
-__all__ = ["diagnostic", "load", "public_path", "raised_as", "replay"]  # diagnostic: for judge/edition.py
+__all__ = ["load", "public_path", "raised_as", "replay"]
 
 
 def load(ex: Exercise) -> dict[str, list] | None:
