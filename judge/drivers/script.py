@@ -2,10 +2,12 @@
 (129, 130, 131). The learner's code runs in a thread of the worker; each state-changing call of a fake part pauses
 it and is posted to the grader as plain data, {"op", "args", "reads"} (the driver's call returns {"call": it}); the
 grader compares it with the next call the references made on the same inputs (`answered`) and answers through the
-driver's `answer` with that call's record (its "value" and "effect", applied in the worker), or with a departure:
-the call made and the call expected, raised into the learner's code as `Departure`. No recorded call reaches the
-worker before the learner's code has made it, and the worker never calls the grader. Read-only calls are answered
-by the fakes from the current state.
+driver's `answer` with that call's record (its "value" and "effect", applied in the worker), or with a departure,
+raised into the learner's code as `Departure`. No recorded call reaches the worker before the learner's code has
+made it: a departure carries no call, and the grader keeps the call made and the call expected to itself. A
+departure is final, whatever the worker does next: every later call of that world departs too, and the grader
+reports its own record of the first one. The worker never calls the grader. Read-only calls are answered by the
+fakes from the current state.
 """
 
 from __future__ import annotations
@@ -86,22 +88,40 @@ class Rounds:
         return entry
 
 
+DEPARTED = "this call is not the one the reference's code makes here: the case fails (its report says why)"
+
+
 def answered(drv: Any, name: str, reply: Any, scripts: dict[Any, list[dict]],
              message: Callable[[dict, dict | None], str]) -> Any:
     """Grader side: the driver's result once each call the learner's code pauses at (`reply`, then each answer's;
     its rounds kept as `name`) is answered from the references' calls of its phase (`scripts`; no phase: None): the
-    next recorded call if it is the same call on the same state, else the departure (`message(made, expected)`
-    says why), which ends the phase."""
+    next recorded call if it is the same call on the same state, else a departure, which ends the world: this and
+    every later call of it departs, and the result carries the grader's record of the first departure (the call
+    made, the call expected, `message(made, expected)`), whatever the worker reported."""
     consumed: Counter = Counter()
+    departures = vars(drv).setdefault("_departures", {})  # kept on the grader's driver: name -> the first departure
+    departed = departures.get(name)
     while isinstance(reply, dict) and isinstance(reply.get("call"), dict):
         phase, made = reply.get("phase"), reply["call"]
         calls = scripts.get(phase, [])
         want = calls[consumed[phase]] if consumed[phase] < len(calls) else None
         expected = want and {k: want[k] for k in CALL_KEYS}
-        if expected is not None and made == expected:
+        if departed is None and expected is not None and made == expected:
             consumed[phase] += 1
             reply = drv.answer(name, want)
-        else:
-            reply = drv.answer(name, {"departure": {"made": made, "expected": expected, "consumed": consumed[phase],
-                                                    "message": message(made, expected)}})
-    return reply
+            continue
+        if departed is None:
+            departed = departures[name] = {"made": made, "expected": expected, "consumed": consumed[phase],
+                                          "message": _message(message, made, expected)}
+        reply = drv.answer(name, {"departure": {"message": DEPARTED}})
+    if departed is None:
+        return reply
+    worker = reply.get("departure") if isinstance(reply, dict) else None  # its facts beside the call (131: the queue)
+    return {**(reply if isinstance(reply, dict) else {}), "departure": {**(worker or {}), **departed}}
+
+
+def _message(message: Callable[[dict, dict | None], str], made: Any, expected: dict | None) -> str:
+    try:
+        return message(made, expected)
+    except Exception:  # noqa: BLE001 - a call no part makes, posted by the learner's code itself
+        return f"your code posted a call that no part makes: {str(made)[:200]}"

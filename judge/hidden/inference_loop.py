@@ -256,6 +256,7 @@ class Engine:
         self.twin.new_engine(TWIN, *args, record=True)
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin
+        self.departure: dict | None = None  # the grader's record of the engine's first departure, if any
         self.trace = StepLog({})  # both engines' steps with work, offered to --trace
         offer(self.trace)
         _ENGINES.append(self)
@@ -318,7 +319,10 @@ class Engine:
 
     def answered(self, reply: Any, script: list[dict]) -> dict:
         """The driver's reply once the engine's calls of its parts are answered from the twin's `script`."""
-        return answered(self.drv, ENGINE, reply, {None: script}, departure_message)
+        reply = answered(self.drv, ENGINE, reply, {None: script}, departure_message)
+        if isinstance(reply, dict) and "departure" in reply:
+            self.departure = reply["departure"]
+        return reply
 
     def final(self) -> dict:
         return self.drv.final(ENGINE)
@@ -367,8 +371,8 @@ class Engine:
         self.log.append(sched)
         for call in calls:  # the items first: they say more than the departure they made
             check_items(k, sched, call["items"])
-        if "departure" in rec:
-            raise departed(k, rec["departure"], "LLMEngine.step", [s["rid"] for s in sched])
+        if "departure" in rec and self.departure is not None:  # the step it fell in; the grader's record of it
+            raise departed(k, self.departure, "LLMEngine.step", [s["rid"] for s in sched])
         if "error" in rec:
             raise raised(rec["error"], "LLMEngine.step")
         if rec.get("schedules") != 1:
