@@ -43,7 +43,7 @@ from judge.registry import OPTIONAL, PARTS, exercises_of, needs_text, span  # no
 
 IMPLEMENTATIONS = ("solutions", "practice")
 COMPOSITES = ("kv_cache_manager", "model_runner", "scheduler", "engine")  # assembled from exercise modules
-ON_THE_ENGINE = ("async_engine", "spec_decode", "tensor_parallel")  # the exercise modules built on the engine
+ON_THE_ENGINE = ("async_engine", "spec_decode", "tensor_parallel", "structured_output")  # built on the engine
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -57,7 +57,8 @@ def your_modules(part: str) -> Any:
     try:
         engine = course._assembled("engine", tuple(sorted(picked.items())))
     except course.ExerciseNeeded as e:  # another part, neither yours nor shipped: the cell shows its stored output
-        raise course.NotPassedYet(e.choice, f"your {part} in the engine", "engine") from None
+        raise course.NotPassedYet(e.choice, "your engine" if part == "engine" else f"your {part} in the engine",
+                                  part) from None
     if part not in course.ON_THE_ENGINE:
         return engine
     own: ModuleType = importlib.import_module(f"practice.{part}")

@@ -132,6 +132,10 @@ def get_exercise(key: int | str | Exercise) -> Exercise:
         if text.lower() in (ex.slug, f"{ex.id}-{ex.slug}"):
             return ex
     known = ", ".join(f"{e.id} ({e.slug})" for e in exercises.values())
+    statement = next((ROOT / "practice" / "exercises").glob(f"{text}-*.md"), None) if text.isdigit() else None
+    if statement is not None:  # a student edition holds the statements of exercises it does not release yet
+        raise KeyError(f"exercise {text} ({statement.stem.split('-', 1)[1]}) is not released in this copy of the "
+                       f"course yet; released: {known}")
     raise KeyError(f"no exercise {key!r}; known exercises: {known}")
 
 

@@ -277,6 +277,20 @@ def test_a_second_edition_shows_exactly_the_released_solutions(partial_edition):
                                                                                   134)])  # chapter 12 has none
 
 
+def test_chapters_of_unreleased_exercises_run_on_stored_outputs(partial_edition, tmp_path):
+    """Chapters 12 and 13 in an edition that releases neither 135 nor 136 (nor holds their references): every cell
+    runs, the banner names both modules as not released, and their judge cells say the exercise is not released."""
+    out, _ = partial_edition
+    ran = _run_chapters(out, ["12_tensor_parallel", "13_structured_output"], _student(out, tmp_path))
+    for name, ex in (("12_tensor_parallel", "135 (tensor-parallel)"), ("13_structured_output",
+                                                                          "136 (structured-output)")):
+        texts = ran[name]
+        assert "tensor_parallel: stored outputs (not released)" in texts[0], texts[0]
+        assert "structured_output: stored outputs (not released)" in texts[0], texts[0]
+        assert any(t.startswith("(stored output: this cell ") for t in texts), name
+        assert any(f"exercise {ex} is not released in this copy of the course yet" in t for t in texts), texts[-3:]
+
+
 def _run_chapters(edition: Path, names: list[str], env: dict) -> dict[str, list[str]]:
     """Run All of each chapter, one after the other in one Jupyter kernel of this Python (an empty namespace for
     each): per chapter, the text of each code cell. The kernel starts once, the modules are imported once."""
