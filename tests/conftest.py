@@ -18,6 +18,23 @@ os.environ["JUDGE_SECRET_SEED"] = ""
 
 ROOT = Path(__file__).resolve().parent.parent
 NBGRADER_ASSIGNMENTS = [128, 130]  # every exercise a test autogrades with nbgrader
+# The files that take minutes on 2 cores (--durations), longest first. `-n 2 --dist loadfile` hands whole files to
+# the two workers in collection order; xdist would otherwise order them by their number of tests, which put these
+# last, and one worker ran the last of them alone.
+SLOW_FILES = ("test_student_edition.py", "test_notebooks.py", "test_learner_journey.py", "test_judge_class_attacks.py",
+              "test_judge_under_load.py", "test_nbgrader.py", "test_judge_attacks.py", "test_engine_fuzz.py",
+              "test_engine.py", "test_serving.py", "test_exercises_129_131.py", "test_serving_benchmark.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's scheduler: keep the order SLOW_FILES gives
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """SLOW_FILES first, longest first; the other files after them, in their order (a stable sort)."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))
 
 
 @pytest.fixture(scope="module")
