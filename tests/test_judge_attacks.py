@@ -59,17 +59,39 @@ def _state() -> dict:
 
 def _workers() -> set[int]:
     """Graded processes (isolated workers, and anything they started) of this checkout's venv alive now (not
-    another course's on the same machine)."""
+    another course's on the same machine), except those of the tests another pytest-xdist worker runs beside this
+    one (its descendants). A process that left its grader's tree (setsid, a double fork) counts."""
     mine = "\0".join(sandbox.site_packages()).encode()
+    beside = _children(os.getppid()) - {os.getpid()}
     pids = set()
     for pid in os.listdir("/proc"):
         try:
             cmd = (Path("/proc") / pid / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"from judge.worker_main import main" in cmd and sandbox.COURSE.encode() in cmd and mine in cmd:
+        if b"from judge.worker_main import main" in cmd and sandbox.COURSE.encode() in cmd and mine in cmd \
+                and not _ancestors(int(pid)) & beside:
             pids.add(int(pid))
     return pids
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _children(pid: int) -> set[int]:
+    return {int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == pid}
+
+
+def _ancestors(pid: int) -> set[int]:
+    found: set[int] = set()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        pid = _parent(pid)
+    return found
 
 
 def _settled(read, seconds: float = 5.0):
