@@ -108,12 +108,13 @@ def _display(path: Path) -> str:
 
 def _case_list(ex: Exercise, cases: list[str] | None) -> list:
     """The chosen cases; where the hidden ones are not installed (a student's copy), the recorded public cases."""
-    hidden, logs = ex.hidden_cases(), public.load(ex)
-    if hidden is None and logs is None:
+    hidden = ex.hidden_cases()
+    if hidden is not None:
+        return _chosen(list(hidden), cases)
+    logs = public.load(ex)
+    if logs is None:
         raise ModuleNotFoundError(f"neither {ex.tests} nor {ex.slug}'s recorded public cases are here", name=ex.tests)
-    every = list(hidden) if hidden is not None else [harness.Case(name, functools.partial(_replayed, log))
-                                                     for name, log in logs.items()]
-    return _chosen(every, cases)
+    return _chosen([harness.Case(name, functools.partial(_replayed, log)) for name, log in logs.items()], cases)
 
 
 def _chosen(every: list, cases: list[str] | None) -> list:

@@ -120,6 +120,11 @@ def answered(drv: Any, name: str, reply: Any, scripts: dict[Any, list[dict]],
     return {**(reply if isinstance(reply, dict) else {}), "departure": {**(worker or {}), **departed}}
 
 
+def departure_of(drv: Any, name: str) -> dict | None:
+    """Grader side: the grader's record of the first departure of the rounds `name` that `drv` answered, if any."""
+    return vars(drv).get("_departures", {}).get(name)
+
+
 def _message(message: Callable[[dict, dict | None], str], made: Any, expected: dict | None) -> str:
     try:
         return message(made, expected)

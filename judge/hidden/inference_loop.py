@@ -20,7 +20,7 @@ from framework.sampling import SamplingParams
 from framework.trace import StepRecord
 from judge.compare import difference
 from judge.drivers.engine import BracketTokenizer, departure_message, first_difference, plain_params
-from judge.drivers.script import answered
+from judge.drivers.script import answered, departure_of
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.traces import StepLog, offer, row, step_record, with_table
@@ -256,7 +256,6 @@ class Engine:
         self.twin.new_engine(TWIN, *args, record=True)
         self.twin_steps = 0  # the twin's records with work, matched so far
         self.unmatched: CaseFailure | None = None  # the first difference from the twin
-        self.departure: dict | None = None  # the grader's record of the engine's first departure, if any
         self.trace = StepLog({})  # both engines' steps with work, offered to --trace
         offer(self.trace)
         _ENGINES.append(self)
@@ -319,10 +318,7 @@ class Engine:
 
     def answered(self, reply: Any, script: list[dict]) -> dict:
         """The driver's reply once the engine's calls of its parts are answered from the twin's `script`."""
-        reply = answered(self.drv, ENGINE, reply, {None: script}, departure_message)
-        if isinstance(reply, dict) and "departure" in reply:
-            self.departure = reply["departure"]
-        return reply
+        return answered(self.drv, ENGINE, reply, {None: script}, departure_message)
 
     def final(self) -> dict:
         return self.drv.final(ENGINE)
@@ -371,8 +367,9 @@ class Engine:
         self.log.append(sched)
         for call in calls:  # the items first: they say more than the departure they made
             check_items(k, sched, call["items"])
-        if "departure" in rec and self.departure is not None:  # the step it fell in; the grader's record of it
-            raise departed(k, self.departure, "LLMEngine.step", [s["rid"] for s in sched])
+        record = departure_of(self.drv, ENGINE)  # the grader's, raised at the step the worker says it fell in
+        if "departure" in rec and record is not None:
+            raise departed(k, record, "LLMEngine.step", [s["rid"] for s in sched])
         if "error" in rec:
             raise raised(rec["error"], "LLMEngine.step")
         if rec.get("schedules") != 1:
