@@ -180,3 +180,13 @@ def test_exercise_130_attacks_score_zero(path, model_dir):
     assert len(report.results) == 14 and report.passed == 0, report.text()
     if path.stem == "read_hidden_from_disk":
         assert "searched; found: []" in report.output, report.output
+
+
+def test_a_forged_133_report_scores_zero():
+    """133's driver is replaced at import by one that builds its report from the script the grader sends, with no
+    event loop (8 of 12 cases passed so before the grader replayed the engine's log): every case fails, on the
+    grader's replay of the engine's calls where nothing else catches it."""
+    report = judge.grade(133, str(ROOT / "tests" / "judge_cases" / "attacks_133" / "forge_the_report.py"),
+                         isolated=True)
+    assert len(report.results) == 12 and report.passed == 0, report.text()
+    assert "is not what its calls did" in report.text(), report.text()

@@ -7,7 +7,9 @@ step, outputs) with no model: fakes for its scheduler (running requests first, t
 `max_num_seqs` and the blocks allow) and KV-cache manager, and each step gives every request it runs its next
 recorded token. `run_schedule` plays the grader's events (add a request and start a consumer of its stream, which
 reads all of it or some outputs and then closes it or is cancelled; wait; abort; drain; stay idle) and returns what
-happened as plain data, requests named by the schedule ("a", "b", ...); judge/hidden/online_loop.py checks it.
+happened as plain data, requests named by the schedule ("a", "b", ...); judge/hidden/online_loop.py checks it, and
+replays the engine's log (every add_request, abort_requests and step, in order) on its own `ScriptedEngine`: what
+the engine reports must be what those calls do.
 With `timeline=False` (a public case, replayed by comparing replies) the facts that say when the loop stepped,
 which differ between two right loops, are diagnostics.
 """
@@ -30,7 +32,7 @@ from judge.drivers.engine import BracketTokenizer, ints, params_of
 from judge.harness import short
 
 READ_TIMEOUT = 3.0  # seconds a consumer waits for its stream's next output before calling it hung
-TIMELINE = ("steps", "aborts", "idle")  # the facts that say when the loop stepped
+TIMELINE = ("steps", "aborts", "idle", "log")  # the facts that say when the loop stepped
 STEP_SECONDS = 0.02  # what a step of the scripted engine lasts, as a forward pass would: the schedule's events
 # (an abort, a new request, a consumer that leaves) happen while requests decode, not after they all finished
 STEP_START = 0.01  # of which before the step counts as started: what the event loop does as a step begins (the
@@ -95,10 +97,13 @@ class ScriptedEngine(LLMEngineBase):
 
     scheduler_cls, kv_cache_manager_cls, runner_cls = ScriptedScheduler, ScriptedKVCacheManager, NoRunner
 
-    def __init__(self, model: Any, config: EngineConfig, script: dict[str, list], fail_at: int | None) -> None:
+    def __init__(self, model: Any, config: EngineConfig, script: dict[str, list], fail_at: int | None,
+                 paced: bool = True) -> None:
         super().__init__(model, config, BracketTokenizer())
         self.script, self.fail_at, self.passes = script, fail_at, 0  # name -> [tokens, finish reason]
+        self.paced = paced  # steps last STEP_SECONDS (False: the grader's replay of the log)
         self.steps: list[dict] = []
+        self.log: list[list] = []  # ["add", name], ["abort", [names], reason], ["step"]: what changed the engine
         self.names: dict[str, str] = {}  # engine request id -> the schedule's name
         self.next_names: list[str] = []  # the names of the requests the schedule is adding, in order
         self.in_step, self.step_thread = False, None
@@ -115,10 +120,14 @@ class ScriptedEngine(LLMEngineBase):
         name = self.next_names.pop(0) if self.next_names else None  # a refused request takes its name too
         request = super().add_request(prompt_token_ids, params)
         self.names[request.request_id] = name or request.request_id
+        self.log.append(["add", self.names[request.request_id]])
         return request
 
     def abort_requests(self, requests, reason="abort"):
         self._touch("abort_requests")
+        requests = list(requests)
+        self.log.append(["abort", [self.names.get(getattr(r, "request_id", None), short(r)) for r in requests],
+                         short(reason)])
         return super().abort_requests(requests, reason)
 
     def has_unfinished_requests(self) -> bool:
@@ -127,17 +136,18 @@ class ScriptedEngine(LLMEngineBase):
 
     def step(self) -> list[RequestOutput]:
         self._touch("step")
+        self.log.append(["step"])
         record = {"thread": threading.get_ident(), "scheduled": [], "failed": False}
         self.in_step, self.step_thread = True, threading.get_ident()
         try:
-            time.sleep(STEP_START)
+            time.sleep(STEP_START * self.paced)
             self.steps.append(record)
             scheduled = self.scheduler.run_next()
             record["scheduled"] = [self.names.get(r.request_id, "?") for r in scheduled]
             if not scheduled:
                 return []
             self.passes += 1
-            time.sleep(STEP_SECONDS - STEP_START)
+            time.sleep((STEP_SECONDS - STEP_START) * self.paced)
             if self.passes == self.fail_at:
                 error = InjectedFailure(f"injected failure at forward pass {self.fail_at}")
                 raise self.fail_step(scheduled, error) from error
@@ -294,8 +304,9 @@ def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: in
     requests = {engine.names.get(r.request_id, r.request_id): {
         "outputs": list(r.output_token_ids), "finish_reason": r.finish_reason, "finished": r.is_finished,
         "blocks": len(r.block_table), "error": r.error} for r in engine.requests.values()}
-    reply = {**played, "steps": steps, "touched_in_step": engine.touched_in_step[:5], "requests": requests,
-             "free": engine.kv_cache_manager.num_free_blocks, "num_blocks": engine.config.num_blocks,
+    reply = {**played, "steps": steps, "log": engine.log, "touched_in_step": engine.touched_in_step[:5],
+             "requests": requests, "free": engine.kv_cache_manager.num_free_blocks,
+             "num_blocks": engine.config.num_blocks,
              "unfinished": bool(engine.scheduler.running or engine.scheduler.waiting)}
     if not timeline:
         reply["steps_on_loop_thread"] = sum(s["on_loop_thread"] for s in steps)

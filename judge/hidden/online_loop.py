@@ -10,11 +10,12 @@ of its tokens.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
-from framework.engine import EngineConfig
+from framework.engine import EngineConfig, StepError
 from framework.sampling import SamplingParams
-from judge.drivers.async_engine import TIMELINE
+from judge.drivers.async_engine import TIMELINE, ScriptedEngine
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
@@ -90,16 +91,17 @@ class Schedule:
         return {name: [list(r.output_token_ids), r.finish_reason] for name, r in added.items()}
 
     def run(self, impl, fail_at: int | None = None) -> Run:
+        script = self.script()
         reply = Driver(impl, "async_engine").run_schedule(self.config, self.events, fail_at, timeline=self.timeline,
-                                                          script=self.script())
-        return Run(self, reply, fail_at)
+                                                          script=script)
+        return Run(self, reply, fail_at, script)
 
 
 class Run:
     """What the driver reported, and the checks every case makes."""
 
-    def __init__(self, schedule: Schedule, reply: dict, fail_at: int | None) -> None:
-        self.schedule, self.reply = schedule, reply
+    def __init__(self, schedule: Schedule, reply: dict, fail_at: int | None, script: dict[str, list]) -> None:
+        self.schedule, self.reply, self.fail_at, self.script = schedule, reply, fail_at, script
         self.input = schedule.text() + (f", forward pass {fail_at} raises" if fail_at else "")
         if "problem" in reply:
             raise CaseFailure(reply["problem"], hint="keep `class AsyncLLM:` with the methods of the starter file")
@@ -110,7 +112,7 @@ class Run:
                               hint="add_request returns as soon as the request is queued; the background task "
                                    f"steps the engine while it has unfinished requests; {SHUTDOWN_RULE}")
         timeline = [reply.get(key, reply.get(f"_{key}")) for key in TIMELINE]  # a replayable reply: diagnostics
-        self.streams, (self.steps, self.aborts, self.idle) = reply["streams"], timeline
+        self.streams, (self.steps, self.aborts, self.idle, self.log) = reply["streams"], timeline
 
     def failed_requests(self) -> set[str]:
         return {name for s in self.steps if s["failed"] for name in s["scheduled"]}
@@ -139,6 +141,46 @@ class Run:
                               f"are free and the engine still has unfinished requests {left}", input=self.input,
                               hint="an aborted request is finished in the engine: "
                                    "self.engine.abort_requests([request], 'abort') frees its blocks")
+        self.check_log()
+
+    def check_log(self) -> None:
+        """What the worker reported of its engine (its steps, its requests, its free blocks, each stream's tokens
+        among its request's) is what the engine's logged calls do, replayed here on an engine of the grader's."""
+        try:
+            engine, added = self.replay_log()
+            same = [s["scheduled"] for s in engine.steps] == [s["scheduled"] for s in self.steps] and \
+                engine.kv_cache_manager.num_free_blocks == self.reply["free"] and \
+                all(self.reported_as(name, r) for name, r in added.items())
+        except (KeyError, TypeError, ValueError, IndexError):  # a malformed log
+            same = False
+        if not same:
+            raise CaseFailure("what the engine reported (its steps, its requests' tokens, its free blocks, the "
+                              "tokens the streams received) is not what its calls did: add_request, abort_requests "
+                              "and step, replayed in their order", input=self.input,
+                              hint="change the engine only through add_request, abort_requests and step")
+
+    def replay_log(self) -> tuple[ScriptedEngine, dict]:
+        """A fresh engine of the grader's after the calls of the worker's log, and the requests added to it."""
+        engine = ScriptedEngine(self.schedule.model, EngineConfig(**self.schedule.config), self.script, self.fail_at,
+                                paced=False)
+        added = {}
+        for op, *args in self.log:
+            if op == "add":
+                engine.next_names.append(args[0])
+                added[args[0]] = engine.add_request(*self.schedule.requests[args[0]])
+            elif op == "abort":
+                engine.abort_requests([added[name] for name in args[0] if name in added], args[1])
+            else:
+                with suppress(StepError):
+                    engine.step()
+        return engine, added
+
+    def reported_as(self, name: str, request: Any) -> bool:
+        """Whether the worker reported `request` (replayed) as it is, and its stream's tokens among its own."""
+        reported = self.reply["requests"][name]
+        tokens = [t for o in self.streams[name]["outputs"] for t in o["new_token_ids"]]
+        return reported["outputs"] == request.output_token_ids and \
+            reported["finish_reason"] == request.finish_reason and tokens == request.output_token_ids[:len(tokens)]
 
     def check_threads(self) -> None:
         if any(s["on_loop_thread"] for s in self.steps):
