@@ -132,6 +132,14 @@ def test_dense_reference_decode_sees_the_whole_context_in_table_order():
     assert math.isclose(paged_attention.ATOL, 1e-5)
 
 
+def test_paged_attention_oracle_matches_the_worked_example():
+    """The statement's worked example, as its public case builds it: the oracle gives the statement's numbers."""
+    spec = paged_attention.Spec(0, 2, 1, 1, 1, 4, (paged_attention.Req(2, 4, (3, 1), 0),
+                                                  paged_attention.Req(1, 3, (0, 2), 0)), example=True)
+    out = paged_attention.dense_reference(spec, paged_attention.make_inputs(spec))
+    assert out.flatten().tolist() == [2.0, 2.5, 20.0]
+
+
 def test_slot_mapping_oracle_matches_the_worked_example():
     assert slot_mapping.expected_slots([7, 2], 2, 6, 4) == [30, 31, 8, 9]
     assert slot_mapping.expected_slots([7, 2], 2, 9, 4) is None  # table too short: ValueError expected

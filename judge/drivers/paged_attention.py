@@ -36,6 +36,7 @@ class Spec:
     scale: float | None = None
     index_kind: str = "list"  # how query_start_loc / seq_lens are passed: list | int32 | int64
     dtype: torch.dtype = torch.float32
+    example: bool = False  # the statement's worked example: queries 1, keys 0, the values below; else random
 
     def plain(self) -> dict:
         return {**asdict(self), "dtype": str(self.dtype).removeprefix("torch.")}
@@ -50,12 +51,18 @@ def query_start_loc(s: Spec) -> list[int]:
     return list(itertools.accumulate((r.t for r in s.reqs), initial=0))
 
 
+EXAMPLE_VALUES = [[10.0, 20.0], [3.0, 4.0], [30.0, 999.0], [1.0, 2.0]]  # the worked example's value cache, by block
+
+
 def make_inputs(s: Spec) -> dict[str, Any]:
-    """The arguments of paged_attention for `s`, by name: random caches and queries from its seeds."""
+    """The arguments of paged_attention for `s`, by name: caches and queries from its seeds (or the example's)."""
     g = torch.Generator().manual_seed(s.seed)
     shape = (s.num_blocks, s.block_size, s.n_kv_heads, s.head_dim)
     kc, vc = torch.randn(shape, generator=g).to(s.dtype), torch.randn(shape, generator=g).to(s.dtype)
     qs = [torch.randn(r.t, s.n_heads, s.head_dim, generator=torch.Generator().manual_seed(r.qseed)) for r in s.reqs]
+    if s.example:
+        kc, vc = torch.zeros(shape, dtype=s.dtype), torch.tensor(EXAMPLE_VALUES, dtype=s.dtype).reshape(shape)
+        qs = [torch.ones(r.t, s.n_heads, s.head_dim) for r in s.reqs]
     query = torch.cat(qs).to(s.dtype) if qs else torch.zeros(0, s.n_heads, s.head_dim, dtype=s.dtype)
     qsl: Any = query_start_loc(s)
     lens: Any = [r.seq_len for r in s.reqs]
@@ -68,6 +75,11 @@ def make_inputs(s: Spec) -> dict[str, Any]:
 
 def show(s: Spec) -> str:
     """The inputs of `s` as a learner reads them (the random tensors by their shapes)."""
+    if s.example:
+        return (f"the statement's worked example's caches: query ones [{query_start_loc(s)[-1]}, 1, 1], key_cache "
+                f"zeros, value_cache by block "
+                f"{EXAMPLE_VALUES}, query_start_loc={query_start_loc(s)}, seq_lens={[r.seq_len for r in s.reqs]}, "
+                f"block_tables={[list(r.table) for r in s.reqs]}")
     idx = "" if s.index_kind == "list" else f" (as {s.index_kind} tensors)"
     return (f"query: random {str(s.dtype).replace('torch.', '')} [N={query_start_loc(s)[-1]}, n_heads={s.n_heads}, "
             f"head_dim={s.head_dim}]; key_cache, value_cache: random [num_blocks={s.num_blocks}, "

@@ -210,6 +210,11 @@ def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_re
 # The cases
 
 
+@CASES("the statement's worked example: out.flatten() is [2.0, 2.5, 20.0]", public=True)
+def _(impl):
+    check(impl, [Spec(0, 2, 1, 1, 1, 4, (Req(2, 4, (3, 1), 0), Req(1, 3, (0, 2), 0)), example=True)])
+
+
 @CASES("one prefill, one request", public=True)
 def _(impl):
     check(impl, [Spec(1, 4, 2, 1, 8, 6, (Req(6, 6, (4, 1), 11),))])
