@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import harness
+from . import harness, wire
 from .cli import needs_cell
 from .compare import diagnostic
 from .registry import ROOT, Exercise, exercises_of, load_exercises, public_path, span
@@ -41,14 +42,22 @@ def _ids(text: str | None) -> list[int]:
 
 
 class Recorder(Session):
-    """A session that forwards to a worker running the reference and logs every exchange."""
+    """A session that forwards to a worker running the reference and logs every exchange, with the hints the
+    hidden cases give for wrong answers to it (their module's `public_hints(driver, fn, args, value)`: [path in
+    the answer, a wrong value there or None for any, the hint], judge/public.py)."""
 
-    def __init__(self, inner: Session) -> None:
-        self.inner, self.log = inner, []
+    def __init__(self, inner: Session, hints: Any = None) -> None:
+        self.inner, self.hints, self.log = inner, hints, []
 
     def request(self, msg: dict) -> dict:
         reply = self.inner.request(msg)
-        self.log.append([msg, _public({k: v for k, v in reply.items() if k not in ("id", "t")})])
+        entry = _public({k: v for k, v in reply.items() if k not in ("id", "t")})
+        if self.hints is not None and reply.get("ok"):
+            found = self.hints(msg["driver"], msg["attr"], [wire.decode(a) for a in msg.get("args", [])],
+                               wire.decode(reply["value"]))
+            if found:
+                entry["hints"] = wire.encode([list(h) for h in found])
+        self.log.append([msg, entry])
         return reply
 
 
@@ -73,7 +82,7 @@ def record(ex: Exercise) -> dict[str, list]:
             if fatal:
                 raise RuntimeError(f"the reference of {ex.id} does not load: {fatal}")
             run.worker.set_deadline(600)
-            rec = Recorder(run.worker)
+            rec = Recorder(run.worker, getattr(importlib.import_module(ex.tests), "public_hints", None))
             result = harness.run_case(case, RemoteModule(rec))
             if not result.passed:
                 raise RuntimeError(f"public case {case.name!r} fails on the reference: {result.message}")

@@ -81,6 +81,7 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     d = difference(w, g)
     if d is None:
         return None
+    hint = _recorded_hint(want.get("hints"), d[0], g)
     if isinstance(g, dict) and isinstance(g.get("problem"), str):
         return f"{g['problem']}\ninput: {what}"
     departure = _departure(w, g, req)
@@ -94,7 +95,20 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return f"{what}: {_raised(unexpected)}"
     raised = f"\n{_raised(unexpected)}" if unexpected else ""
     return (f"{_named(req, where) or 'the result'}: expected {short(expected)}, got {short(value)}\ninput: {what}"
-            f"{raised}")
+            f"{raised}" + (f"\nhint: {hint}" if hint else ""))
+
+
+def _recorded_hint(hints: Any, where: str, got: Any) -> str | None:
+    """The hint the hidden cases give for this answer, recorded with the reference's (judge/edition.py): the first
+    [path, value, hint] whose path holds `where` and whose value is what the student's answer has there (None: any
+    value)."""
+    for path, value, hint in wire.decode(hints) if hints else []:
+        try:
+            if where.startswith(path) and (value is None or difference(value, _at(got, path)) is None):
+                return hint
+        except (KeyError, IndexError, TypeError):  # the student's answer has nothing at `path`
+            continue
+    return None
 
 
 def _paused(answer: Any) -> bool:

@@ -118,3 +118,20 @@ def test_public_verdict(ex_id: int, path: Path, recorded: dict[int, dict[str, li
         assert failures, f"{path.name} passes every public case of {ex_id}, but says 'PUBLIC: caught'"
     else:
         assert not failures, "\n".join(f"[{case}] {why}" for case, why in failures.items())
+
+
+HINTED = [(127, "wrong_no_causal_mask"), (127, "wrong_gqa_tiled"), (127, "wrong_scale_zero_means_default"),
+          (128, "wrong_qsl_missing_leading_zero"), (128, "wrong_local_logits_indices"),
+          (128, "wrong_positions_from_zero")]
+
+
+@pytest.mark.parametrize("ex_id,stem", HINTED, ids=[f"{e}/{s}" for e, s in HINTED])
+def test_a_public_case_gives_the_hidden_cases_hint(ex_id: int, stem: str, recorded: dict[int, dict[str, list]]) -> None:
+    """The hints the hidden cases give for a common mistake (the fixture's EXPECT) come with the recorded public
+    cases (each hidden module's `public_hints`), so a student's copy says them too."""
+    if ex_id not in recorded:
+        recorded[ex_id] = edition.record(judge.get_exercise(ex_id))
+    path = CASES_DIR / FOLDERS[ex_id] / f"{stem}.py"
+    failures = public_failures(ex_id, path, recorded[ex_id], first_only=True)
+    expect = re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
+    assert any("hint: " in why and expect in why for why in failures.values()), failures

@@ -28,48 +28,59 @@ def expected_values(items: list[Item], block_size: int) -> dict[str, Any]:
 # Diagnosis: a hint for the commonest mistakes
 
 
+def _hints(name: str, items: list[Item], block_size: int, exp: dict[str, Any]) -> list[tuple[Any, str]]:
+    """The hints for a wrong field, as (a wrong value of it, its hint), the last for any other value (None)."""
+    new = [len(it[0]) for it in items]
+    qsl, positions = exp["query_start_loc"], exp["positions"]
+    if name == "input_ids":
+        return [(None, "input_ids is every request's token_ids, concatenated in request order")]
+    if name == "query_start_loc":
+        return [(qsl[1:], "query_start_loc has B+1 entries and starts with 0: [0, n0, n0+n1, ...]"),
+                (None, "query_start_loc[i+1] - query_start_loc[i] is the number of NEW tokens of request i (a "
+                       "cumulative sum)")]
+    if name == "positions":
+        return [([p - it[1] for it in items for p in range(it[1], it[1] + len(it[0]))],
+                 "positions start at num_computed, not at 0: the cached tokens come first"),
+                (None, "request i's new tokens sit at positions num_computed, num_computed+1, ...")]
+    if name == "seq_lens":
+        return [(new, "seq_lens counts the cached tokens too: num_computed + len(token_ids)"),
+                (None, "seq_lens[i] = num_computed + len(token_ids) of request i")]
+    if name == "slot_mapping":
+        return [(positions, "the slot must go through the block table: block_table[p // block_size] * block_size + "
+                            "p % block_size"),
+                (None, "slot of position p = block_table[p // block_size] * block_size + p % block_size (p is the "
+                       "absolute position)")]
+    if name == "logits_indices":
+        return [([len(it[0]) - 1 for it in items if it[3]],
+                 "logits_indices are FLAT indices into the N tokens: query_start_loc[i+1] - 1, not len - 1"),
+                ([qsl[i] for i, it in enumerate(items) if it[3]],
+                 "the logits come from the LAST new token of a request: query_start_loc[i+1] - 1"),
+                ([qsl[i + 1] - 1 for i in range(len(items))],
+                 "only requests whose need_logits is true get a logits index"),
+                (None, "one index per request with need_logits, in request order: query_start_loc[i+1] - 1")]
+    if name == "block_tables":
+        return [(None, "block_tables[i] is request i's own block table, unpadded")]
+    return []
+
+
 def _hint(name: str, items: list[Item], block_size: int, exp: dict[str, Any], got: list) -> str:
     """The hint for a wrong field: `got` differs from exp[name]."""
-    new = [len(it[0]) for it in items]
-    qsl = exp["query_start_loc"]
-    if name == "input_ids":
-        return "input_ids is every request's token_ids, concatenated in request order"
-    if name == "query_start_loc":
-        if got == qsl[1:]:
-            return "query_start_loc has B+1 entries and starts with 0: [0, n0, n0+n1, ...]"
-        return "query_start_loc[i+1] - query_start_loc[i] is the number of NEW tokens of request i (a cumulative sum)"
-    if name == "positions":
-        if got == [p - it[1] for it in items for p in range(it[1], it[1] + len(it[0]))]:
-            return "positions start at num_computed, not at 0: the cached tokens come first"
-        return "request i's new tokens sit at positions num_computed, num_computed+1, ..."
-    if name == "seq_lens":
-        if got == new:
-            return "seq_lens counts the cached tokens too: num_computed + len(token_ids)"
-        return "seq_lens[i] = num_computed + len(token_ids) of request i"
-    if name == "slot_mapping":
-        if got == exp["positions"]:
-            return ("the slot must go through the block table: block_table[p // block_size] * block_size + "
-                    "p % block_size")
+    if name == "slot_mapping" and got != exp["positions"]:
         idx = [i for i, (g, e) in enumerate(zip(got, exp["slot_mapping"])) if g != e]
         if idx and all(exp["positions"][i] % block_size == 0 for i in idx):
             return ("wrong only at block boundaries: the block is block_table[p // block_size], the offset "
                     "p % block_size")
-        return ("slot of position p = block_table[p // block_size] * block_size + p % block_size (p is the absolute "
-                "position)")
-    if name == "logits_indices":
-        local = [len(it[0]) - 1 for it in items if it[3]]
-        first = [qsl[i] for i, it in enumerate(items) if it[3]]
-        every = [qsl[i + 1] - 1 for i in range(len(items))]
-        if got == local:
-            return "logits_indices are FLAT indices into the N tokens: query_start_loc[i+1] - 1, not len - 1"
-        if got == first:
-            return "the logits come from the LAST new token of a request: query_start_loc[i+1] - 1"
-        if got == every:
-            return "only requests whose need_logits is true get a logits index"
-        return "one index per request with need_logits, in request order: query_start_loc[i+1] - 1"
-    if name == "block_tables":
-        return "block_tables[i] is request i's own block table, unpadded"
-    return ""
+    return next((hint for value, hint in _hints(name, items, block_size, exp) if value in (None, got)), "")
+
+
+def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
+    """The hints of the fields of a public case's `build`, recorded with its answer (judge/edition.py)."""
+    if (driver, fn) != ("batch", "build"):
+        return []
+    items, block_size = [tuple(it) for it in args[0]], args[1]
+    exp = expected_values(items, block_size)
+    return [(f"['batch']['{name}']", wrong, hint) for name in FIELDS
+            for wrong, hint in _hints(name, items, block_size, exp)]
 
 
 def diff(items: list[Item], block_size: int, impl) -> CaseFailure | None:
