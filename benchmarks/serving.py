@@ -225,6 +225,45 @@ def metrics(results: list[RequestResult], requests: list[tuple[str, int, int]], 
     return out
 
 
+def server_figures(base: str) -> dict[str, float]:
+    """The server's own counters and histograms (/metrics, prometheus_client's text format), summed over their
+    labels; a histogram bucket as "<name>_bucket@<le>"."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(base + "/metrics", timeout=30).text):
+        for sample in family.samples:
+            key = sample.name.removeprefix("mini_llm:") + (f"@{sample.labels['le']}" if "le" in sample.labels else "")
+            out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def served(before: dict[str, float], after: dict[str, float]) -> dict:
+    """What the server itself measured between two readings of `server_figures`: requests, tokens, mean TTFT and
+    latency from its arrival to its first and last token, and a bound on the slowest request (the least histogram
+    bucket holding every request)."""
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    n = delta["e2e_request_latency_seconds_count"]
+
+    def slowest(metric: str) -> float:
+        buckets = sorted((float(k.split("@")[1]), v) for k, v in delta.items() if k.startswith(metric + "_bucket@"))
+        return next(le for le, count in buckets if count >= n)
+
+    return {"requests": n, "tokens": delta["generation_tokens_total"],
+            "mean_ttft_ms": delta["time_to_first_token_seconds_sum"] / n * 1e3,
+            "mean_e2e_ms": delta["e2e_request_latency_seconds_sum"] / n * 1e3,
+            "max_ttft_s": slowest("time_to_first_token_seconds"), "max_e2e_s": slowest("e2e_request_latency_seconds")}
+
+
+def means_over_any(k: int, server: dict, name: str) -> tuple[float, float]:
+    """The least and greatest mean (ms) of `name` ("ttft" or "e2e") over any k of the requests the server timed
+    (`served`): a tool that reports k of them averages over those k only. The n - k left out are each at most the
+    slowest bucket and at least 0."""
+    n, total = server["requests"], server[f"mean_{name}_ms"] * server["requests"]
+    return max(0.0, total - (n - k) * server[f"max_{name}_s"] * 1e3) / k, total / k
+
+
 def parse_goodput(items: list[str]) -> dict[str, float]:
     slos = {}
     for item in items:

@@ -13,10 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("serving_benchmark", ROOT / "benchmarks" / "serving.py")
@@ -96,41 +94,6 @@ def client_overhead_s(server: dict) -> float:
     return CLIENT_OVERHEAD_S + CLIENT_SHARE * server["mean_e2e_ms"] / 1e3
 
 
-def server_figures(base: str) -> dict[str, float]:
-    """The server's own counters and histograms (/metrics), summed over their labels."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(httpx.get(base + "/metrics", timeout=30).text):
-        for sample in family.samples:
-            key = sample.name.removeprefix("mini_llm:") + (f"@{sample.labels['le']}" if "le" in sample.labels else "")
-            out[key] = out.get(key, 0.0) + sample.value
-    return out
-
-
-def served(before: dict[str, float], after: dict[str, float]) -> dict:
-    """What the server itself measured between two readings: requests, tokens, mean TTFT and latency from its
-    arrival to its first and last token, and a bound on the slowest request (the least histogram bucket holding
-    every request)."""
-    delta = {k: after[k] - before.get(k, 0.0) for k in after}
-    n = delta["e2e_request_latency_seconds_count"]
-
-    def slowest(metric: str) -> float:
-        buckets = sorted((float(k.split("@")[1]), v) for k, v in delta.items() if k.startswith(metric + "_bucket@"))
-        return next(le for le, count in buckets if count >= n)
-
-    return {"requests": n, "tokens": delta["generation_tokens_total"],
-            "mean_ttft_ms": delta["time_to_first_token_seconds_sum"] / n * 1e3,
-            "mean_e2e_ms": delta["e2e_request_latency_seconds_sum"] / n * 1e3,
-            "max_ttft_s": slowest("time_to_first_token_seconds"), "max_e2e_s": slowest("e2e_request_latency_seconds")}
-
-
-def means_over_any(k: int, server: dict, name: str) -> tuple[float, float]:
-    """The least and greatest mean (ms) of `name` ("ttft" or "e2e") over any k of the requests the server timed: a
-    tool that reports k of them averages over those k only. The n - k left out are each at most the slowest bucket
-    and at least 0."""
-    n, total = server["requests"], server[f"mean_{name}_ms"] * server["requests"]
-    return max(0.0, total - (n - k) * server[f"max_{name}_s"] * 1e3) / k, total / k
-
-
 def guidellm_report(base: str, model: str, data: Path, out: Path) -> dict:
     """guidellm's benchmark of every request of `data`, one every 1 / RATE s (its "constant" profile), offline,
     on loopback."""
@@ -176,19 +139,19 @@ def run_both(tmp_path: Path) -> dict:
     try:
         server.wait_ready()
         asyncio.run(serving.run_rate(server.base, model, requests[:2], math.inf, None, 0, tokenizer))  # warm up
-        start = server_figures(server.base)
+        start = serving.server_figures(server.base)
         results, duration = asyncio.run(serving.run_rate(server.base, model, requests, RATE, None, 0, tokenizer,
                                                          ignore_eos=True, burstiness=math.inf))
-        between = server_figures(server.base)
+        between = serving.server_figures(server.base)
         report = guidellm_report(server.base, model, data, tmp_path / "guidellm.json")
-        end = server_figures(server.base)
+        end = serving.server_figures(server.base)
     finally:
         server.stop()
     wanted = {p: n for p, _, n in requests}
     return {"wanted": wanted, "report": report,
             "ours": ours_as_such(serving.metrics(results, requests, duration, {}), wanted),
             "theirs": theirs_as_ours(report, wanted),
-            "server_ours": served(start, between), "server_theirs": served(between, end)}
+            "server_ours": serving.served(start, between), "server_theirs": serving.served(between, end)}
 
 
 def check_against_the_server(tool: dict, server: dict, wanted: dict) -> None:
@@ -211,7 +174,7 @@ def check_against_the_server(tool: dict, server: dict, wanted: dict) -> None:
     overhead = client_overhead_s(server)
     assert schedule <= tool["duration_s"] <= schedule + server["max_e2e_s"] + overhead, (tool, server)
     for name in ("ttft", "e2e"):
-        least, most = means_over_any(n, server, name)
+        least, most = serving.means_over_any(n, server, name)
         assert least <= tool[f"mean_{name}_ms"] <= most + overhead * 1e3, (name, tool, server)
 
 
@@ -266,11 +229,11 @@ def test_the_check_fails_when_a_tool_is_wrong(both, wrong):
         tool["duration_s"] = (tool["requests"] - 2) / RATE  # one arrival gap short
         tool["output_throughput"] = tool["tokens"] / tool["duration_s"]
     elif wrong == "TTFT before the server's":
-        tool["mean_ttft_ms"] = means_over_any(tool["requests"], server, "ttft")[0] - 1
+        tool["mean_ttft_ms"] = serving.means_over_any(tool["requests"], server, "ttft")[0] - 1
     elif wrong == "latency before the server's":
-        tool["mean_e2e_ms"] = means_over_any(tool["requests"], server, "e2e")[0] - 1
+        tool["mean_e2e_ms"] = serving.means_over_any(tool["requests"], server, "e2e")[0] - 1
     else:
-        most = means_over_any(tool["requests"], server, "e2e")[1]
+        most = serving.means_over_any(tool["requests"], server, "e2e")[1]
         tool["mean_e2e_ms"] = most + client_overhead_s(server) * 1e3 + 1000
     with pytest.raises(AssertionError):
         check_against_the_server(tool, server, both["wanted"])
