@@ -122,6 +122,17 @@ _repr.maxstring = _repr.maxother = 200
 _repr.maxlevel = 4
 
 
+def whole(reported: Any, count: int, what: str) -> list:
+    """`reported`, a list a public driver returns with one entry per `what` (its length is the driver's to set, never
+    the learner's code's), if it has `count` entries; else CaseFailure: the report is not the driver's. A grader
+    that zips such a list with its own must check it first: an empty one would compare nothing."""
+    if not isinstance(reported, list) or len(reported) != count:
+        raise CaseFailure(f"the judge's driver reported {len(reported) if isinstance(reported, list) else 'no'} "
+                          f"{what} where it reports {count}: this report is not the public driver's (is "
+                          "judge/drivers/ replaced or changed by your code?)")
+    return reported
+
+
 def short(value: Any) -> str:
     """A readable, bounded repr (long lists are cut with '...')."""
     if isinstance(value, str):

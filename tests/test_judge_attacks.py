@@ -182,6 +182,20 @@ def test_exercise_130_attacks_score_zero(path, model_dir):
         assert "searched; found: []" in report.output, report.output
 
 
+DRIVER_FORGERIES = {"forge_132_lookups": (132, 10, []), "forge_136_empty_rows": (136, 12, []),
+                    "forge_134_no_runs": (134, 12, ["greedy: no drafts, one token"])}  # what that code does right
+
+
+@pytest.mark.parametrize("stem", sorted(DRIVER_FORGERIES))
+def test_a_driver_that_reports_empty_lists_gains_nothing(stem):
+    """A driver replaced at import by one that reports empty per-row, per-lookup or per-call lists (which a grader
+    zipping them with its own would never compare) gains nothing: the grader checks every such list's length
+    (harness.whole), and 134's end to end compares the drafts accepted with the reference's."""
+    ex, count, passing = DRIVER_FORGERIES[stem]
+    report = judge.grade(ex, str(ROOT / "tests" / "judge_cases" / "attacks_drivers" / f"{stem}.py"), isolated=True)
+    assert len(report.results) == count and [r.name for r in report.results if r.passed] == passing, report.text()
+
+
 def test_a_forged_133_report_scores_zero():
     """133's driver is replaced at import by one that builds its report from the script the grader sends, with no
     event loop (8 of 12 cases passed so before the grader replayed the engine's log): every case fails, on the

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
-from judge.harness import CaseFailure, Cases, check_each, short
+from judge.harness import CaseFailure, Cases, check_each, short, whole
 from judge.hidden.end_to_end import alone, load_model, random_prompts
 from judge.drivers.prefix_cache import CHAINED
 from judge.remote import Driver, learner_failure
@@ -210,7 +210,7 @@ def check_ops(impl, ops: list[tuple], topic: str) -> CaseFailure | None:
     shown = ops[: got["call"] + 1] if "call" in got else ops
     text = "\n".join(["c = PrefixCache()"] + [f"c.{op[0]}({', '.join(map(repr, op[1:]))})" for op in shown])
     try:
-        lookups = reported(got, text)["lookups"]
+        lookups = whole(reported(got, text)["lookups"], sum(op[0] == "lookup" for op in ops), "lookups")
     except CaseFailure as f:
         return f
     for i, (g, w) in enumerate(zip(lookups, reference_lookups(ops))):

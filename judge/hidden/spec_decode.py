@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
+import mini_llm
 from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
 from framework.spec_decode import SpeculativeConfig, speculating_engine
 from framework.trace import StepTracer
 from judge.drivers import spec_decode as spec_driver
 from judge.drivers.engine import plain_params
-from judge.harness import CaseFailure, Cases, option
+from judge.harness import CaseFailure, Cases, whole
 from judge.hidden.end_to_end import load_model
 from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded
@@ -166,7 +167,8 @@ def check_distribution(impl, logits: list[list[float]], drafts: list[int], tempe
     got = Driver(impl, "spec_decode").distribution(case, TRIALS, repeats)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
-    runs, again = got["_runs"], got["_again"]  # tested here, never trusting the worker's verdict
+    # tested here, never trusting the worker's verdict
+    runs, again = whole(got["_runs"], TRIALS, "calls"), whole(got["_again"], repeats, "repeated calls")
     failure = spec_driver.sampling_failure(case, runs) or spec_driver.repeat_failure(runs, again)
     if failure:
         raise CaseFailure(failure["message"], input=text, hint=failure["hint"])
@@ -251,12 +253,11 @@ def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, 
 
 @CASES("end to end: greedy with speculation equals without", timeout=120)
 def _(impl):
-    r = seeded("134:e2e")
-    vocab = load_model().cfg.vocab_size
+    r, model = seeded("134:e2e"), load_model()
     prompts = []
-    for n in (3, 2, 5, 1):
-        pattern = [r.randrange(vocab) for _ in range(n)]
-        prompts.append((pattern * 8)[: 4 * n + 1])
+    for n in (3, 2, 5, 1):  # p, the model's greedy continuation of p, p again: prompt lookup drafts what the model
+        p = [r.randrange(model.cfg.vocab_size) for _ in range(n)]  # is likely to say again, so drafts are accepted
+        prompts.append(p + mini_llm.generate(model, p, 8) + p)
     config = {"num_blocks": 48, "block_size": 4, "token_budget": 24, "max_num_seqs": 4}
     speculative = {"num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
     text = (f"SpecDecodeEngine(model, EngineConfig(**{config}, speculative=SpeculativeConfig(**{speculative})))"
@@ -266,12 +267,22 @@ def _(impl):
         raise learner_failure(got["error"], NAME, text)
     plain = LLMEngine(load_model(), EngineConfig(**config))
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))]
-    failure = e2e_failure(got, want, config, text)
-    if failure is not None or option("trace"):  # the reference's speculating run, for the table and --trace
-        runs = TracedEngines(yours, generate(ref, prompts, 12, config, speculative)[1])
-        offer(runs)
-        if failure is not None:
-            raise with_table(failure, runs, 0)
+    reference, theirs = generate(ref, prompts, 12, config, speculative)  # the same drafts, verified by the reference
+    failure = e2e_failure(got, want, config, text) or accepted_failure(got, reference, text)
+    runs = TracedEngines(yours, theirs)
+    offer(runs)
+    if failure is not None:
+        raise with_table(failure, runs, 0)
+
+
+def accepted_failure(got: dict[str, Any], reference: dict[str, Any], text: str) -> CaseFailure | None:
+    """Greedy acceptance is exact: the same drafts, verified right, accept as many tokens as the reference's."""
+    counts = [(got[k], reference[k]) for k in ("num_draft_tokens", "num_accepted_tokens")]
+    if counts[0][0] != counts[0][1] or counts[1][0] != counts[1][1]:
+        return CaseFailure("the engine accepted another number of drafted tokens than with the reference's "
+                           "verify_and_update", input=text, field="drafted, accepted tokens",
+                           expected=[w for _, w in counts], got=[g for g, _ in counts], hint=HINTS["returned"])
+    return None
 
 
 def e2e_failure(got: dict[str, Any], want: list[list[int]], config: dict[str, Any], text: str) -> CaseFailure | None:

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 
 from judge.drivers import structured_output as drv
-from judge.harness import CaseFailure, Cases, check_each
+from judge.harness import CaseFailure, Cases, check_each, whole
 from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded
 from solutions import structured_output as ref
@@ -63,6 +63,8 @@ def mask_diff(value: tuple[list[dict], int], impl) -> CaseFailure | None:
     if "raised" in got:
         return learner_failure(got["_error"], "apply_grammar_bitmask", where)
     exp = drv.mask(ref, rows, logits)
+    for key, what in (("masked", "logits rows"), ("changed", "logits rows"), ("states", "grammars")):
+        whole(got[key], len(exp[key]), what)
     owners = _row_owners(rows)
     for j, (g, e) in enumerate(zip(got["masked"], exp["masked"])):
         if g != e:
@@ -197,7 +199,7 @@ def decode_diff(value: tuple[list[dict], int], impl) -> CaseFailure | None:
     if "problem" in got:
         return CaseFailure(got["problem"], input=where, hint="a row masks only what its own grammar forbids")
     exp = drv.decode(ref, requests, seed)
-    for i, (g, e) in enumerate(zip(got["outputs"], exp["outputs"])):
+    for i, (g, e) in enumerate(zip(whole(got["outputs"], len(exp["outputs"]), "requests"), exp["outputs"])):
         if g != e:
             name = next(k for k in e if g.get(k) != e[k])
             return CaseFailure(f"request {i} of the loop: wrong {name}", input=where, field=name, expected=e[name],

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from judge.drivers.tensor_parallel import describe
-from judge.harness import CaseFailure, Cases
+from judge.harness import CaseFailure, Cases, whole
 from judge.hidden.end_to_end import load_model
 from judge.remote import Driver, learner_failure
 from mini_llm import Qwen3Config, causal_attention, rope_cos_sin
@@ -180,6 +180,8 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
     text = (f"layer_forward(shard[rank], x: random [{tokens}, {cfg.hidden_size}], positions={positions.tolist()}, "
             f"cfg, world_size={ws}, all_reduce) on {whose}  # {s.text(ws)}")
     res = Driver(impl, "tensor_parallel").forward(shards, x, positions, asdict(cfg), ws)
+    for key in ("outputs", "returned", "errors", "out_of_step", "sent"):
+        whole(res[key], ws, f"ranks' {key}")
     for rank, err in enumerate(res["errors"]):
         if err is not None:
             raise learner_failure(err, "layer_forward", f"{text}, rank {rank}")
