@@ -69,6 +69,7 @@ from course.structured_output import ConstraintError, constraint_from_request
 SIMPLE_CHAT_TEMPLATE = "{role}: {content}\n"  # per message, then "assistant:" (models without a chat template)
 PREFIX = "mini_llm:"
 MAX_N = 16  # completions per request
+MAX_STOP = 16  # stop strings per request (OpenAI allows 4; each one is searched for after every token)
 SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's
@@ -117,10 +118,26 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = None
 
 
-class ChatMessage(BaseModel):
+class TextPart(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "user", "assistant"]
-    content: str
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    """OpenAI's message: a developer message is a system one (OpenAI's newer name for it); content as a string or
+    text parts (joined by newlines, as vLLM does), none for an assistant's; `name` is metadata, as `user`."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None
+    name: str | None = None
+
+    def plain(self) -> dict[str, str]:
+        content = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content or [])
+        if self.content is None and self.role != "assistant":
+            raise BadRequest(f"a {self.role} message needs content", "messages")
+        return {"role": "system" if self.role == "developer" else self.role, "content": content}
 
 
 class ChatRequest(SamplingFields):
@@ -151,8 +168,10 @@ def refuse_unsupported(req: SamplingFields) -> None:
         raise BadRequest("echo is not supported with stream=true: ask without streaming", "echo")
 
 
-def sampling_params(req: SamplingFields, max_tokens: int | None, **extra: Any) -> SamplingParams:
-    """The request's SamplingParams; a field SamplingParams refuses is a 400 naming it."""
+def sampling_params(req: SamplingFields, max_tokens: int | None, named_as: dict[str, str] | None = None,
+                    **extra: Any) -> SamplingParams:
+    """The request's SamplingParams; a field SamplingParams refuses is a 400 naming it, as the request names it
+    (`named_as`: SamplingParams' name -> the request's, where they differ)."""
     try:  # response_format and structured_outputs (course/structured_output.py)
         extra["structured_outputs"] = constraint_from_request(req.model_extra or {})
     except ConstraintError as error:
@@ -160,6 +179,8 @@ def sampling_params(req: SamplingFields, max_tokens: int | None, **extra: Any) -
     refuse_unsupported(req)
     if not 1 <= req.n <= MAX_N:
         raise BadRequest(f"n must be in [1, {MAX_N}] (completions per request), got {req.n}", "n")
+    if isinstance(req.stop, list) and len(req.stop) > MAX_STOP:  # each is searched for at every token
+        raise BadRequest(f"stop: at most {MAX_STOP} stop strings, got {len(req.stop)}", "stop")
     names = ("temperature", "top_p", "top_k", "stop", "seed", "presence_penalty", "frequency_penalty",
              "stop_token_ids", "min_tokens", "min_p", "repetition_penalty")
     given = {name: getattr(req, name) for name in names} | {"max_tokens": max_tokens} | extra
@@ -168,7 +189,9 @@ def sampling_params(req: SamplingFields, max_tokens: int | None, **extra: Any) -
                               include_stop_str_in_output=req.include_stop_str_in_output,
                               skip_special_tokens=req.skip_special_tokens)
     except ValueError as error:
-        raise BadRequest(str(error), str(error).split()[0]) from error
+        field = str(error).split()[0]
+        name = (named_as or {}).get(field, field)
+        raise BadRequest(name + str(error).removeprefix(field), name) from error
 
 
 def child_params(params: SamplingParams, index: int) -> SamplingParams:
@@ -378,21 +401,22 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             raise BadRequest(f"the model {name!r} does not exist: this server serves {state.model_name!r}",
                              "model", 404, "not_found_error")
 
-    async def start(prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Generation]:
+    async def start(prompt_ids: list[int], params: SamplingParams, n: int = 1,
+                    prompt_param: str = "prompt") -> list[Generation]:
         """n completions of the prompt, each its own engine request, as vLLM v1 fans out a request with n > 1
         (`ParentRequest` in vllm/v1/engine/parallel_sampling.py at b31e9326a7): with prefix caching on, the
         children share the prompt's full blocks. All of them or none."""
         gens: list[Generation] = []
         try:
             for index in range(n):
-                gens.append(await start_one(prompt_ids, child_params(params, index)))
+                gens.append(await start_one(prompt_ids, child_params(params, index), prompt_param))
         except BaseException:
             for gen in gens:
                 await end(gen)
             raise
         return gens
 
-    async def start_one(prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def start_one(prompt_ids: list[int], params: SamplingParams, prompt_param: str) -> Generation:
         arrival = time.perf_counter()
         if state.num_pending >= state.max_pending:
             metrics.refused.inc()
@@ -405,7 +429,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             state.num_pending -= 1
             if isinstance(error, ValueError):
                 first = str(error).split()[0]
-                param = first if first in SAMPLING_FIELDS else "prompt" if "prompt" in str(error) else None
+                param = first if first in SAMPLING_FIELDS else prompt_param if "prompt" in str(error) else None
                 raise BadRequest(str(error), param) from error
             raise
         output = OutputText(llm.tokenizer, params, llm.engine.eos_token_id)
@@ -663,16 +687,28 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         own_template = bool(getattr(llm.tokenizer, "chat_template", None))
         prompt_ids = await off_loop(lambda: encode_text(llm.tokenizer, render_chat(llm.tokenizer, req.messages),
                                                         "messages", add_special_tokens=not own_template))
-        max_tokens = req.max_completion_tokens or req.max_tokens or context_left(len(prompt_ids))
-        params = sampling_params(req, max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+        given = [(name, v) for name, v in (("max_completion_tokens", req.max_completion_tokens),
+                                           ("max_tokens", req.max_tokens)) if v is not None]
+        for name, value in given:
+            if value < 1:
+                raise BadRequest(f"{name} must be at least 1, got {value}", name)
+        max_tokens = given[0][1] if given else context_left(len(prompt_ids))  # max_completion_tokens first
+        params = sampling_params(req, max_tokens, {"logprobs": "top_logprobs", "max_tokens": given[0][0]} if given
+                                 else {"logprobs": "top_logprobs"},
+                                 logprobs=(req.top_logprobs or 0) if req.logprobs else None)
         await compile_grammar(params, req)
-        return await respond(await start(prompt_ids, params, req.n), req, True, client)
+        return await respond(await start(prompt_ids, params, req.n, "messages"), req, True, client)
 
     @app.get("/v1/models")
     async def models() -> dict:
         limit = llm.engine.model.cfg.max_position_embeddings
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
                                             "owned_by": "mini-llm-course", "max_model_len": limit}]}
+
+    @app.get("/v1/models/{model}")
+    async def model_card(model: str) -> dict:
+        check_model(model)
+        return (await models())["data"][0]
 
     @app.get("/health")
     async def health() -> dict:
@@ -807,7 +843,7 @@ def serve(app: FastAPI, host: str, port: int, shutdown_timeout: float, **config:
 
 def render_chat(tokenizer: Any, messages: list[ChatMessage]) -> str:
     """The chat as one prompt: the tokenizer's chat template if it has one, else SIMPLE_CHAT_TEMPLATE."""
-    plain = [{"role": m.role, "content": m.content} for m in messages]
+    plain = [m.plain() for m in messages]
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
     return "".join(SIMPLE_CHAT_TEMPLATE.format(**m) for m in plain) + "assistant:"

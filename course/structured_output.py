@@ -59,7 +59,10 @@ def _from_fields(fields: Any) -> StructuredOutputsParams:
 
 
 def _from_response_format(response_format: Any) -> StructuredOutputsParams | None:
-    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if not isinstance(response_format, dict):
+        raise ConstraintError(f'response_format must be an object such as {{"type": "json_object"}}, got '
+                              f"{str(response_format)[:60]!r}", "response_format")
+    kind = response_format.get("type")
     if kind == "text":
         return None
     if kind == "json_object":

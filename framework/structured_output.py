@@ -139,8 +139,10 @@ class GrammarCompiler:
             return self.compiler.compile_builtin_json_grammar()
         if kind == "regex":
             return self.compiler.compile_regex(text)
-        if kind == "choice":  # one alternative per string, each a literal of the EBNF (quoted as in JSON)
-            return self.compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c) for c in json.loads(text)))
+        if kind == "choice":  # one alternative per string, each a literal of the EBNF (quoted as in JSON, but for
+            # characters past U+FFFF, which JSON writes as two surrogates and the EBNF would read as two characters)
+            return self.compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c, ensure_ascii=False)
+                                                                          for c in json.loads(text)))
         return self.compiler.compile_grammar(text)
 
 

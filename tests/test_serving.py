@@ -192,6 +192,19 @@ BAD = [  # (endpoint, body, words of the 400 message)
     ("chat/completions", {"messages": []}, "messages is empty"),
     ("chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role"),
     ("chat/completions", {"messages": "hi"}, "messages: Input should be a valid list"),
+    ("chat/completions", {"messages": [{"role": "user", "content": None}]}, "a user message needs content"),
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     "messages.0.content"),
+    ("completions", {"prompt": "Hi", "stop": [f"s{i}" for i in range(17)]}, "at most 16 stop strings, got 17"),
+    ("completions", {"prompt": "Hi", "response_format": "json"}, "response_format must be an object"),
+]
+CHAT = [{"role": "user", "content": "Hi"}]
+PARAMS = [  # (chat body, the param the 400 names, words of its message): as the request names the field
+    ({"messages": CHAT, "max_tokens": 0}, "max_tokens", "max_tokens must be at least 1, got 0"),
+    ({"messages": CHAT, "max_completion_tokens": 0}, "max_completion_tokens", "at least 1, got 0"),
+    ({"messages": CHAT, "max_completion_tokens": 3, "max_tokens": -1}, "max_tokens", "at least 1, got -1"),
+    ({"messages": CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "top_logprobs must be"),
+    ({"messages": [{"role": "user", "content": "Hi " * 3000}]}, "messages", "prompt"),
 ]
 
 
@@ -202,6 +215,37 @@ def test_bad_requests_get_400_saying_what_to_fix(server, endpoint, body, words):
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert words in error["message"] and error["type"] == "invalid_request_error", error
+
+
+@pytest.mark.parametrize("body, param, words", PARAMS, ids=[p for _, p, _ in PARAMS])
+def test_a_chat_400_names_the_field_as_the_request_does(server, body, param, words):
+    _, base = server
+    r = httpx.post(f"{base}/chat/completions", json={"model": "tiny-qwen3", **body}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert words in r.json()["error"]["message"], r.text
+
+
+def test_the_openai_clients_message_shapes_and_the_model_card(server):
+    """Text parts, a developer message (a system one), a name and an assistant message without content read as
+    the plain messages they stand for; models.retrieve gives the model's card."""
+    _, base = server
+    shaped = [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+              {"role": "user", "name": "ann", "content": [{"type": "text", "text": "Tell me"},
+                                                          {"type": "text", "text": "a story"}]},
+              {"role": "assistant", "content": None}, {"role": "user", "content": "Go on"}]
+    plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me\na story"},
+             {"role": "assistant", "content": ""}, {"role": "user", "content": "Go on"}]
+
+    async def run():
+        async with client(base) as c:
+            texts = [(await c.chat.completions.create(model="tiny-qwen3", max_tokens=8, messages=m)).choices[0]
+                     .message.content for m in (shaped, plain)]
+            return texts, await c.models.retrieve("tiny-qwen3")
+
+    (mine, theirs), card = asyncio.run(run())
+    assert mine == theirs and card.id == "tiny-qwen3"
+    r = httpx.get(f"{base}/models/gpt-4")
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model", r.text
 
 
 def test_bad_json_wrong_model_and_the_openai_client(server):

@@ -118,6 +118,8 @@ def test_small_schemas_any_seed_with_and_without_speculation(parts, schema, seed
 def test_choice_regex_and_grammar(parts):
     eng = engine(parts)
     for constraint, ok in [(StructuredOutputsParams(choice=["yes", "no"]), lambda t: t in ("yes", "no")),
+                           (StructuredOutputsParams(choice=["🐱", "café 🐱 naïve"]),
+                            lambda t: t in ("🐱", "café 🐱 naïve")),
                            (StructuredOutputsParams(regex=r"[0-9]{3}-[a-z]{2}"), lambda t: len(t) == 6 and t[3] == "-"),
                            (StructuredOutputsParams(grammar='root ::= "(" [a-c] [a-c]? ")"'),
                             lambda t: t.startswith("(") and t.endswith(")"))]:
