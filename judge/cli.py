@@ -148,7 +148,7 @@ def cmd_list(args) -> int:
         public, total = ex.case_counts()
         counts = f"{public} public" + (f" + {total - public} hidden" if total is not None else "")
         rows.append((str(ex.id), ex.slug, ex.title, ex.difficulty, ex.practice_file, counts, needs_cell(ex), status))
-    head = ("id", "slug", "title", "difficulty", "file to edit", "cases", "needs passed", "status")
+    head = ("id", "slug", "title", "difficulty", "file to edit", "cases", "runs the course's", "status")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
     for r in [head, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])

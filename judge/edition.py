@@ -94,8 +94,8 @@ def record(ex: Exercise) -> dict[str, list]:
 
 def student_readme(released: list[Exercise], with_solutions: list[Exercise]) -> str:
     """The edition's README: what the copy holds and the commands a student runs."""
-    served = sorted({i for ids in exercises_of(["engine", "async_engine"]) for i in ids}
-                    & {ex.id for ex in released})
+    served = sorted({i for ids in exercises_of(["engine", "async_engine"]) for i in ids})
+    later = [i for i in served if i not in {ex.id for ex in released}]
     solved = {ex.id for ex in with_solutions}
     rows = "\n".join(f"| {ex.id} | {ex.title} | `{ex.practice_file}` | `{ex.statement}` | {needs_cell(ex)} |"
                       + (f" `{ex.reference.replace('.', '/')}.py` |" if ex.id in solved else " |")
@@ -117,19 +117,19 @@ python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e .
 
 ## Your exercises
 
-| id | exercise | your file | statement | needs passed | reference given |
+| id | exercise | your file | statement | runs the course's | reference given |
 | --- | --- | --- | --- | --- | --- |
 {rows}
 
-"Needs passed": the exercises whose code this exercise's cases run; in your copy your own modules of them run,
-so they must pass first (in brackets: only for cases that preempt or cache prefixes; "e2e": only for the
-end-to-end case, which your instructor runs). Each statement's "Needs" line says it in words.
+"Runs the course's": the exercises whose code this exercise's cases run besides yours (in brackets: only in cases
+that preempt or cache prefixes; "e2e": only in the end-to-end case, which your instructor runs). The course's own
+code of them runs, or in your copy the answers recorded from it, so you need not pass them first; the chapters run
+yours of them once they pass. Each statement's "Needs" line says it in words.
 
 Check your work with `.venv/bin/python practice/judge.py ID` (e.g. `{released[0].id if released else 128}`): it runs
 the public cases of the exercise (its statement's worked examples and at least four cases over the whole contract;
 `practice/judge.py list` gives how many) and ends with `N passed, N failed`.
-Your instructor grades the hidden cases. An exercise that runs on other parts of the engine uses your own
-`practice/` modules for the parts whose reference is not in this copy, and says so.
+Your instructor grades the hidden cases.
 
 ## The chapters at every stage
 
@@ -143,7 +143,7 @@ every chapter says which module is which, the second which exercises its live ce
 
 Once exercises {span(served)} pass, `.venv/bin/python -m course.serve` serves your engine and online loop as an
 OpenAI-compatible server on 127.0.0.1:8000 (chapter 10 shows how to call it); until then it says which exercises
-are missing and exits.
+are missing and exits.{f" Exercises {span(later)} are not released to you yet." if later else ""}
 """
 
 

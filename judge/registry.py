@@ -62,7 +62,8 @@ class Exercise:
         return ROOT / (self.reference.replace(".", "/") + ".py")
 
     def needs(self) -> str | None:
-        """In words, the exercises that must pass first where the copy lacks their references; None for none."""
+        """In words, the exercises whose code this exercise's cases run besides the learner's (the course's own, or
+        its recorded answers in a student edition); None for none."""
         return needs_text([Path(self.practice_file).stem], skip=self.id, where="a case")
 
     def needs_line(self) -> str:
@@ -71,8 +72,9 @@ class Exercise:
         if text is None:
             return "**Needs:** no other exercise: its cases run only your code, on the framework."
         who = self.parts_run_by or "its cases"
-        return (f"**Needs:** {text}, passed first: {who} run{'s' * bool(self.parts_run_by)} your code of them where "
-                "your copy has no reference of them (a student edition).")
+        return (f"**Needs:** no other exercise passed first: {who} run{'s' * bool(self.parts_run_by)} the course's "
+                f"code of {text} (in a student edition, its answers recorded when the copy was made). The chapters "
+                "run yours of them once they pass.")
 
     @property
     def public_cases(self) -> tuple[str, ...]:

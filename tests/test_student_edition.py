@@ -107,6 +107,7 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(partial_editio
     assert not any(f.startswith(("nbgrader/", "tests/")) or f == "docs/instructors.md" for f in files)
     readme = (out / "README.md").read_text()
     assert "| 128 |" in readme and "`solutions/block_pool.py`" in readme and "hidden tests" not in readme
+    assert "Once exercises 125–133 pass" in readme and "Exercises 126, 127, 130–133 are not released" in readme
     secret = (config / "mini-llm-judge" / "secret_seed").read_text().strip()
     assert len(secret) == 32 and not any(secret in (out / f).read_text(errors="replace") for f in files)
 
@@ -126,6 +127,7 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(partial_editio
     wrong = graded["wrong_positions_from_zero"][0]
     assert "batch.positions: expected [0, 1, 2, 3, 4, 6, 2, 3, 4], got [0, 1, 2, 3, 4, 0, 0, 1, 2]" in wrong, wrong
     assert "input: build_batch([([11, 12, 13, 14, 15], 0, [7, 2], True)," in wrong, wrong
+    assert "hint: positions start at num_computed, not at 0" in wrong, wrong  # the hidden cases' hint, recorded
     shown = graded["wrong_lifo"][0] + graded["wrong_returns_dict"][0]
     assert "pool = BlockPool(4); pool.allocate(3)" in shown, shown
     assert "call 1, pool.allocate(3), returned: expected [0, 1, 2]" in shown, shown
@@ -467,7 +469,8 @@ def test_a_fresh_edition_says_what_it_holds_and_serves_only_the_students_engine(
         stored = "".join("".join(o["text"]) for o in first["outputs"] if o.get("name") == "stdout").splitlines()
         assert stored[0] == printed[0] and stored[1].startswith("this chapter's "), f"{path.name}: {stored[:2]}"
         assert not any(line.startswith(("engine: the reference", "implementation: solutions")) for line in stored)
-    assert "**Needs:** exercises 125–129" in (bare_edition / judge.get_exercise(130).statement).read_text()
+    assert "**Needs:** no other exercise passed first: its cases run the course's code of exercises 125–129" in \
+        (bare_edition / judge.get_exercise(130).statement).read_text()
     readme = (bare_edition / "README.md").read_text()
     assert "| `practice/exercises/130-inference-loop.md` | 125–129 (131, 132) |" in readme, readme
     assert "Once exercises 125–133 pass, `.venv/bin/python -m course.serve`" in readme, readme

@@ -129,6 +129,24 @@ def _hint(op: Op, field: str, exp: Any, got: Any, num_blocks: int) -> str:
     return ""
 
 
+def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
+    """The hints of each call of a public case's script, recorded with its answer (judge/edition.py)."""
+    if (driver, fn) != ("block_pool", "run"):
+        return []
+    num_blocks, ops = args[0], [tuple(op) for op in args[1]]
+    spec, hints = Spec(num_blocks), []
+    for i, op in enumerate(ops):
+        exp_err, exp_ret = spec.apply(op)
+        at = f"['steps'][{i}]"
+        hints.append((f"{at}['raised']", None, _hint(op, "raises", exp_err, None, num_blocks)))
+        if exp_ret is not None:
+            hints.append((f"{at}['returned']", None, _hint(op, "return value", exp_ret, None, num_blocks)))
+        for name in ("ref_cnt", "num_free_blocks"):
+            hints.append((f"{at}['state']['{name}']", None,
+                          _hint(op, "state after the error" if exp_err else name, None, None, num_blocks)))
+    return hints
+
+
 def diff(num_blocks: int, ops: list[Op], impl: Any) -> CaseFailure | None:
     """None if the learner's pool follows the contract on this script, else the first difference."""
     failure, steps = _first_difference(num_blocks, ops, impl)
