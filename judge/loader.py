@@ -32,8 +32,11 @@ def module_name_for(path: Path, exercise: Exercise | None = None) -> str:
     return f"_judged_{path.stem}"
 
 
-def load_file(path: str | Path, exercise: Exercise | None = None) -> ModuleType:
+def load_file(path: str | Path, exercise: Exercise | None = None, shown: str | None = None) -> ModuleType:
+    """The learner's file imported as the practice module it replaces; SetupError naming it as `shown` (default:
+    its file name) when it does not import."""
     path = Path(path).resolve()
+    shown = shown or path.name
     if not path.is_file():
         raise SetupError("missing file", f"{path} does not exist")
     sys.dont_write_bytecode = True
@@ -50,13 +53,13 @@ def load_file(path: str | Path, exercise: Exercise | None = None) -> ModuleType:
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit at import time, ...
         sys.modules.pop(name, None)
         if isinstance(exc, SystemExit):
-            raise SetupError("import", f"{path.name} called sys.exit({exc.code!r}) while being imported") from None
+            raise SetupError("import", f"{shown} called sys.exit({exc.code!r}) while being imported") from None
         if is_memory_error(exc):
-            raise SetupError("memory", f"memory limit exceeded while importing {path.name}") from None
+            raise SetupError("memory", f"memory limit exceeded while importing {shown}") from None
         if isinstance(exc, SyntaxError):
             detail = f"line {exc.lineno}: {exc.msg}\n    {(exc.text or '').rstrip()}"
-            raise SetupError("import", f"{path.name} has a syntax error, {detail}") from None
-        raise SetupError("import", f"importing {path.name} failed:\n{trimmed_traceback(exc, str(path))}") from None
+            raise SetupError("import", f"{shown} has a syntax error, {detail}") from None
+        raise SetupError("import", f"importing {shown} failed:\n{trimmed_traceback(exc, str(path))}") from None
     return module
 
 

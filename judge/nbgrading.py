@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
 from .registry import Exercise, get_exercise
 from .report import CaseResult, Report, clean
 
@@ -45,16 +46,24 @@ def notebook_report(exercise: int, code: str) -> Report:
     return grade(exercise, source=code, **options_from_env())
 
 
+class CaseFailed(AssertionError):
+    """A test case's cell failed (0 points). IPython shows its message alone: the feedback shows no traceback, so
+    no folder of the grader's machine and no line of the course's code."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"AssertionError: {self}"]
+
+
 def case_check(report: Report, name: str) -> None:
-    """Raise AssertionError (0 points) unless case `name` passed; one this copy lacks (a hidden one) is announced."""
+    """Raise CaseFailed unless case `name` passed; one this copy lacks (a hidden one) is announced."""
     found = [r for r in report.results if r.name == name]
     if not found:
         if report.fatal:
-            raise AssertionError(clean(report.fatal))
+            raise CaseFailed(clean(report.fatal))
         print(HIDDEN_NOTE)
         return
     if not found[0].passed:  # the details are in the judge cell's report (bounded once there)
-        raise AssertionError(f"[{found[0].verdict}] {found[0].message}\n(the judge's report above says more)")
+        raise CaseFailed(f"[{found[0].verdict}] {found[0].message}\n(the judge's report above says more)")
 
 
 TRUSTED_JUDGE_CELL = """\
@@ -133,8 +142,9 @@ def _graded(ex: Exercise, nb: Any) -> Report:
     try:
         return grade(ex, source=solutions[0].source, isolated=isolated, **options_from_env())
     except IsolationUnavailable as exc:
-        raise RuntimeError(f"refusing to autograde: {exc}. (JUDGE_UNISOLATED=1 grades without bubblewrap, "
-                           "for code you trust.)") from None
+        advice = "" if sandbox.install_problem() else \
+            " (JUDGE_UNISOLATED=1 grades without bubblewrap, for code you trust.)"
+        raise RuntimeError(f"refusing to autograde: {str(exc).rstrip('.')}.{advice}") from None
     except Exception:  # noqa: BLE001 - a judge bug: this notebook scores 0 and is still exported
         traceback.print_exc()  # for the instructor, in nbgrader's log; the feedback names no file of theirs
         report.fatal = "the judge failed on this submission (a bug of the course, not of your code)"

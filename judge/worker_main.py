@@ -48,7 +48,7 @@ class Worker:
             if self.cfg.get("impl_module"):
                 self.module = importlib.import_module(self.cfg["impl_module"])
             else:
-                self.module = load_file(self.cfg["impl"], ex)
+                self.module = load_file(self.cfg["impl"], ex, self.cfg.get("display"))
             self.learner_file = getattr(self.module, "__file__", None)
             check_api(self.module, ex, self.cfg.get("display") or "your module")
         except SetupError as err:

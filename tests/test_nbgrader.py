@@ -206,7 +206,8 @@ def test_feedback_and_grades_csv(graded_course):
     run = _nbgrader(["generate_feedback", gen.assignment_name(judge.get_exercise(128))], graded_course, env)
     assert run.returncode == 0, run.stdout + run.stderr
     html = (graded_course / "feedback" / "loop" / "ex128-batch-layout" / "ex128-batch-layout.html").read_text()
-    assert "timeout" in html
+    assert "timeout" in html and "AssertionError: [timeout] time limit exceeded" in html, html[-3000:]
+    assert "nbgrading.py" not in html and "most recent call last" not in html  # a failed case: its message alone
     run = _nbgrader(["export"], graded_course, env)
     assert run.returncode == 0, run.stdout + run.stderr
     import csv
