@@ -192,7 +192,8 @@ def grade(exercise: int | str | Exercise, impl: Any = None, *, source: str | Non
                     report.fatal = f"no case of exercise {ex.id} matches {cases}"
                 return report
             report.results, report.fatal = run.cases(selected)
-            report.notes += run.notes
+            report.notes += run.notes or ([f"--trace: no case run of exercise {ex.id} has step traces to write"]
+                                          if (options or {}).get("trace") else [])
         except MemoryError:  # the grader's own memory ran out on this submission: it scores 0, the next starts clean
             report.results = _not_run(selected, "not run", "grader memory")
             report.fatal = "the grader ran out of memory while grading this submission"

@@ -65,6 +65,12 @@ def test_the_right_scheduler_gets_no_table_and_no_trace_without_the_option():
     assert report.ok and not report.notes and "first difference" not in report.text()
 
 
+def test_trace_on_an_exercise_without_step_traces_says_so(tmp_path):
+    report = judge.grade(128, "solutions.batch", cases=["single prefill"], options={"trace": str(tmp_path / "t")})
+    assert report.ok and "--trace: no case run of exercise 128 has step traces to write" in report.text()
+    assert not (tmp_path / "t").exists()
+
+
 def test_130_departure_names_the_step_and_trace_writes_both_runs(tmp_path):
     """130's scheduler is a fake replaying the reference's plans, so a wrong engine departs from the script before
     any plan can differ: the report names the step and the call, and --trace writes both runs."""
