@@ -85,14 +85,18 @@ class NotPassedYet(ExerciseNeeded):
         self.name, self.module = name, module
 
     def line(self) -> str:
-        """The one line a chapter prints instead of failing."""
+        """The one line a chapter prints instead of failing: every exercise it needs that has not passed yet."""
         c = self.choice
         if not c.exercise:
             return f"this cell runs {self.name}, which needs {c.module}, whose exercise this copy does not release"
-        if self.module == c.module:
+        picked = choices()
+        missing = [c, *(picked[m] for m in PARTS.get(self.module, (self.module,)) if m in picked and m != c.module
+                        and m not in OPTIONAL and picked[m].exercise and not picked[m].yours
+                        and not picked[m].has_reference)]
+        if self.module == c.module and len(missing) == 1:
             return f"this cell runs {self.name}, exercise {c.exercise}, which you have not passed yet"
-        return (f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), "
-                "which you have not passed yet")
+        named = " and ".join(f"{m.module} (exercise {m.exercise})" for m in sorted(missing, key=lambda m: m.exercise))
+        return f"this cell runs {self.name}, which needs {named}, which you have not passed yet"
 
 
 class NotInThisCopy(RuntimeError):

@@ -179,3 +179,15 @@ def test_a_part_neither_yours_nor_shipped_stops_the_cell(monkeypatch):
         traces.your_modules("scheduler")
     assert stop.value.line() == ("this cell runs your scheduler in the engine, which needs block_pool (exercise 125), "
                                  "which you have not passed yet")
+
+
+def test_a_cell_that_needs_several_parts_not_passed_names_them_all(monkeypatch):
+    """A learner told only of the first missing part would think passing it unlocks the cell."""
+    picked = course.choices()
+    for name in ("scheduler", "engine"):
+        picked[name] = dataclasses.replace(picked[name], yours=False, has_reference=False)
+    monkeypatch.setattr(course, "choices", lambda: dict(picked))
+    with pytest.raises(course.NotPassedYet) as stop:
+        course.use("engine").LLMEngine(None)
+    assert stop.value.line() == ("this cell runs LLMEngine, which needs scheduler (exercise 129) and engine "
+                                 "(exercise 130), which you have not passed yet")
