@@ -139,14 +139,15 @@ def _check_impl() -> None:
 
 
 def choices() -> dict[str, Choice]:
-    """Per exercise module, in exercise order: yours (COURSE_IMPL=practice and its exercise passed), the reference
-    where shipped, or not passed yet."""
+    """Per exercise module, in exercise order: yours (its exercise passed, and COURSE_IMPL=practice or this copy
+    has no reference of it), the reference where shipped, or not passed yet."""
     from judge import cache, load_exercises
 
     out = {}
     for ex in load_exercises().values():
         name = Path(ex.practice_file).stem
-        hit = cache.lookup(ex, ex.practice_path) if IMPL == "practice" and ex.practice_path.is_file() else None
+        mine = IMPL == "practice" or not _shipped(ex.reference)
+        hit = cache.lookup(ex, ex.practice_path) if mine and ex.practice_path.is_file() else None
         passed = bool(hit) and hit["failed"] == 0 and hit["passed"] > 0
         out[name] = Choice(name, ex.id, passed, _shipped(ex.reference),
                            passed and bool(hit.get("public_only")))

@@ -191,3 +191,15 @@ def test_a_cell_that_needs_several_parts_not_passed_names_them_all(monkeypatch):
         course.use("engine").LLMEngine(None)
     assert stop.value.line() == ("this cell runs LLMEngine, which needs scheduler (exercise 129) and engine "
                                  "(exercise 130), which you have not passed yet")
+
+
+def test_a_passed_module_is_yours_where_the_copy_has_no_reference_whatever_course_impl_says(monkeypatch):
+    """COURSE_IMPL=solutions in a student copy: a passed exercise without a shipped reference runs the student's
+    module (it showed the stored outputs, "125 not passed yet", for an exercise that had passed)."""
+    from judge import cache
+
+    monkeypatch.setattr(course, "IMPL", "solutions")
+    monkeypatch.setattr(course, "_shipped", lambda module: module != "solutions.block_pool")
+    monkeypatch.setattr(cache, "lookup", lambda ex, path: {"passed": 8, "failed": 0} if ex.id == 125 else None)
+    picked = course.choices()
+    assert picked["block_pool"].yours and not picked["batch"].yours and picked["batch"].has_reference
