@@ -90,12 +90,12 @@ class NotPassedYet(ExerciseNeeded):
         if not c.exercise:
             return f"this cell runs {self.name}, which needs {c.module}, whose exercise this copy does not release"
         picked = choices()
-        missing = [c, *(picked[m] for m in PARTS.get(self.module, (self.module,)) if m in picked and m != c.module
-                        and m not in OPTIONAL and picked[m].exercise and not picked[m].yours
-                        and not picked[m].has_reference)]
-        if self.module == c.module and len(missing) == 1:
+        parts = [picked[m] for m in PARTS.get(self.module, (self.module,)) if m in picked and m not in OPTIONAL]
+        missing = sorted({c, *(p for p in parts if p.exercise and not p.yours and not p.has_reference)},
+                         key=lambda m: m.exercise)
+        if self.module == c.module and missing == [c]:
             return f"this cell runs {self.name}, exercise {c.exercise}, which you have not passed yet"
-        named = " and ".join(f"{m.module} (exercise {m.exercise})" for m in sorted(missing, key=lambda m: m.exercise))
+        named = " and ".join(f"{m.module} (exercise {m.exercise})" for m in missing)
         return f"this cell runs {self.name}, which needs {named}, which you have not passed yet"
 
 

@@ -687,14 +687,14 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         own_template = bool(getattr(llm.tokenizer, "chat_template", None))
         prompt_ids = await off_loop(lambda: encode_text(llm.tokenizer, render_chat(llm.tokenizer, req.messages),
                                                         "messages", add_special_tokens=not own_template))
-        given = [(name, v) for name, v in (("max_completion_tokens", req.max_completion_tokens),
-                                           ("max_tokens", req.max_tokens)) if v is not None]
-        for name, value in given:
+        given = {name: v for name, v in (("max_completion_tokens", req.max_completion_tokens),
+                                         ("max_tokens", req.max_tokens)) if v is not None}
+        for name, value in given.items():  # both, though only the first given is used
             if value < 1:
                 raise BadRequest(f"{name} must be at least 1, got {value}", name)
-        max_tokens = given[0][1] if given else context_left(len(prompt_ids))  # max_completion_tokens first
-        params = sampling_params(req, max_tokens, {"logprobs": "top_logprobs", "max_tokens": given[0][0]} if given
-                                 else {"logprobs": "top_logprobs"},
+        used = next(iter(given), "max_tokens")
+        params = sampling_params(req, given.get(used) or context_left(len(prompt_ids)),
+                                 {"logprobs": "top_logprobs", "max_tokens": used},
                                  logprobs=(req.top_logprobs or 0) if req.logprobs else None)
         await compile_grammar(params, req)
         return await respond(await start(prompt_ids, params, req.n, "messages"), req, True, client)

@@ -77,8 +77,7 @@ def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str
     """The hints of the fields of a public case's `build`, recorded with its answer (judge/edition.py)."""
     if (driver, fn) != ("batch", "build"):
         return []
-    items, block_size = [tuple(it) for it in args[0]], args[1]
-    exp = expected_values(items, block_size)
+    items, block_size, exp = [tuple(it) for it in args[0]], args[1], value["batch"]  # the reference's answer
     return [(f"['batch']['{name}']", wrong, hint) for name in FIELDS
             for wrong, hint in _hints(name, items, block_size, exp)]
 

@@ -265,7 +265,7 @@ def _(impl):
     got, yours = generate(impl, prompts, 12, config, speculative)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
-    plain = LLMEngine(load_model(), EngineConfig(**config))
+    plain = LLMEngine(model, EngineConfig(**config))
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))]
     reference, theirs = generate(ref, prompts, 12, config, speculative)  # the same drafts, verified by the reference
     failure = e2e_failure(got, want, config, text) or accepted_failure(got, reference, text)
@@ -277,11 +277,11 @@ def _(impl):
 
 def accepted_failure(got: dict[str, Any], reference: dict[str, Any], text: str) -> CaseFailure | None:
     """Greedy acceptance is exact: the same drafts, verified right, accept as many tokens as the reference's."""
-    counts = [(got[k], reference[k]) for k in ("num_draft_tokens", "num_accepted_tokens")]
-    if counts[0][0] != counts[0][1] or counts[1][0] != counts[1][1]:
+    mine, want = ([run[k] for k in ("num_draft_tokens", "num_accepted_tokens")] for run in (got, reference))
+    if mine != want:
         return CaseFailure("the engine accepted another number of drafted tokens than with the reference's "
-                           "verify_and_update", input=text, field="drafted, accepted tokens",
-                           expected=[w for _, w in counts], got=[g for g, _ in counts], hint=HINTS["returned"])
+                           "verify_and_update", input=text, field="drafted, accepted tokens", expected=want,
+                           got=mine, hint=HINTS["returned"])
     return None
 
 
