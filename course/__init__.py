@@ -95,8 +95,12 @@ class NotPassedYet(ExerciseNeeded):
                          key=lambda m: m.exercise)
         if self.module == c.module and missing == [c]:
             return f"this cell runs {self.name}, exercise {c.exercise}, which you have not passed yet"
-        named = " and ".join(f"{m.module} (exercise {m.exercise})" for m in missing)
-        return f"this cell runs {self.name}, which needs {named}, which you have not passed yet"
+        if len(missing) == 1:
+            return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), which you have not " \
+                "passed yet"
+        named = [f"{m.exercise} ({m.module})" for m in missing]
+        return (f"this cell runs {self.name}, which needs exercises {', '.join(named[:-1])} and {named[-1]}, which "
+                "you have not passed yet")
 
 
 class NotInThisCopy(RuntimeError):

@@ -189,8 +189,8 @@ def test_a_cell_that_needs_several_parts_not_passed_names_them_all(monkeypatch):
     monkeypatch.setattr(course, "choices", lambda: dict(picked))
     with pytest.raises(course.NotPassedYet) as stop:
         course.use("engine").LLMEngine(None)
-    assert stop.value.line() == ("this cell runs LLMEngine, which needs scheduler (exercise 129) and engine "
-                                 "(exercise 130), which you have not passed yet")
+    assert stop.value.line() == ("this cell runs LLMEngine, which needs exercises 129 (scheduler) and 130 (engine), "
+                                 "which you have not passed yet")
 
 
 def test_a_passed_module_is_yours_where_the_copy_has_no_reference_whatever_course_impl_says(monkeypatch):
