@@ -13,7 +13,7 @@ from pathlib import Path
 from . import cache, sandbox
 from .registry import Exercise, exercises_of, get_exercise, load_exercises, shipped, span
 from .report import CaseResult, Report
-from .runner import IsolationUnavailable, grade
+from .runner import IsolationUnavailable, grade, matching_cases
 
 USAGE = """\
 python practice/judge.py 128                  grade exercise 128 on your practice file (also: test 128, batch-layout)
@@ -107,6 +107,14 @@ def isolation_problem(args) -> str | None:
             "student, or outlive the judge. Install bubblewrap, or pass --unisolated to grade code you trust.")
 
 
+def no_case_matches(exercises: list[Exercise], cases: list[str]) -> str:
+    """That --case matches no case of the exercises, and what their cases are."""
+    which = f"exercise {exercises[0].id}" if len(exercises) == 1 else "the exercises chosen"
+    names = "; ".join(f"{ex.id}: {', '.join(matching_cases(ex, cases)[1])}" for ex in exercises)
+    return (f"--case {' --case '.join(cases)} matches no case of {which} (--case takes a case's name or a part of "
+            f"one, in any case). The cases are {names}")
+
+
 def write_csv(path: str, rows: list[dict]) -> None:
     """Written once, whole, by a rename: a reader never sees half a file, and nothing changes it afterwards."""
     tmp = Path(path).with_name(f".{Path(path).name}.tmp")
@@ -180,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({', '.join(ex.reference.replace('.', '/') + '.py' for ex in missing)}): --reference grades only the "
               "references it holds", file=sys.stderr)
         return 2
-    problem = isolation_problem(args)
+    chosen = [ex for ex in exercises if not args.case or matching_cases(ex, args.case)[0]]
+    problem = isolation_problem(args) or (None if chosen else no_case_matches(exercises, args.case))
     if problem:
         print(problem, file=sys.stderr)
         return 2
@@ -190,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
     passed = failed = 0
     rows, table = [], []  # table: the closing summary, one line per graded file
-    for ex in exercises:
+    for ex in chosen:
         targets: list[tuple[str, Path | None]] = [(Path(ex.practice_file).stem, None)]
         if args.impl:
             impl = Path(args.impl)

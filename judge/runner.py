@@ -117,6 +117,12 @@ def _case_list(ex: Exercise, cases: list[str] | None) -> list:
     return _chosen([harness.Case(name, functools.partial(_replayed, log)) for name, log in logs.items()], cases)
 
 
+def matching_cases(ex: Exercise, cases: list[str]) -> tuple[list[str], list[str]]:
+    """(the names `cases` choose, every case's name) of the exercise's cases here, hidden or public."""
+    every = _case_list(ex, None)
+    return [c.name for c in _chosen(every, cases)], [c.name for c in every]
+
+
 def _chosen(every: list, cases: list[str] | None) -> list:
     """The cases `cases` names (None: all): by exact case names, or else by case-insensitive parts of names."""
     if cases is None:

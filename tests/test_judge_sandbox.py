@@ -187,6 +187,14 @@ def test_cli_reference_passes_with_exit_code_0():
     assert "PASS  single prefill" in p.stdout
 
 
+def test_cli_case_that_matches_nothing_is_a_usage_error():
+    p = cli("128", "--reference", "--case", "no such case")
+    assert p.returncode == 2 and not p.stdout.strip(), p.stdout + p.stderr
+    assert "matches no case of exercise 128" in p.stderr and "single prefill" in p.stderr
+    p = cli("125", "128", "--reference", "--case", "single prefill")  # 125 has no such case: only 128 is graded
+    assert p.returncode == 0 and p.stdout.splitlines()[-1] == "1 passed, 0 failed", p.stdout + p.stderr
+
+
 def test_cli_failure_exit_code_and_list_from_inside_practice():
     p = cli("128", "--impl", str(BAD / "sys_exit.py"), "--case", "single decode", *UNISOLATED_IF_NEEDED)
     assert p.returncode == 1 and p.stdout.splitlines()[-1] == "0 passed, 1 failed", p.stdout + p.stderr
