@@ -91,14 +91,9 @@ class Exercise:
         return len(self.public_cases), None if cases is None else len(cases)
 
     def hidden_cases(self) -> Any:
-        """The hidden module's CASES; None where judge.hidden is not installed (a student's copy). The one place that
-        tells whether the hidden cases are here."""
-        try:
-            return importlib.import_module(self.tests).CASES
-        except ModuleNotFoundError as exc:
-            if exc.name and self.tests.startswith(exc.name):
-                return None
-            raise
+        """The hidden module's CASES; None where this copy does not hold it (a student's copy, even run by an
+        interpreter that has the course installed from elsewhere). The one place that tells whether they are here."""
+        return importlib.import_module(self.tests).CASES if shipped(self.tests) else None
 
 
 def public_path(ex: Exercise) -> Path:

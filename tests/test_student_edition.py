@@ -157,6 +157,14 @@ def test_an_exercise_whose_parts_are_not_released_runs_on_their_recorded_answers
     assert re.search(r"^FAIL  several requests share each forward pass", loop, re.MULTILINE), loop
 
 
+def test_an_interpreter_with_the_course_installed_elsewhere_grades_the_editions_public_cases(bare_edition, tmp_path):
+    """Run by this repository's interpreter (the course installed editable: its import finder maps `judge.*` here),
+    the edition's judge still grades the public cases it holds (it found this repository's hidden cases)."""
+    env = dict(_student(bare_edition, tmp_path), PYTHONPATH=str(bare_edition))  # no sitecustomize: the finder stays
+    stub = _judge(bare_edition, env, "125").stdout
+    assert stub.splitlines()[-1] == f"0 passed, {len(judge.get_exercise(125).public_cases)} failed", stub
+
+
 def test_a_chapter_that_needs_an_exercise_not_passed_yet_names_it(bare_edition, tmp_path):
     """A student who has passed 125, 126 and 128 but not 127: the engine's model runner needs their paged attention
     (the edition has no reference runner), so a chapter's cell says which exercise to do, not a missing module."""
