@@ -67,8 +67,8 @@ class ExerciseNeeded(RuntimeError):
     """A module is neither yours (its exercise passed) nor shipped as a reference."""
 
     def __init__(self, choice: Choice, what: str) -> None:
-        super().__init__(f"{what} needs {choice.module} (exercise {choice.exercise}), which you have not passed yet: "
-                         f"do exercise {choice.exercise} first (`python practice/judge.py {choice.exercise}` must "
+        super().__init__(f"{what} needs {choice.module} (exercise {choice.exercise}), {choice.pending()}: do "
+                         f"exercise {choice.exercise} first (`python practice/judge.py {choice.exercise}` must "
                          "pass), then run this cell again." if choice.exercise else
                          f"{what} needs {choice.module}, whose exercise this copy does not release.")
         self.choice = choice
@@ -94,10 +94,9 @@ class NotPassedYet(ExerciseNeeded):
         missing = sorted({c, *(p for p in parts if p.exercise and not p.yours and not p.has_reference)},
                          key=lambda m: m.exercise)
         if self.module == c.module and missing == [c]:
-            return f"this cell runs {self.name}, exercise {c.exercise}, which you have not passed yet"
+            return f"this cell runs {self.name}, exercise {c.exercise}, {c.pending()}"
         if len(missing) == 1:
-            return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), which you have not " \
-                "passed yet"
+            return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), {c.pending()}"
         named = [f"{m.exercise} ({m.module})" for m in missing]
         return (f"this cell runs {self.name}, which needs exercises {', '.join(named[:-1])} and {named[-1]}, which "
                 "you have not passed yet")
@@ -126,12 +125,19 @@ class Choice:
     yours: bool  # the exercise passed on the current practice file
     has_reference: bool  # solutions/<module>.py is shipped
     public_only: bool = False  # the pass was on the public cases only (a student edition has no others)
+    changed: bool = False  # it passed, on a practice file changed since (not graded again)
 
     def describe(self) -> str:
         if self.yours:
             return f"{self.module}: yours ({self.exercise} {'public cases ' if self.public_only else ''}✓)"
-        state = f"{self.exercise} not passed yet" if self.exercise else "not released"
+        state = (f"{self.exercise} changed since it passed" if self.changed else f"{self.exercise} not passed yet") \
+            if self.exercise else "not released"
         return f"{self.module}: {'reference' if self.has_reference else 'stored outputs'} ({state})"
+
+    def pending(self) -> str:
+        """Why the exercise's module is not yours, as the end of a sentence."""
+        return "whose file changed since it passed (grade it again)" if self.changed else "which you have not " \
+            "passed yet"
 
     def needed(self, what: str) -> ExerciseNeeded:
         return ExerciseNeeded(self, what)
@@ -153,8 +159,9 @@ def choices() -> dict[str, Choice]:
         mine = IMPL == "practice" or not _shipped(ex.reference)
         hit = cache.lookup(ex, ex.practice_path) if mine and ex.practice_path.is_file() else None
         passed = bool(hit) and hit["failed"] == 0 and hit["passed"] > 0
-        out[name] = Choice(name, ex.id, passed, _shipped(ex.reference),
-                           passed and bool(hit.get("public_only")))
+        current = passed and not hit["changed"]
+        out[name] = Choice(name, ex.id, current, _shipped(ex.reference), current and bool(hit.get("public_only")),
+                           passed and hit["changed"])
     for name in (*PARTS["engine"], *ON_THE_ENGINE):  # an exercise this copy does not release: maybe its reference
         out.setdefault(name, Choice(name, None, False, _shipped(f"solutions.{name}")))
     return out

@@ -50,8 +50,7 @@ def save(ex: Exercise, path: Path, report: Report) -> None:
 
 
 def lookup(ex: Exercise, path: Path) -> dict | None:
-    """{"passed": n, "failed": n, "public_only": bool} of the last grading of this exact file content, or None."""
+    """{"passed": n, "failed": n, "public_only": bool, "changed": bool} of the last grading of this file, "changed"
+    where its content is no longer what was graded; None where it was never graded."""
     entry = _load().get(f"{ex.id}:{path.resolve()}")
-    if entry and entry.get("sha256") == _digest(path):
-        return entry
-    return None
+    return entry and {**entry, "changed": entry.get("sha256") != _digest(path)}

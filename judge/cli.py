@@ -143,11 +143,11 @@ def cmd_list(args) -> int:
             status = "no file yet"
         else:
             hit = cache.lookup(ex, path)
-            if hit is None and args.grade:
+            if (hit is None or hit["changed"]) and args.grade:
                 r = _grade_one(ex, args, None)
-                hit = {"passed": r.passed, "failed": r.failed}
-            if hit is None:
-                status = "not graded (run: python practice/judge.py %d)" % ex.id
+                hit = {"passed": r.passed, "failed": r.failed, "changed": False}
+            if hit is None or hit["changed"]:
+                status = f"{'changed since graded' if hit else 'not graded'} (run: python practice/judge.py {ex.id})"
             elif hit["failed"] == 0:
                 public = ", public cases" if hit.get("public_only") else ""
                 status = f"passed ({hit['passed']}/{hit['passed']}{public})"

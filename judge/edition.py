@@ -134,7 +134,8 @@ Your instructor grades the hidden cases.
 ## The chapters at every stage
 
 Every chapter runs top to bottom ("Run All") whatever you have done. A module is yours once its exercise passed
-on the file as it is now (each chapter's exercise section has a cell that grades it); a cell that needs a module
+on the file as it is now (each chapter's exercise section has a cell that grades it; edit a passed file and the
+first line says "changed since it passed" until you grade it again); a cell that needs a module
 you have not passed yet shows the output stored with the chapter, under one line that names the exercise. With
 your modules in use, the chapter's last cell says whether your outputs equal the stored ones. The first line of
 every chapter says which module is which, the second which exercises its live cells run.

@@ -178,6 +178,32 @@ def test_missing_reference_is_a_stand_in_that_names_the_exercise(course_copy: Pa
     assert message == "this cell runs LLMEngine, which needs scheduler (exercise 129), which you have not passed yet"
 
 
+def test_a_file_changed_after_it_passed_says_so_until_graded_again(course_copy: Path, tmp_path):
+    """125 passed, then its file edited: the banner and `list` say that it changed since it passed (they said "not
+    passed yet" and "not graded", as for a file never graded), and grading it again makes it the learner's again."""
+    root = tmp_path / "course"
+    for name in COPIED:
+        shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    mine = root / "practice" / "block_pool.py"
+    shutil.copy(CASES / JOURNEY[0][2], mine)
+    env = env_for(root)
+    probe = ["-c", "import course\nprint(course.banner_line())"]
+
+    def run(*args: str) -> list[str]:
+        out = subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        return out.stdout.splitlines()
+
+    assert run("practice/judge.py", "125")[-1].endswith(" 0 failed")
+    assert run(*probe)[0].startswith("block_pool: yours (125 ✓)")
+    mine.write_text(mine.read_text() + "\n# a comment\n")
+    banner = run(*probe)[0]
+    assert banner.startswith("block_pool: reference (125 changed since it passed)"), banner
+    listed = next(ln for ln in run("practice/judge.py", "list") if ln.startswith("125 "))
+    assert listed.endswith("changed since graded (run: python practice/judge.py 125)"), listed
+    run("practice/judge.py", "125")
+    assert run(*probe)[0].startswith("block_pool: yours (125 ✓)")
+
+
 def test_runner_class_takes_the_batched_kernel_only_with_the_reference_attention():
     import course
     from framework.model_runner import ModelRunnerBase
