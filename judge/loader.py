@@ -57,8 +57,11 @@ def load_file(path: str | Path, exercise: Exercise | None = None, shown: str | N
         if is_memory_error(exc):
             raise SetupError("memory", f"memory limit exceeded while importing {shown}") from None
         if isinstance(exc, SyntaxError):
-            detail = f"line {exc.lineno}: {exc.msg}\n    {(exc.text or '').rstrip()}"
-            raise SetupError("import", f"{shown} has a syntax error, {detail}") from None
+            line = (exc.text or "").rstrip()
+            magic = "\n    (the judge runs your code as plain Python: remove IPython's %magics and !commands)" \
+                if line.lstrip().startswith(("%", "!")) else ""
+            raise SetupError("import", f"{shown} has a syntax error, line {exc.lineno}: {exc.msg}\n    {line}{magic}") \
+                from None
         raise SetupError("import", f"importing {shown} failed:\n{trimmed_traceback(exc, str(path))}") from None
     return module
 

@@ -151,7 +151,9 @@ def test_wrong_signature_says_what_is_expected():
 
 
 def test_syntax_error_and_exit_at_import():
-    assert "syntax error" in grade_bad("syntax_error").fatal
+    assert "syntax error" in grade_bad("syntax_error").fatal and "%magics" not in grade_bad("syntax_error").fatal
+    magic = judge.grade(128, source="import torch\n  %timeit torch.ones(3)\n", cases=ONE).fatal  # a notebook's cell
+    assert "line 2" in magic and "remove IPython's %magics and !commands" in magic, magic
     r = grade_bad("exit_at_import")
     assert "importing your module" in r.fatal and "15 passed, 0 failed" in r.output
 
