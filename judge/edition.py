@@ -172,8 +172,9 @@ def _text(output: dict) -> str:
 
 
 def strip_notebook(nb: dict, solved: set[int], bodies: list[str]) -> dict:
-    """The chapter without the solution sections of exercises outside `solved` (a note stands in their place)
-    and without any stored output that shows one of `bodies`."""
+    """The chapter without the solution sections of exercises outside `solved` (a note stands in their place),
+    without any stored output that shows one of `bodies`, and without the stored reports of its grading cells
+    (tagged "grade": the repository's run lists the hidden cases; the student's run grades the public ones)."""
     cells, level = [], None  # level: the heading depth of the section being cut
     for cell in nb["cells"]:
         source = "".join(cell["source"])
@@ -191,8 +192,9 @@ def strip_notebook(nb: dict, solved: set[int], bodies: list[str]) -> dict:
         if level is not None:
             continue
         if cell["cell_type"] == "code":
-            cell = dict(cell, outputs=[o for o in cell.get("outputs", [])
-                                       if not any(b in stripped_lines(_text(o)) for b in bodies)])
+            graded = "grade" in cell.get("metadata", {}).get("tags", [])
+            cell = dict(cell, outputs=[o for o in cell.get("outputs", []) if not graded
+                                       and not any(b in stripped_lines(_text(o)) for b in bodies)])
         cells.append(cell)
     return dict(nb, cells=cells)
 

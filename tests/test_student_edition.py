@@ -105,6 +105,9 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(partial_editio
     assert {"judge/public/batch_layout.json", "judge/public/block_pool.json", "practice/batch.py",
             "framework/engine.py", "mini_llm/__init__.py"} <= files
     assert not any(f.startswith(("nbgrader/", "tests/")) or f == "docs/instructors.md" for f in files)
+    grading = [c for p in (out / "chapters").glob("*.ipynb") for c in json.loads(p.read_text())["cells"]
+               if "grade" in c["metadata"].get("tags", [])]  # the repository's reports list the hidden cases
+    assert len(grading) >= 10 and not any(c["outputs"] for c in grading)
     readme = (out / "README.md").read_text()
     assert "| 128 |" in readme and "`solutions/block_pool.py`" in readme and "hidden tests" not in readme
     assert "Once exercises 125–133 pass" in readme and "Exercises 126, 127, 130–133 are not released" in readme
