@@ -112,7 +112,7 @@ def _recorded_hint(hints: Any, where: str, got: Any) -> str | None:
 
 
 def _paused(answer: Any) -> bool:
-    """Whether a driver's answer is the call a part is paused at (judge/drivers/script.py)."""
+    """Whether a driver's answer is the call a part is paused at (judge/drivers/rounds.py)."""
     return isinstance(answer, dict) and isinstance(answer.get("call"), dict)
 
 

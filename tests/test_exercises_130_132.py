@@ -16,7 +16,7 @@ import pytest
 import judge
 from framework.engine import LLMEngineBase
 from judge import harness
-from judge.drivers.script import CALL_KEYS, answered
+from judge.drivers.rounds import CALL_KEYS, answered
 from judge.hidden import inference_loop, prefix_caching
 from judge.loader import load_file
 

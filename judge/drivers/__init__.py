@@ -1,6 +1,6 @@
 """What the public drivers (judge/drivers/<module>.py, shipped to students) share. A driver's function takes the
 learner's module first, then plain arguments, and returns plain data, holding no expected value; this process never
-calls the grader (judge/drivers/scripted.py, script.py). An object a driver's later calls reuse is kept in its
+calls the grader (judge/drivers/fakes.py, rounds.py). An object a driver's later calls reuse is kept in its
 process under a name the grader chooses (`keep`, `kept`)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Driver of exercise 130 (the inference loop): the learner's `LLMEngine.step` and `generate` on fakes of the
 scheduler, KV-cache manager and model runner, whose state-changing calls the grader answers in rounds
-(judge/drivers/script.py) with the calls of the reference engine, run first through this same driver on its own
+(judge/drivers/rounds.py) with the calls of the reference engine, run first through this same driver on its own
 parts (`new_engine(..., record=True)`: its replies carry what its parts did, as "_script").
 
 `new_engine` keeps an engine under a name the grader chooses; `add`, `step` and `generate` return the call the
@@ -24,7 +24,7 @@ from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.crossing import learner_error
 from judge.drivers import keep, kept, load_model
-from judge.drivers.script import Rounds
+from judge.drivers.rounds import Rounds
 from judge.harness import int_values, short
 
 

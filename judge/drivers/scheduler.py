@@ -4,7 +4,7 @@ A workload (a configuration, requests already running, arrivals) runs on a KV-ca
 by a fake model loop; the grader runs the same World on the references and compares what `step` and
 `preemption_call` return (plain data). 129: the learner's `Scheduler.schedule` on the framework's shell; 131: the
 learner's `preempt` and `allocate_or_preempt`, called from the reference scheduler in the grader. The grader answers
-the parts' calls one at a time (judge/drivers/scripted.py): a call returns the call the learner's code is paused at,
+the parts' calls one at a time (judge/drivers/fakes.py): a call returns the call the learner's code is paused at,
 or its result; `answer` resumes it.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 from judge.crossing import learner_error
 from judge.drivers import keep, kept
 from judge.wire import WorkerLost
-from judge.drivers.scripted import (Replay, ScriptedKVCacheManager, ScriptedPreemption, describe as describe_call,
+from judge.drivers.fakes import (Replay, FakeKVCacheManager, FakePreemption, describe as describe_call,
                                     fields, ids, plan, set_fields)
-from judge.drivers.scripted import departure_message  # noqa: F401 - judge/public.py's words for a departure
+from judge.drivers.fakes import departure_message  # noqa: F401 - judge/public.py's words for a departure
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
 from framework.scheduler import SchedulerBase, SchedulerOutput
@@ -84,7 +84,7 @@ def make_request(s: Spec) -> Request:
 
 
 class World:
-    """One scheduler (of class `cls`) and its requests on the KV-cache manager `kv` (scripted in the worker, the
+    """One scheduler (of class `cls`) and its requests on the KV-cache manager `kv` (a fake in the worker, the
     reference in the grader); `parts` (what replays or records the parts' calls) is shown its scheduler and requests."""
 
     def __init__(self, cls: type, w: Workload, kv: Any, parts: Any = None) -> None:
@@ -196,7 +196,7 @@ def graded_scheduler(impl: ModuleType, replay: Replay) -> type:
     if not (isinstance(learner, type) and callable(getattr(learner, "schedule", None))):
         raise TypeError("Scheduler must be a class with a schedule method, as in the starter file")
     bases = (learner,) if issubclass(learner, SchedulerBase) else (learner, SchedulerBase)
-    return type("Graded", bases, {"preemption": ScriptedPreemption(replay)})
+    return type("Graded", bases, {"preemption": FakePreemption(replay)})
 
 
 # What the grader calls (the learner's module comes first)
@@ -211,7 +211,7 @@ def new_world(impl: ModuleType, name: str, workload: dict) -> Any:
     replay.load("setup")
 
     def build() -> None:
-        replay.world = World(graded_scheduler(impl, replay), w, ScriptedKVCacheManager(replay), replay)
+        replay.world = World(graded_scheduler(impl, replay), w, FakeKVCacheManager(replay), replay)
 
     return replay.run(build)
 
@@ -274,7 +274,7 @@ def preemption_call(impl: ModuleType, config: dict, state: dict, fn: str, rid: s
     c = Config(**config)
     replay = keep(PREEMPTION, Replay(c.num_blocks, c.block_size, c.prefix))
     replay.load(PREEMPTION, lookups)
-    kv = ScriptedKVCacheManager(replay)
+    kv = FakeKVCacheManager(replay)
     sched = type("Graded", (SchedulerBase,), {"preemption": impl})(kv, c.token_budget, c.max_num_seqs, c.chunked)
     world = SimpleNamespace(sched=sched, kv=kv, requests={})
     replay.scheduler, replay.requests = sched, world.requests

@@ -20,7 +20,7 @@ from framework.sampling import SamplingParams
 from framework.trace import StepRecord
 from judge.compare import difference
 from judge.drivers.engine import BracketTokenizer, departure_message, first_difference, plain_params
-from judge.drivers.script import answered, departure_of
+from judge.drivers.rounds import answered, departure_of
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.traces import StepLog, offer, row, step_record, with_table
@@ -87,7 +87,7 @@ FIELD_HINTS = {
 
 
 def departed(k: int, d: dict, where: str, rids: Sequence[str] = ()) -> CaseFailure:
-    """Where the learner's engine left the reference engine's calls (judge/drivers/script.py): the same call on a
+    """Where the learner's engine left the reference engine's calls (judge/drivers/rounds.py): the same call on a
     request in another state, another forward pass (`rids`: its requests), or another call."""
     made, want = d["made"], d["expected"]
     ops = (made["op"], want["op"] if want else None)

@@ -4,7 +4,7 @@ plan, request states and block pool, as the public driver (judge/drivers/schedul
 it and keep the invariants. A failing random workload is shrunk to a small one.
 
 Grader side only: the references run here, recorded (`Recorder`) as scripts; the learner's code runs in the worker,
-through the drivers, which never call back: each call of the worker's fakes (judge/drivers/scripted.py) pauses the
+through the drivers, which never call back: each call of the worker's fakes (judge/drivers/fakes.py) pauses the
 learner's code until `answered` answers it from the script, one call at a time.
 """
 
@@ -20,9 +20,9 @@ from framework.kv_cache_manager import blocks_needed
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.drivers.scheduler import (PREEMPTION, Config, Spec, Workload, World, call_preemption, facts, plan_of,
                                     script, snapshot, step_world, world_state)
-from judge.drivers.scripted import KV_OPS, departure_message, describe, fields, ids, plan, set_fields
-from judge.drivers.scripted import made as made_call
-from judge.drivers import script as rounds
+from judge.drivers.fakes import KV_OPS, departure_message, describe, fields, ids, plan, set_fields
+from judge.drivers.fakes import made as made_call
+from judge.drivers import rounds
 from judge.harness import CaseFailure, rng as seeded, shrink
 from judge.remote import Driver, learner_failure
 from judge.traces import StepLog, add_step, allocations, offer, scheduler_log, scheduler_step, with_table
@@ -246,7 +246,7 @@ def learner_world(w: Workload, impl, graded: str, setup: dict) -> Callable[[int,
 
 def answered(drv: Driver, name: str, reply: Any, scripts: dict[str, list[dict]]) -> Any:
     """The driver's result once each paused call is answered from the reference's calls of its phase
-    (judge/drivers/script.py `answered`)."""
+    (judge/drivers/rounds.py `answered`)."""
     return rounds.answered(drv, name, reply, scripts, departure_message)
 
 
@@ -330,7 +330,7 @@ def spec_new(rid: str, n_prompt: int, max_tokens: int = 3, arrival: int = 1, fir
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Scripts: the reference parts' calls, recorded for the worker's fakes (judge/drivers/scripted.py)
+# Scripts: the reference parts' calls, recorded for the worker's fakes (judge/drivers/fakes.py)
 
 
 class Recorder:

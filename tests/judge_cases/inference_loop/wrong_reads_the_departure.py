@@ -7,7 +7,7 @@ PUBLIC: caught
 """
 from framework.engine import LLMBase, LLMEngineBase, RequestOutput, stop_reason  # noqa: F401
 from framework.sampling import SamplingParams, sample_token  # noqa: F401
-from judge.drivers.script import Departure
+from judge.drivers.rounds import Departure
 
 from practice.kv_cache_manager import KVCacheManager  # noqa: F401
 from practice.model_runner import ModelRunner  # noqa: F401

@@ -6,7 +6,7 @@ EXPECT: your code called kv.probe
 PUBLIC: caught
 """
 from framework.request import RequestStatus
-from judge.drivers.script import Departure
+from judge.drivers.rounds import Departure
 
 
 def peek(rp):

@@ -8,7 +8,7 @@ PUBLIC: caught
 """
 from framework.request import RequestStatus
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
-from judge.drivers.script import Departure
+from judge.drivers.rounds import Departure
 
 __all__ = ["ScheduledRequest", "Scheduler", "SchedulerOutput"]
 

@@ -1,4 +1,4 @@
-"""The scripted parts of 129 and 131 (judge/drivers/scripted.py): the worker answers some calls from its state,
+"""The fakes of the parts 129 and 131 run on (judge/drivers/fakes.py): the worker answers some calls from its state,
 without the grader, and each of those answers is the reference's; a right scheduler never departs from the script;
 a departure is reported with the call made and the call expected, even when the learner's code swallows it."""
 
@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from judge import harness
-from judge.drivers import kept, scripted
+from judge.drivers import fakes, kept
 from judge.hidden import scheduler as hidden
 from judge.hidden.lockstep import Config, Workload, answered, plan_of, random_workloads, reference_world, spec_new
 from judge.remote import Driver
@@ -66,7 +66,7 @@ def test_answers_given_in_the_worker_are_the_references(monkeypatch):
     """The reference scheduler on the scripted parts: no departure, the same plans, and exactly the allocations the
     reference KV-cache manager refused are refused from the state, in the same order."""
     local: list = []
-    allocate = scripted.ScriptedKVCacheManager.allocate_slots
+    allocate = fakes.FakeKVCacheManager.allocate_slots
 
     def answered_here(self, request, n, computed=()):
         consumed = self.replay.consumed
@@ -75,7 +75,7 @@ def test_answers_given_in_the_worker_are_the_references(monkeypatch):
             local.append([request.request_id, n, list(computed)])
         return ok
 
-    monkeypatch.setattr(scripted.ScriptedKVCacheManager, "allocate_slots", answered_here)
+    monkeypatch.setattr(fakes.FakeKVCacheManager, "allocate_slots", answered_here)
     refused, kinds = [], Counter()
     with harness.grading(harness.Context(options={})):
         for w in WORKLOADS:

@@ -1,5 +1,5 @@
 """Public fakes of the parts exercises 129 and 131 call but do not write: the KV-cache manager and preemption. They
-hold no answer: each state-changing call is answered by the grader in rounds (judge/drivers/script.py), its record's
+hold no answer: each state-changing call is answered by the grader in rounds (judge/drivers/rounds.py), its record's
 effect on the worker's own requests, queues and `SchedulerOutput` applied here in place.
 
 Read-only calls are answered from the current state: `block_size`, `num_free_blocks`, `block_pool.ref_cnt`,
@@ -17,7 +17,7 @@ from typing import Any
 from framework.kv_cache_manager import blocks_to_allocate
 from framework.request import Request, RequestStatus
 from framework.scheduler import ScheduledRequest
-from judge.drivers.script import Rounds
+from judge.drivers.rounds import Rounds
 
 KV_OPS = ("allocate_slots", "free")  # the KV-cache manager's state-changing operations
 PREEMPTION_OPS = ("allocate_or_preempt", "preempt")
@@ -79,7 +79,7 @@ def plan(out: Any) -> dict[str, list]:
 
 
 class Replay(Rounds):
-    """The parts' calls of one world, in rounds (judge/drivers/script.py): its requests by id, the scheduler whose
+    """The parts' calls of one world, in rounds (judge/drivers/rounds.py): its requests by id, the scheduler whose
     queues the parts change, the pool as the grader's last answer left it."""
 
     def __init__(self, num_blocks: int, block_size: int, prefix: bool) -> None:
@@ -152,7 +152,7 @@ def describe(call: dict) -> str:
     return f"{owner}.{call['op']}({', '.join(shown)})"
 
 
-class ScriptedKVCacheManager:
+class FakeKVCacheManager:
     """The KV-cache manager, replayed: `get_computed_blocks`, `allocate_slots`, `free`, `block_size`,
     `num_free_blocks` and `block_pool` (its `num_blocks`, `num_free_blocks`, `ref_cnt`)."""
 
@@ -189,7 +189,7 @@ class ScriptedKVCacheManager:
         self.replay.call("free", request, [])
 
 
-class ScriptedPreemption:
+class FakePreemption:
     """Exercise 131's `allocate_or_preempt` and `preempt`, replayed, for a scheduler the learner writes (129)."""
 
     def __init__(self, replay: Replay) -> None:
