@@ -63,7 +63,7 @@ def run(model, tokenizer, workload, speculative: bool, constrained_every: int | 
         start = time.perf_counter()
         engine.step()
         if model.device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(model.device)
         step_seconds += time.perf_counter() - start
         steps += 1
     constrained = [r for r, p in zip(requests, params) if p.structured_outputs is not None]

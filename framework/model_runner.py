@@ -101,10 +101,11 @@ class ModelRunnerBase:
 
     def attention_for_step(self, cpu_batch: RunnerBatch, batch: RunnerBatch) -> Attention:
         """The attention every layer of this step runs: `paged_attention` called exactly as exercise 127
-        defines it. A runner may return a faster kernel with the same results (the reference runner batches
-        requests)."""
+        defines it, with the host's copy of the batch's indices (a kernel that reads them as Python ints then reads
+        no device memory in every layer). A runner may return a faster kernel with the same results (the reference
+        runner batches requests)."""
         return lambda q, k_cache, v_cache: self.paged_attention(
-            q, k_cache, v_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables)
+            q, k_cache, v_cache, cpu_batch.query_start_loc, cpu_batch.seq_lens, cpu_batch.block_tables)
 
     @torch.inference_mode()
     def execute_model(self, items: list) -> torch.Tensor:

@@ -248,6 +248,8 @@ class StructuredOutputEngineMixin:
 
         def execute_masked(items: list) -> torch.Tensor:
             logits = execute(items)
+            if logits.is_cuda:  # the forward pass's kernels may still run: their time is not the mask's
+                torch.cuda.synchronize(logits.device)
             start = time.perf_counter()
             self.apply_grammar_bitmask(logits, rows, allocate_bitmask(logits.shape[0], logits.shape[-1]))
             if logits.is_cuda:  # the kernel is asynchronous: its time counts only once it has run

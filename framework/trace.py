@@ -173,7 +173,13 @@ class StepTracer:
                                    for s in out.scheduled]
 
     def _execute_model(self, execute: Callable) -> Callable:
-        timed = self._phase("forward")(execute)
+        def synced(items):  # on a GPU the phase ends when the forward pass's kernels have run, not when queued
+            logits = execute(items)
+            if getattr(logits, "is_cuda", False):
+                torch.cuda.synchronize(logits.device)
+            return logits
+
+        timed = self._phase("forward")(synced)
 
         def traced(items):
             self._current["items"] = items
@@ -189,14 +195,16 @@ class StepTracer:
             start, cpu_start, error = self._now(), time.process_time() - self._cpu0, None
             try:
                 with torch.profiler.record_function("step"):
-                    return step()
+                    try:
+                        return step()
+                    finally:  # inside "step", so that they nest under it; "scheduling" is open if schedule() raised
+                        for name in ("scheduling", "sample"):
+                            if name in self._current:
+                                self._current.pop(name).__exit__(None, None, None)
             except BaseException as e:
                 error = f"{type(e).__name__}: {e}"
                 raise
             finally:
-                for name in ("scheduling", "sample"):  # "scheduling" is still open when schedule() raised
-                    if name in self._current:
-                        self._current.pop(name).__exit__(None, None, None)
                 if self._current.get("sched"):
                     self._record(start, cpu_start, error)
         return traced

@@ -116,6 +116,11 @@ def test_torch_profiler_names_the_phases():
         llm.generate(["Once upon a time"], SamplingParams(max_tokens=3, ignore_eos=True))
     names = {e.key for e in prof.key_averages()}
     assert {"step", "schedule", "prepare", "forward", "sample"} <= names
+    steps = [e.time_range for e in prof.events() if e.name == "step"]
+    phases = [e for e in prof.events() if e.name in ("schedule", "prepare", "forward", "sample")]
+    outside = [e.name for e in phases if not any(s.start <= e.time_range.start and e.time_range.end <= s.end
+                                                 for s in steps)]
+    assert len(steps) == 3 and len(phases) == 12 and not outside, outside  # each phase nests under its step
 
 
 def test_step_cost_matches_torch_flop_counter():
