@@ -203,7 +203,9 @@ def sampling_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
 
 
 def make_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
-    """A per-request random generator, so a seeded request samples the same tokens whatever it is batched with."""
+    """A per-request random generator, so a seeded request samples the same tokens whatever it is batched with. It
+    lives on the logits' device: a CUDA generator draws another stream than a CPU one, so a seed reproduces its
+    tokens on the same kind of device only (as in vLLM)."""
     if params.temperature == 0:
         return None
     generator = torch.Generator(device=device)
