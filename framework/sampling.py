@@ -16,9 +16,10 @@ MIN_TEMPERATURE = 1e-2  # smaller positive temperatures are raised to it, as vLL
 @dataclass
 class StructuredOutputsParams:
     """The constraint an output must meet, as vLLM's `StructuredOutputsParams` (vllm/sampling_params.py at
-    b31e9326a7d9), its fields the same: exactly one of a JSON schema (`json`, a dict or its text), a regular
-    expression, a choice among strings, an EBNF grammar (`grammar`, GBNF as xgrammar reads it) or any JSON object
-    (`json_object`). framework/structured_output.py compiles it and holds each request's matcher."""
+    b31e9326a7d9), with five of its exclusive fields (not `structural_tag`, nor its options such as
+    `disable_any_whitespace`): exactly one of a JSON schema (`json`, a dict or its text), a regular expression, a
+    choice among strings, an EBNF grammar (`grammar`, GBNF as xgrammar reads it) or any JSON object (`json_object`).
+    framework/structured_output.py compiles it and holds each request's matcher."""
 
     json: dict | str | None = None
     regex: str | None = None

@@ -135,8 +135,8 @@ class GrammarCompiler:
     def _compile(self, kind: str, text: str) -> xgr.CompiledGrammar:
         if kind == "json":
             return self.compiler.compile_json_schema(text, any_whitespace=False)
-        if kind == "json_object":
-            return self.compiler.compile_builtin_json_grammar()
+        if kind == "json_object":  # a JSON object, not any JSON value: vLLM compiles the same schema
+            return self.compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
         if kind == "regex":
             return self.compiler.compile_regex(text)
         if kind == "choice":  # one alternative per string, each a literal of the EBNF (quoted as in JSON, but for

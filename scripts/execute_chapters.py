@@ -58,12 +58,19 @@ def strip_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+PROFILER_LOG = re.compile(r"^USDT:.*profiler_(start|stop)\n?", re.MULTILINE)  # torch.profiler's, with date and pid
+
+
 def coalesce_streams(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Merge consecutive stdout (stderr) outputs of a cell: how the kernel splits a stream depends on timing, and
-    the stored notebook must not change when nothing else did."""
+    the stored notebook must not change when nothing else did. The profiler's log lines are dropped."""
     for cell in nb.cells:
         merged = []
         for out in cell.get("outputs", []):
+            if out.output_type == "stream" and out.name == "stderr":
+                out.text = PROFILER_LOG.sub("", out.text)
+                if not out.text:
+                    continue
             if merged and out.output_type == "stream" and merged[-1].output_type == "stream" \
                     and merged[-1].name == out.name:
                 merged[-1].text += out.text

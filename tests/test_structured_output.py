@@ -127,6 +127,17 @@ def test_choice_regex_and_grammar(parts):
         assert out.outputs[0].finish_reason == "stop" and ok(output_text(eng, out)), out.outputs[0]
 
 
+def test_json_object_is_an_object(parts):
+    """`json_object` (response_format {"type": "json_object"}) means a JSON object, as in vLLM, not any JSON value."""
+    eng = engine(parts)
+    tokens = [eng.tokenizer.encode(text) for text in ("[1, 2]", '"text"', '{"a": [1, 2]}')]
+    accepted = []
+    for ids in tokens:
+        grammar = eng.grammar_compiler.grammar(StructuredOutputsParams(json_object=True))
+        accepted.append(all(grammar.accept_token(t) for t in [*ids, eng.eos_token_id]) and grammar.is_terminated())
+    assert accepted == [False, False, True]
+
+
 def test_bad_constraints_are_refused_at_the_door(parts):
     eng = engine(parts)
     prompt = eng.tokenizer.encode("Hi")
