@@ -228,12 +228,15 @@ class TokenLogprobs:
     top: list[tuple[int, float]]  # (token id, logprob)
 
 
-def token_logprobs(logprobs: torch.Tensor, token_id: int, k: int) -> TokenLogprobs:
-    """From one row of log-probabilities `[vocab]`."""
-    values, ids = torch.topk(logprobs, k) if k else (logprobs[:0], logprobs[:0].long())
-    chosen = float(logprobs[token_id])
-    return TokenLogprobs(token_id, chosen, 1 + int((logprobs > chosen).sum()), list(zip(ids.tolist(),
-                                                                                         values.tolist())))
+def token_logprobs(logprobs: torch.Tensor, token_ids: list[int], k: int) -> list[TokenLogprobs]:
+    """From rows of log-probabilities `[R, vocab]`, row r's chosen token `token_ids[r]`: read back from the device
+    in one go (a read per value would wait for the device each time)."""
+    ids = torch.tensor(token_ids, dtype=torch.long, device=logprobs.device)[:, None]
+    chosen = logprobs.gather(-1, ids)
+    values, top = torch.topk(logprobs, k, dim=-1)
+    rows = zip(token_ids, chosen[:, 0].tolist(), (1 + (logprobs > chosen).sum(-1)).tolist(), top.tolist(),
+               values.tolist())
+    return [TokenLogprobs(t, c, rank, list(zip(i, v))) for t, c, rank, i, v in rows]
 
 
 def apply_history(logits: torch.Tensor, params: SamplingParams, prompt_token_ids: list[int],
@@ -244,15 +247,14 @@ def apply_history(logits: torch.Tensor, params: SamplingParams, prompt_token_ids
     `apply_penalties` (vllm/model_executor/layers/utils.py at b31e9326a7): the repetition penalty on every token
     of the prompt or the output (divide a positive logit, multiply a negative one), then the frequency penalty
     times each token's count in the output, then the presence penalty once per token present in the output."""
-    logits = logits.float().clone()
-    vocab = logits.numel()
+    logits, device = logits.float().clone(), logits.device
     if len(output_token_ids) < params.min_tokens and stop_ids:
-        logits[torch.tensor(stop_ids)] = float("-inf")
-    counts = torch.bincount(torch.tensor(output_token_ids, dtype=torch.long), minlength=vocab)[:vocab]
-    counts = counts.to(logits.device)
+        logits[torch.tensor(stop_ids, device=device)] = float("-inf")
+    outputs = torch.tensor(output_token_ids, dtype=torch.long, device=device)  # counted where the logits are
+    counts = torch.zeros_like(logits).index_add_(0, outputs, torch.ones_like(outputs, dtype=logits.dtype))
     if params.repetition_penalty != 1:
         seen = counts > 0
-        seen[torch.tensor(prompt_token_ids, dtype=torch.long, device=logits.device)] = True
+        seen[torch.tensor(prompt_token_ids, dtype=torch.long, device=device)] = True
         penalised = torch.where(logits > 0, logits / params.repetition_penalty, logits * params.repetition_penalty)
         logits = torch.where(seen, penalised, logits)
     return logits - params.frequency_penalty * counts - params.presence_penalty * (counts > 0)
@@ -270,12 +272,11 @@ def sample_request_token(logits: torch.Tensor, request, eos_token_id: int | None
         if shaped else logits
     token = sample_token(processed, params, request.generator)
     if params.logprobs is not None:
-        request.logprobs.append(token_logprobs(logits.float().log_softmax(-1), token, params.logprobs))
+        request.logprobs += token_logprobs(logits.float().log_softmax(-1)[None], [token], params.logprobs)
     return token
 
 
 def prompt_logprobs(logits: torch.Tensor, prompt_token_ids: list[int], k: int) -> list[TokenLogprobs | None]:
     """Each prompt token's logprobs from the logits `[T, vocab]` of the prompt's T positions (position i predicts
     token i + 1); the first token has none, as in vLLM's `prompt_logprobs`."""
-    logprobs = logits.float().log_softmax(-1)
-    return [None] + [token_logprobs(logprobs[i], token, k) for i, token in enumerate(prompt_token_ids[1:])]
+    return [None] + token_logprobs(logits[:len(prompt_token_ids) - 1].float().log_softmax(-1), prompt_token_ids[1:], k)
