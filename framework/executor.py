@@ -16,7 +16,8 @@ identically from them, and its `TpModelWorker` runs its share of the forward pas
 (python/sglang/srt/managers/tp_worker.py at bbe9c7eeb5). See chapters/12_tensor_parallel.ipynb.
 
 Failures end the whole group: a worker that dies (seen before a step, or when a collective fails) makes the engine
-raise `WorkerDied` naming it, and the others are stopped; collectives time out instead of hanging; a worker whose
+raise `WorkerDied` naming it, and the others are stopped; collectives time out instead of hanging (on the CPU's gloo
+a timed-out collective raises; on NCCL, torch's watchdog aborts the process instead, by default); a worker whose
 engine process is gone exits by itself.
 """
 
@@ -35,7 +36,7 @@ import torch.multiprocessing as mp
 
 from mini_llm.settings import pick_device
 
-COLLECTIVE_TIMEOUT = timedelta(seconds=60)  # an all-reduce that waits longer than this raises, it never hangs
+COLLECTIVE_TIMEOUT = timedelta(seconds=60)  # an all-reduce waiting longer fails (gloo raises, NCCL aborts): no hang
 IDLE_TIMEOUT = timedelta(days=7)  # workers wait this long for the engine's next step (an idle server)
 JOIN_SECONDS = 5.0
 JOINED = "workers_joined"  # the key of the store that counts the workers that reached it
