@@ -5,9 +5,6 @@ is rejected with the expected diagnosis, and differently written correct ones ar
 from __future__ import annotations
 
 import re
-import signal
-import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +12,7 @@ import pytest
 
 import judge
 from framework.engine import LLMEngineBase
+from alarm import cut_short_by_an_alarm
 from judge import harness
 from judge.drivers.rounds import CALL_KEYS, answered
 from judge.hidden import inference_loop, prefix_caching
@@ -136,29 +134,15 @@ def test_130_a_grading_that_stops_waiting_stops_the_learners_thread(model_dir):
     from judge.drivers import engine as engine_driver
     from solutions import engine as ref
 
-    def expire(*_):
-        raise TimeoutError
-
     config = {"num_blocks": 8, "block_size": 4}
-    saved = signal.signal(signal.SIGALRM, expire)
-    try:
-        with harness.grading(harness.Context(options={"model": model_dir})):
-            assert engine_driver.new_engine(ref, "twin", config, None, record=True) == {}
-            assert engine_driver.new_engine(Spinning, "engine", config, None) == {}
-            script = engine_driver.generate(ref, "twin", [[1, 2, 3]], {"max_tokens": 2})["_script"]
-            grader = SimpleNamespace(answer=lambda name, entry: engine_driver.answer(Spinning, name, entry))
-            before = threading.active_count()
-            signal.setitimer(signal.ITIMER_REAL, 0.5)
-            with pytest.raises(TimeoutError):
-                answered(grader, "engine", engine_driver.generate(Spinning, "engine", [[1, 2, 3]], {"max_tokens": 2}),
-                         {None: script}, engine_driver.departure_message)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, saved)
-    deadline = time.monotonic() + 5
-    while threading.active_count() > before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert threading.active_count() == before, "the engine's thread still runs"
+    with harness.grading(harness.Context(options={"model": model_dir})):
+        assert engine_driver.new_engine(ref, "twin", config, None, record=True) == {}
+        assert engine_driver.new_engine(Spinning, "engine", config, None) == {}
+        script = engine_driver.generate(ref, "twin", [[1, 2, 3]], {"max_tokens": 2})["_script"]
+        grader = SimpleNamespace(answer=lambda name, entry: engine_driver.answer(Spinning, name, entry))
+        with cut_short_by_an_alarm("the engine's thread"):
+            answered(grader, "engine", engine_driver.generate(Spinning, "engine", [[1, 2, 3]], {"max_tokens": 2}),
+                     {None: script}, engine_driver.departure_message)
 
 
 def test_130_step_only_without_generate_names_generate(model_dir):
