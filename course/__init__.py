@@ -84,15 +84,20 @@ class NotPassedYet(ExerciseNeeded):
         super().__init__(choice, name)
         self.name, self.module = name, module
 
-    def line(self) -> str:
-        """The one line a chapter prints instead of failing: every exercise it needs that has not passed yet."""
-        c = self.choice
-        if not c.exercise:
-            return f"this cell runs {self.name}, which needs {c.module}, whose exercise this copy does not release"
+    def missing(self) -> list[Choice]:
+        """Every released exercise the cell needs that has not passed yet, in order (none: not released here)."""
+        if not self.choice.exercise:
+            return []
         picked = choices()
         parts = [picked[m] for m in PARTS.get(self.module, (self.module,)) if m in picked and m not in OPTIONAL]
-        missing = sorted({c, *(p for p in parts if p.exercise and not p.yours and not p.has_reference)},
-                         key=lambda m: m.exercise)
+        return sorted({self.choice, *(p for p in parts if p.exercise and not p.yours and not p.has_reference)},
+                      key=lambda m: m.exercise)
+
+    def line(self) -> str:
+        """The one line a chapter prints instead of failing: every exercise it needs that has not passed yet."""
+        c, missing = self.choice, self.missing()
+        if not c.exercise:
+            return f"this cell runs {self.name}, which needs {c.module}, whose exercise this copy does not release"
         if self.module == c.module and missing == [c]:
             return f"this cell runs {self.name}, exercise {c.exercise}, {c.pending()}"
         if len(missing) == 1:

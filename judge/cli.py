@@ -110,9 +110,9 @@ def isolation_problem(args) -> str | None:
 def no_case_matches(exercises: list[Exercise], cases: list[str]) -> str:
     """That --case matches no case of the exercises, and what their cases are."""
     which = f"exercise {exercises[0].id}" if len(exercises) == 1 else "the exercises chosen"
-    names = "; ".join(f"{ex.id}: {', '.join(matching_cases(ex, cases)[1])}" for ex in exercises)
+    names = "".join(f"\n{ex.id}:" + "".join(f"\n  {name}" for name in matching_cases(ex, cases)[1]) for ex in exercises)
     return (f"--case {' --case '.join(cases)} matches no case of {which} (--case takes a case's name or a part of "
-            f"one, in any case). The cases are {names}")
+            f"one, in any case). The cases:{names}")
 
 
 def write_csv(path: str, rows: list[dict]) -> None:
@@ -147,7 +147,9 @@ def cmd_list(args) -> int:
                 r = _grade_one(ex, args, None)
                 hit = {"passed": r.passed, "failed": r.failed, "changed": False}
             if hit is None or hit["changed"]:
-                status = f"{'changed since graded' if hit else 'not graded'} (run: python practice/judge.py {ex.id})"
+                state = "not graded" if hit is None else "changed since it passed" if hit["failed"] == 0 and \
+                    hit["passed"] else "changed since graded"
+                status = f"{state} (run: python practice/judge.py {ex.id})"
             elif hit["failed"] == 0:
                 public = ", public cases" if hit.get("public_only") else ""
                 status = f"passed ({hit['passed']}/{hit['passed']}{public})"

@@ -200,7 +200,7 @@ def test_a_file_changed_after_it_passed_says_so_until_graded_again(course_copy: 
     banner = run(*probe)[0]
     assert banner.startswith("block_pool: reference (125 changed since it passed)"), banner
     listed = next(ln for ln in run("practice/judge.py", "list") if ln.startswith("125 "))
-    assert listed.endswith("changed since graded (run: python practice/judge.py 125)"), listed
+    assert listed.endswith("changed since it passed (run: python practice/judge.py 125)"), listed
     run("practice/judge.py", "125")
     assert run(*probe)[0].startswith("block_pool: yours (125 ✓)")
 

@@ -22,7 +22,7 @@ from benchmarks.repetitive import repetitive_prompts  # noqa: E402
 import mini_llm  # noqa: E402
 import solutions.engine  # noqa: E402
 import solutions.preemption  # noqa: E402
-from course import figures, traces  # noqa: E402
+from course import figures, notebook, traces  # noqa: E402
 from framework.engine import EngineConfig  # noqa: E402
 from framework.sampling import SamplingParams  # noqa: E402
 from framework.spec_decode import SpeculativeConfig  # noqa: E402
@@ -191,6 +191,8 @@ def test_a_cell_that_needs_several_parts_not_passed_names_them_all(monkeypatch):
         course.use("engine").LLMEngine(None)
     assert stop.value.line() == ("this cell runs LLMEngine, which needs exercises 129 (scheduler) and 130 (engine), "
                                  "which you have not passed yet")
+    # the chapter's last line gathers what its skipped cells wait for: both, not the first (it said 130 only)
+    assert notebook._waiting_for(stop.value) == ["scheduler (exercise 129)", "engine (exercise 130)"]
 
 
 def test_a_passed_module_is_yours_where_the_copy_has_no_reference_whatever_course_impl_says(monkeypatch):
