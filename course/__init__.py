@@ -41,6 +41,8 @@ from typing import Callable
 
 from judge.registry import OPTIONAL, PARTS, exercises_of, needs_text, span  # noqa: F401  (the course's names)
 
+from .notebook import listed
+
 IMPLEMENTATIONS = ("solutions", "practice")
 COMPOSITES = ("kv_cache_manager", "model_runner", "scheduler", "engine")  # assembled from exercise modules
 ON_THE_ENGINE = ("async_engine", "spec_decode", "tensor_parallel", "structured_output")  # built on the engine
@@ -102,9 +104,8 @@ class NotPassedYet(ExerciseNeeded):
             return f"this cell runs {self.name}, exercise {c.exercise}, {c.pending()}"
         if len(missing) == 1:
             return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), {c.pending()}"
-        named = [f"{m.exercise} ({m.module})" for m in missing]
-        return (f"this cell runs {self.name}, which needs exercises {', '.join(named[:-1])} and {named[-1]}, which "
-                "you have not passed yet")
+        named = listed([f"{m.exercise} ({m.module})" for m in missing])
+        return f"this cell runs {self.name}, which needs exercises {named}, which you have not passed yet"
 
 
 class NotInThisCopy(RuntimeError):

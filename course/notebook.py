@@ -76,11 +76,11 @@ class ChapterSession:
         self.code = [(_source(c), c) for c in cells if c["cell_type"] == "code"]
         self.start_source = self.code[0][0] if self.code else None
         self.reason: str | None = None  # the last NotPassedYet line: later NameErrors come from its cell
-        self.waiting_for: list[str] = []  # what the last stopped cell waits for, e.g. ["paged_attention (exercise
-        # 127)"]: cells skipped for a NameError after it wait for the same
+        self.waiting_for: list = []  # what the last stopped cell waits for (`_waiting_for`): cells skipped for a
+        # NameError after it wait for the same
         self.matched: dict[int, bool] = {}  # per code-cell index that ran your code: its output equalled the stored one
         self.ran: dict[int, set[str]] = {}  # per such index: which of your modules it ran
-        self.skipped: dict[int, list[str]] = {}  # per code-cell index that showed its stored output: what it waits for
+        self.skipped: dict[int, list] = {}  # per code-cell index that showed its stored output: what it waits for
         self.watch: _Watch | None = None
         self.cell: str = ""
         self.names_before: dict = {}
@@ -154,11 +154,11 @@ class ChapterSession:
                     f"{them} (counted from 0: {cells})")
         if self.skipped:
             many, waits = len(self.skipped) > 1, set().union(*self.skipped.values())
-            exercises = sorted((w for w in waits if w.endswith(")")),  # "paged_attention (exercise 127)"
-                               key=lambda w: int(w.rsplit(" ", 1)[1][:-1]))
-            files = sorted(waits - set(exercises))  # "benchmarks/repetitive.py"
-            needs = ([f"{_listed(exercises)}, which you have not passed yet"] if exercises else []) + \
-                    ([f"{_listed(files)}, which your copy does not have"] if files else [])
+            exercises = [f"{c.module} (exercise {c.exercise})"
+                         for c in sorted((w for w in waits if not isinstance(w, str)), key=lambda c: c.exercise)]
+            files = sorted(w for w in waits if isinstance(w, str))  # "benchmarks/repetitive.py"
+            needs = ([f"{listed(exercises)}, which you have not passed yet"] if exercises else []) + \
+                    ([f"{listed(files)}, which your copy does not have"] if files else [])
             line += (f"; {len(self.skipped)} cell{'s' if many else ''} showed stored outputs: "
                      f"{'they need' if many else 'it needs'} {'; and '.join(needs)}")
         return line
@@ -251,15 +251,16 @@ def _handler(session: ChapterSession):
     return handle
 
 
-def _listed(items: list[str]) -> str:
+def listed(items: list[str]) -> str:
+    """["a", "b", "c"] as "a, b and c"."""
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else items[0]
 
 
-def _waiting_for(stop: Exception) -> list[str]:
-    """What a stopped cell waits for: the exercises not passed yet, "paged_attention (exercise 127)", or a file this
-    copy lacks, "benchmarks/repetitive.py"; nothing for an exercise this copy does not release."""
+def _waiting_for(stop: Exception) -> list:
+    """What a stopped cell waits for: the exercises not passed yet (course.Choice), or a file this copy lacks,
+    "benchmarks/repetitive.py"; nothing for an exercise this copy does not release."""
     if hasattr(stop, "missing"):  # course.NotPassedYet; course.NotInThisCopy has a path instead
-        return [f"{m.module} (exercise {m.exercise})" for m in stop.missing()]
+        return stop.missing()
     return [stop.path] if getattr(stop, "path", None) else []
 
 

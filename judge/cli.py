@@ -13,7 +13,7 @@ from pathlib import Path
 from . import cache, sandbox
 from .registry import Exercise, exercises_of, get_exercise, load_exercises, shipped, span
 from .report import CaseResult, Report
-from .runner import IsolationUnavailable, grade, matching_cases
+from .runner import IsolationUnavailable, case_names_here, grade
 
 USAGE = """\
 python practice/judge.py 128                  grade exercise 128 on your practice file (also: test 128, batch-layout)
@@ -110,7 +110,7 @@ def isolation_problem(args) -> str | None:
 def no_case_matches(exercises: list[Exercise], cases: list[str]) -> str:
     """That --case matches no case of the exercises, and what their cases are."""
     which = f"exercise {exercises[0].id}" if len(exercises) == 1 else "the exercises chosen"
-    names = "".join(f"\n{ex.id}:" + "".join(f"\n  {name}" for name in matching_cases(ex, cases)[1]) for ex in exercises)
+    names = "".join(f"\n{ex.id}:" + "".join(f"\n  {name}" for name in case_names_here(ex)) for ex in exercises)
     return (f"--case {' --case '.join(cases)} matches no case of {which} (--case takes a case's name or a part of "
             f"one, in any case). The cases:{names}")
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({', '.join(ex.reference.replace('.', '/') + '.py' for ex in missing)}): --reference grades only the "
               "references it holds", file=sys.stderr)
         return 2
-    chosen = [ex for ex in exercises if not args.case or matching_cases(ex, args.case)[0]]
+    chosen = [ex for ex in exercises if not args.case or case_names_here(ex, args.case)]
     problem = isolation_problem(args) or (None if chosen else no_case_matches(exercises, args.case))
     if problem:
         print(problem, file=sys.stderr)

@@ -117,10 +117,9 @@ def _case_list(ex: Exercise, cases: list[str] | None) -> list:
     return _chosen([harness.Case(name, functools.partial(_replayed, log)) for name, log in logs.items()], cases)
 
 
-def matching_cases(ex: Exercise, cases: list[str]) -> tuple[list[str], list[str]]:
-    """(the names `cases` choose, every case's name) of the exercise's cases here, hidden or public."""
-    every = _case_list(ex, None)
-    return [c.name for c in _chosen(every, cases)], [c.name for c in every]
+def case_names_here(ex: Exercise, cases: list[str] | None = None) -> list[str]:
+    """The names of the exercise's cases here, hidden or public, that `cases` choose (None: all)."""
+    return [c.name for c in _case_list(ex, cases)]
 
 
 def _chosen(every: list, cases: list[str] | None) -> list:

@@ -192,7 +192,7 @@ def test_a_cell_that_needs_several_parts_not_passed_names_them_all(monkeypatch):
     assert stop.value.line() == ("this cell runs LLMEngine, which needs exercises 129 (scheduler) and 130 (engine), "
                                  "which you have not passed yet")
     # the chapter's last line gathers what its skipped cells wait for: both, not the first (it said 130 only)
-    assert notebook._waiting_for(stop.value) == ["scheduler (exercise 129)", "engine (exercise 130)"]
+    assert [(c.exercise, c.module) for c in notebook._waiting_for(stop.value)] == [(129, "scheduler"), (130, "engine")]
 
 
 def test_a_passed_module_is_yours_where_the_copy_has_no_reference_whatever_course_impl_says(monkeypatch):

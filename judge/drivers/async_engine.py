@@ -43,7 +43,7 @@ class InjectedFailure(RuntimeError):
     """What the forward pass raises at the scheduled step (a failing step)."""
 
 
-class FakeKVCacheManager:
+class ScriptedKVCacheManager:
     """Blocks for the scripted engine: a running request holds enough for its tokens; `free` gives them back."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
@@ -95,7 +95,7 @@ class ScriptedEngine(LLMEngineBase):
     forward pass number `fail_at` raises InjectedFailure, and the step fails as the engine's own would), and
     every call is recorded."""
 
-    scheduler_cls, kv_cache_manager_cls, runner_cls = ScriptedScheduler, FakeKVCacheManager, NoRunner
+    scheduler_cls, kv_cache_manager_cls, runner_cls = ScriptedScheduler, ScriptedKVCacheManager, NoRunner
 
     def __init__(self, model: Any, config: EngineConfig, script: dict[str, list], fail_at: int | None,
                  paced: bool = True) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 from judge.crossing import learner_error
 from judge.drivers import keep, kept
 from judge.wire import WorkerLost
-from judge.drivers.fakes import (Replay, FakeKVCacheManager, FakePreemption, describe as describe_call,
-                                    fields, ids, plan, set_fields)
+from judge.drivers.fakes import (FakeKVCacheManager, FakePreemption, Replay, describe as describe_call, fields, ids,
+                                 plan, set_fields)
 from judge.drivers.fakes import departure_message  # noqa: F401 - judge/public.py's words for a departure
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
