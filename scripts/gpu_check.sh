@@ -17,7 +17,8 @@
 #   5. the throughput benchmark on Qwen3-0.6B's shape in bf16: engine, hf, hf-cb (token differences in bf16 are
 #      reported, not failed: two implementations can break a near-tie of two logits differently);
 #   6. chapter 09 with MINI_LLM_DEVICE set and a smaller workload: its CUDA-graph cell captures a pure-decode step
-#      and checks the replay against the eager runner (on the CPU that cell says so and skips).
+#      and checks the replay against the eager runner (on the CPU that cell says so and skips);
+#   7. batched attention's SDPA call, enable_gqa against K/V repeated per head: the kernel each takes, and times.
 # The exit status is 0 when every step passed. PYTHON chooses the interpreter (default: python).
 set -uo pipefail
 
@@ -51,10 +52,12 @@ if [ "$MODE" = cuda ]; then
   SHAPE_LAYERS=()  # all 28
   BENCH=(--num-requests 32 --output-lens 16,128 --rounds 3)
   CH09_PARAMS='NUM_REQUESTS = 8'
+  GQA=()
 else  # the same steps, sized for a CPU
   SHAPE_LAYERS=(--shape-layers 2)
   BENCH=(--num-requests 4 --prompt-lens 16,64 --output-lens 4,8 --rounds 1)
   CH09_PARAMS='NUM_REQUESTS = 4'
+  GQA=(--repeats 1)
 fi
 
 FAILED=0
@@ -91,8 +94,9 @@ step() {
     echo
     echo '```'
     echo "\$ $*"
-    # Progress bars redraw their line with carriage returns: keep each state on its own line, drop empty ones.
-    tr '\r' '\n' < "$log" | grep -v '^[[:space:]]*$' | tail -n 60
+    # Progress bars redraw their line with carriage returns: keep each state on its own line, drop empty ones and
+    # the profiler's start/stop lines (USDT:, torch's CPU builds).
+    tr '\r' '\n' < "$log" | grep -v -e '^[[:space:]]*$' -e '^USDT:' | tail -n 60
     echo '```'
   } >> "$REPORT"
 }
@@ -155,6 +159,9 @@ step "5. throughput on Qwen3-0.6B shape, bf16: engine, hf, hf-cb" 300 \
 
 step "6. chapter 09 on $MODE (CUDA-graph replay against eager)" 400 \
   "$PY" "$WORK/run_notebook.py" 09_performance "$CH09_PARAMS"
+
+step "7. batched attention's SDPA: enable_gqa against K/V repeated per head" 120 \
+  "$PY" benchmarks/attention_gqa.py ${GQA[@]+"${GQA[@]}"}
 
 {
   echo

@@ -214,3 +214,15 @@ def test_decode_step_benchmark_reports_every_part():
     assert r["engine_step_s"] > 0 and r["generate_step_s"] > 0 and r["engine_body_s"] > 0
     assert r["engine_python_s"] >= 0  # the forward is timed inside the step
     assert "ratio generate/engine per step" in decode_step.format_report(r)
+
+
+def test_attention_gqa_benchmark_compares_equal_calls():
+    """benchmarks/attention_gqa.py times two ways to one result: the mask lets each row see its own positions
+    only, and enable_gqa equals K/V repeated per query head; the profiler names the kernel each took."""
+    from benchmarks import attention_gqa
+
+    query, key, value, mask = attention_gqa.group_inputs(3, 4, 16, (4, 2, 8), torch.float32, DEVICE)
+    assert mask.shape == (3, 1, 4, 16) and mask.sum(-1).diff(dim=-1).eq(1).all()  # one more key per later row
+    out = attention_gqa.with_gqa(query, key, value, mask)
+    torch.testing.assert_close(out, attention_gqa.with_repeat(query, key, value, mask), atol=TOL, rtol=TOL)
+    assert attention_gqa.sdpa_kernels(lambda: attention_gqa.with_gqa(query, key, value, mask), DEVICE)
