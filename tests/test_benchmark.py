@@ -10,6 +10,7 @@ These tests run on `pick_device()`: MINI_LLM_DEVICE, else CUDA when available, e
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -226,3 +227,17 @@ def test_attention_gqa_benchmark_compares_equal_calls():
     out = attention_gqa.with_gqa(query, key, value, mask)
     torch.testing.assert_close(out, attention_gqa.with_repeat(query, key, value, mask), atol=TOL, rtol=TOL)
     assert attention_gqa.sdpa_kernels(lambda: attention_gqa.with_gqa(query, key, value, mask), DEVICE)
+
+
+def test_against_transformers_reports_within_tolerance_on_the_embedded_model(tmp_path, capsys):
+    """benchmarks/against_transformers.py on the embedded checkpoint: fp32 within its tolerance, and the engine's
+    agreement printed with its count of rows (three: the last row of each request of its two steps)."""
+    from benchmarks import against_transformers
+
+    out = tmp_path / "r.json"
+    assert against_transformers.main(["--model", str(EMBEDDED_MODEL), "--device", str(DEVICE),
+                                      "--dtypes", "float32", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())[0]
+    assert result["engine_rows"] == 3 and result["positions"] == 110
+    assert max(result["forward_max_diff"], result["engine_max_diff"]) <= against_transformers.FP32_TOL
+    assert "argmax agrees at 3 of 3 rows" in capsys.readouterr().out
