@@ -171,10 +171,21 @@ def _text(output: dict) -> str:
     return "".join("".join(p) if isinstance(p, list) else p for p in parts if isinstance(p, (str, list)))
 
 
-def strip_notebook(nb: dict, solved: set[int], bodies: list[str]) -> dict:
+def hidden_case_names() -> set[str]:
+    """The names of every exercise's cases that are not public."""
+    return {c.name for ex in load_exercises().values() for c in ex.hidden_cases() if not c.public}
+
+
+def names_a_case(text: str, names: set[str]) -> bool:
+    """Whether a report line of `text` ("PASS  name ...", "FAIL  name ...") names one of `names`."""
+    return any(line[:6] in ("PASS  ", "FAIL  ") and any(line[6:].startswith(n) for n in names)
+               for line in text.splitlines())
+
+
+def strip_notebook(nb: dict, solved: set[int], bodies: list[str], hidden: set[str]) -> dict:
     """The chapter without the solution sections of exercises outside `solved` (a note stands in their place),
-    without any stored output that shows one of `bodies`, and without the stored reports of its grading cells
-    (tagged "grade": the repository's run lists the hidden cases; the student's run grades the public ones)."""
+    and without any stored output that shows one of `bodies` or names one of the `hidden` cases (the repository's
+    reports list them; in the edition, a grading cell run by the student grades the public ones)."""
     cells, level = [], None  # level: the heading depth of the section being cut
     for cell in nb["cells"]:
         source = "".join(cell["source"])
@@ -192,8 +203,7 @@ def strip_notebook(nb: dict, solved: set[int], bodies: list[str]) -> dict:
         if level is not None:
             continue
         if cell["cell_type"] == "code":
-            graded = "grade" in cell.get("metadata", {}).get("tags", [])
-            cell = dict(cell, outputs=[o for o in cell.get("outputs", []) if not graded
+            cell = dict(cell, outputs=[o for o in cell.get("outputs", []) if not names_a_case(_text(o), hidden)
                                        and not any(b in stripped_lines(_text(o)) for b in bodies)])
         cells.append(cell)
     return dict(nb, cells=cells)
@@ -213,10 +223,11 @@ def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
     """chapters/ as the edition has them; written last, so that what the copy lacks is known."""
     shutil.copytree(ROOT / "chapters", out / "chapters", ignore=IGNORE)
     bodies = reference_bodies([ex for ex in load_exercises().values() if ex not in with_solutions])
+    hidden = hidden_case_names()
     paths = sorted((out / "chapters").glob("*.ipynb"))
     starts = start_texts(out, [p.stem for p in paths])
     for path in paths:
-        nb = strip_notebook(json.loads(path.read_text()), {ex.id for ex in with_solutions}, bodies)
+        nb = strip_notebook(json.loads(path.read_text()), {ex.id for ex in with_solutions}, bodies, hidden)
         note_missing_files(nb, out)
         restart(nb, starts[path.stem], starts[""])
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import judge
+from judge.registry import load_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
@@ -105,9 +106,14 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(partial_editio
     assert {"judge/public/batch_layout.json", "judge/public/block_pool.json", "practice/batch.py",
             "framework/engine.py", "mini_llm/__init__.py"} <= files
     assert not any(f.startswith(("nbgrader/", "tests/")) or f == "docs/instructors.md" for f in files)
-    grading = [c for p in (out / "chapters").glob("*.ipynb") for c in json.loads(p.read_text())["cells"]
-               if "grade" in c["metadata"].get("tags", [])]  # the repository's reports list the hidden cases
-    assert len(grading) >= 10 and not any(c["outputs"] for c in grading)
+    cells = [c for p in (out / "chapters").glob("*.ipynb") for c in json.loads(p.read_text())["cells"]]
+    grading = [c for c in cells if "grade" in c["metadata"].get("tags", [])]  # the repository's reports list the
+    assert len(grading) >= 10 and not any(c["outputs"] for c in grading)  # hidden cases; so does chapter 06's run
+    assert not any(c["outputs"] for c in cells if "judge.grade(130" in "".join(c["source"]))  # of its buggy loop
+    hidden = {c.name for ex in load_exercises().values() for c in ex.hidden_cases() if not c.public}
+    shown = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                    for c in cells for o in c.get("outputs", []))
+    assert not [name for name in hidden if len(name) > 30 and name in shown]
     readme = (out / "README.md").read_text()
     assert "| 128 |" in readme and "`solutions/block_pool.py`" in readme and "hidden tests" not in readme
     assert "Once exercises 125–133 pass" in readme and "Exercises 126, 127, 130–133 are not released" in readme
