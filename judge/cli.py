@@ -69,17 +69,19 @@ def _grade_one(ex: Exercise, args, impl: Path | None, isolated: bool = False) ->
         traceback.print_exc()  # for the instructor, on stderr; the report names no file of theirs
         report = Report(ex.id, ex.slug, ex.title, impl.name if impl else ex.practice_file)
         report.fatal = "the judge failed on this submission (a bug of the course, not of your code; it scores 0)"
-        report.results = [CaseResult(name, False, 0.0, "not run", "not run: see above") for name in case_names(ex)]
+        report.results = [CaseResult(name, False, 0.0, "not run", "not run: see above")
+                          for name in case_names(ex, args.case)]
     if not args.reference and not args.case and report.results and not isolated:
         cache.save(ex, impl or ex.practice_path, report)
     return report
 
 
-def case_names(ex: Exercise) -> list[str]:
-    """The names of the exercise's cases, or one row for them all where its cases do not load."""
+def case_names(ex: Exercise, cases: list[str] | None = None) -> list[str]:
+    """The names of the exercise's cases here that `cases` choose (None: all; in a student's copy, the public ones),
+    or one row for them all where they do not load."""
     try:
-        return ex.hidden_cases().names()
-    except Exception:  # noqa: BLE001 - the hidden cases are not here, or do not load: one row of one case
+        return case_names_here(ex, cases)
+    except Exception:  # noqa: BLE001 - the cases do not load: one row of one case
         return ["all cases"]
 
 

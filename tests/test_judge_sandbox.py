@@ -278,3 +278,19 @@ def test_the_sandbox_shows_the_students_files_and_nothing_else():
         expected |= {str(f.relative_to(ROOT)) for f in found if f.is_file() and "__pycache__" not in f.parts}
     assert seen == expected
     assert not any(f.startswith(("solutions/", "judge/hidden", "chapters/", "tests/")) for f in seen)
+
+
+def test_a_judge_bug_scores_every_chosen_case_zero_by_name(monkeypatch, capsys):
+    """When grading itself raises (a bug of the course), the report still has one failed row per case it would
+    have graded: those --case chose, by their names here (in a student's copy, the public ones)."""
+    from judge import cli as judge_cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug of the judge")
+
+    monkeypatch.setattr(judge_cli, "grade", broken)
+    args = judge_cli._parser().parse_args(["128", "--case", "single decode", "--reference"])
+    report = judge_cli._grade_one(judge.get_exercise(128), args, None)
+    assert report.fatal and [r.name for r in report.results] == judge.runner.case_names_here(
+        judge.get_exercise(128), ["single decode"]) == ["single decode"]
+    assert "a bug of the judge" in capsys.readouterr().err
