@@ -18,7 +18,8 @@
 #      reported, not failed: two implementations can break a near-tie of two logits differently);
 #   6. chapter 09 with MINI_LLM_DEVICE set and a smaller workload: its CUDA-graph cell captures a pure-decode step
 #      and checks the replay against the eager runner (on the CPU that cell says so and skips);
-#   7. batched attention's SDPA call, enable_gqa against K/V repeated per head: the kernel each takes, and times.
+#   7. batched attention's SDPA call, enable_gqa against K/V repeated per head: the kernel each takes, and times;
+#   8. the roofline (benchmarks/roofline.py) on Qwen3-0.6B's shape in bf16: the GPU's peaks, the engine's steps.
 # The exit status is 0 when every step passed. PYTHON chooses the interpreter (default: python).
 set -uo pipefail
 
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) MODE=cpu ;;
     --report) [ $# -ge 2 ] || { echo "--report needs a file name" >&2; exit 2; }; REPORT=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -53,11 +54,13 @@ if [ "$MODE" = cuda ]; then
   BENCH=(--num-requests 32 --output-lens 16,128 --rounds 3)
   CH09_PARAMS='NUM_REQUESTS = 8'
   GQA=()
+  ROOF=(--shape qwen3-0.6b --dtype bfloat16)
 else  # the same steps, sized for a CPU
   SHAPE_LAYERS=(--shape-layers 2)
   BENCH=(--num-requests 4 --prompt-lens 16,64 --output-lens 4,8 --rounds 1)
   CH09_PARAMS='NUM_REQUESTS = 4'
   GQA=(--repeats 1)
+  ROOF=()  # the embedded model: the 0.6B shape's steps take seconds each on a CPU
 fi
 
 FAILED=0
@@ -162,6 +165,8 @@ step "6. chapter 09 on $MODE (CUDA-graph replay against eager)" 400 \
 
 step "7. batched attention's SDPA: enable_gqa against K/V repeated per head" 120 \
   "$PY" benchmarks/attention_gqa.py ${GQA[@]+"${GQA[@]}"}
+
+step "8. the roofline and the engine's steps on it" 300 "$PY" benchmarks/roofline.py ${ROOF[@]+"${ROOF[@]}"}
 
 {
   echo
