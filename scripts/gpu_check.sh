@@ -19,7 +19,8 @@
 #   6. chapter 09 with MINI_LLM_DEVICE set and a smaller workload: its CUDA-graph cell captures a pure-decode step
 #      and checks the replay against the eager runner (on the CPU that cell says so and skips);
 #   7. batched attention's SDPA call, enable_gqa against K/V repeated per head: the kernel each takes, and times;
-#   8. the roofline (benchmarks/roofline.py) on Qwen3-0.6B's shape in bf16: the GPU's peaks, the engine's steps.
+#   8. the roofline (benchmarks/roofline.py) on Qwen3-0.6B's shape in bf16: the GPU's peaks, the engine's steps;
+#   9. chapter 13 with MINI_LLM_DEVICE set: structured output, xgrammar's bitmask applied to logits on the device.
 # The exit status is 0 when every step passed. PYTHON chooses the interpreter (default: python).
 set -uo pipefail
 
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) MODE=cpu ;;
     --report) [ $# -ge 2 ] || { echo "--report needs a file name" >&2; exit 2; }; REPORT=$2; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -167,6 +168,8 @@ step "7. batched attention's SDPA: enable_gqa against K/V repeated per head" 120
   "$PY" benchmarks/attention_gqa.py ${GQA[@]+"${GQA[@]}"}
 
 step "8. the roofline and the engine's steps on it" 300 "$PY" benchmarks/roofline.py ${ROOF[@]+"${ROOF[@]}"}
+step "9. chapter 13 on $MODE (grammar bitmasks on the logits' device)" 300 "$PY" "$WORK/run_notebook.py" \
+  13_structured_output
 
 {
   echo
