@@ -5,6 +5,7 @@ the median time of the call. Qwen3-0.6B's heads: 16 query heads, 8 KV heads of 1
 
     python benchmarks/attention_gqa.py                       # the default device (MINI_LLM_DEVICE, else CUDA if any)
     python benchmarks/attention_gqa.py --device cuda --dtype bfloat16
+    python benchmarks/attention_gqa.py --small     # each group's requests, query rows and key slots divided by 4
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import DTYPES, sync  # noqa: E402
-from mini_llm import pick_device  # noqa: E402
+from mini_llm import pick_device, repeat_kv  # noqa: E402
 
 # (requests G, query rows Q, key slots K): decode groups, then prefill groups
 GROUPS = ((16, 1, 512), (64, 1, 1024), (64, 1, 4096), (4, 256, 512), (2, 1024, 2048))
@@ -48,8 +49,7 @@ def with_gqa(query, key, value, mask) -> torch.Tensor:
 
 def with_repeat(query, key, value, mask) -> torch.Tensor:
     n_rep = query.shape[1] // key.shape[1]
-    return F.scaled_dot_product_attention(query, key.repeat_interleave(n_rep, 1), value.repeat_interleave(n_rep, 1),
-                                          attn_mask=mask)
+    return F.scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask)
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
@@ -78,12 +78,16 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="bfloat16 on a GPU, else float32")
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per way (50 on a GPU, 5 on a CPU)")
+    parser.add_argument("--small", action="store_true",
+                        help="each group's requests, query rows and key slots divided by 4")
     args = parser.parse_args()
     device = pick_device(args.device)
     dtype = DTYPES[args.dtype or ("float32" if device.type == "cpu" else "bfloat16")]
     repeats = args.repeats or (5 if device.type == "cpu" else 50)
     print(f"{device}, {dtype}, 16 query heads, 8 KV heads of 128; median of {repeats} calls")
     for g, q, k in GROUPS:
+        if args.small:
+            g, q, k = max(g // 4, 1), max(q // 4, 1), k // 4
         inputs = group_inputs(g, q, k, (16, 8, 128), dtype, device)
         gqa, repeat = (lambda: with_gqa(*inputs)), (lambda: with_repeat(*inputs))
         diff = (gqa().float() - repeat().float()).abs().max().item()

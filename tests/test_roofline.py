@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from benchmarks import throughput
+from benchmarks import roofline, throughput
 from benchmarks.roofline import (Machine, matmul_peak, measure_machine, memory_bandwidth, place, run,
                                  system_fractions, workload_cost)
 from framework.trace import StepRecord, step_cost
@@ -27,6 +27,17 @@ def test_machine_figures_are_measured():
         assert math.isfinite(wall) and wall > 0 and math.isfinite(cpu) and cpu > 0
     m = measure_machine(matmul_n=128, bandwidth_bytes=1 << 20, repeats=2)
     assert m.peak_gflops_cpu is not None and m.ridge == m.peak_gflops / m.bandwidth_gbps
+
+
+def test_the_matmul_is_larger_off_the_cpu(monkeypatch):
+    """1024 square on a CPU; 8192 elsewhere, where a GPU's tensor cores need large products to approach their peak
+    (the meta device stands in for one here)."""
+    sizes = []
+    monkeypatch.setattr(roofline, "matmul_peak", lambda n, dtype, repeats, device: sizes.append(
+        (n, torch.device(device).type)) or (1.0, 1.0))
+    monkeypatch.setattr(roofline, "memory_bandwidth", lambda *args: (1.0, 1.0))
+    measure_machine("cpu"), measure_machine("meta")
+    assert sizes == [(1024, "cpu"), (8192, "meta")]
 
 
 def test_steps_land_on_the_bound_that_applies():
