@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import DTYPES, sync  # noqa: E402
+from benchmarks.measure import DTYPES, call_seconds, sync  # noqa: E402
 from mini_llm import pick_device, repeat_kv  # noqa: E402
 
 # (requests G, query rows Q, key slots K): decode groups, then prefill groups
@@ -55,14 +54,7 @@ def with_repeat(query, key, value, mask) -> torch.Tensor:
 def median_seconds(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(call_seconds(fn, repeats, device)[0])
 
 
 def sdpa_kernels(fn: Callable[[], object], device: torch.device) -> list[str]:

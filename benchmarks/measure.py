@@ -9,7 +9,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -98,6 +98,20 @@ def sync(device: torch.device) -> None:
     """Wait for queued device work, so that a timestamp means the work is done."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def call_seconds(fn: Callable[[], Any], repeats: int, device: torch.device) -> tuple[list[float], list[float]]:
+    """`repeats` calls of `fn`, each timed alone with the device's queue drained: (wall seconds, this process's CPU
+    seconds) of each. Warm up before calling it."""
+    walls, cpus = [], []
+    for _ in range(repeats):
+        sync(device)
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        sync(device)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return walls, cpus
 
 
 def run_engine(model, workload: Workload, max_batch: int, token_budget: int, block_size: int = 16,

@@ -41,7 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import DTYPES, checkpoint_folder, make_workload, prompt_vocab, sync  # noqa: E402
+from benchmarks.measure import DTYPES, call_seconds, checkpoint_folder, make_workload, prompt_vocab  # noqa: E402
 from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.sampling import SamplingParams  # noqa: E402
 from framework.trace import StepRecord, StepTracer, step_cost, tracing  # noqa: E402
@@ -54,14 +54,7 @@ SHAPE_WORKLOAD = {"num_requests": 8, "prompt_lens": (16, 128), "output_lens": (4
 def best_seconds(fn: Callable[[], Any], repeats: int, device: torch.device) -> tuple[float, float]:
     """The fastest of `repeats` calls of `fn`: (wall seconds, this process's CPU seconds), each its own minimum."""
     fn()  # warm up: allocation, thread pool
-    walls, cpus = [], []
-    for _ in range(repeats):
-        sync(device)
-        wall, cpu = time.perf_counter(), time.process_time()
-        fn()
-        sync(device)
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
+    walls, cpus = call_seconds(fn, repeats, device)
     return min(walls), min(cpus)
 
 
