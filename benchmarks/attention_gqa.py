@@ -22,7 +22,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import DTYPES, call_seconds, sync  # noqa: E402
+from benchmarks.measure import DTYPES, call_seconds  # noqa: E402
+from mini_llm import sync  # noqa: E402
 from mini_llm import pick_device, repeat_kv  # noqa: E402
 
 # (requests G, query rows Q, key slots K): decode groups, then prefill groups

@@ -18,7 +18,7 @@ from benchmarks.shapes import write_shape_checkpoint
 from framework.kv_cache_manager import blocks_needed
 from framework.sampling import SamplingParams
 from framework.spec_decode import SpeculativeConfig
-from mini_llm import model_path
+from mini_llm import model_path, sync
 from solutions.engine import EngineConfig, LLMEngine
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -92,12 +92,6 @@ def page_faults() -> int | None:
     except ImportError:  # Windows has no getrusage
         return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def sync(device: torch.device) -> None:
-    """Wait for queued device work, so that a timestamp means the work is done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def call_seconds(fn: Callable[[], Any], repeats: int, device: torch.device) -> tuple[list[float], list[float]]:

@@ -34,7 +34,7 @@ from framework.engine import EngineConfig  # noqa: E402
 from framework.sampling import SamplingParams, StructuredOutputsParams  # noqa: E402
 from framework.spec_decode import SpeculativeConfig  # noqa: E402
 from framework.structured_output import GrammarCompiler, structured_engine  # noqa: E402
-from mini_llm import load_tokenizer, load_transformer, pick_device  # noqa: E402
+from mini_llm import load_tokenizer, load_transformer, pick_device, sync  # noqa: E402
 from mini_llm.settings import model_path  # noqa: E402
 from solutions import structured_output as so  # noqa: E402
 from solutions.engine import LLMEngine  # noqa: E402
@@ -62,8 +62,7 @@ def run(model, tokenizer, workload, speculative: bool, constrained_every: int | 
     while engine.has_unfinished_requests():
         start = time.perf_counter()
         engine.step()
-        if model.device.type == "cuda":
-            torch.cuda.synchronize(model.device)
+        sync(model.device)
         step_seconds += time.perf_counter() - start
         steps += 1
     constrained = [r for r, p in zip(requests, params) if p.structured_outputs is not None]

@@ -47,14 +47,14 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import (DTYPES, Stopwatch, SystemResult, Workload, checkpoint_folder,  # noqa: E402
                                 left_padded, load_hf_model, make_workload, mismatches, prompt_vocab, result_from,
-                                run_engine, summarize, sync)
+                                run_engine, summarize)
 from benchmarks.repetitive import repetitive_prompts  # noqa: E402
 from benchmarks.roofline import Machine, format_machine, measure_machine, system_fractions, workload_cost  # noqa: E402
 from benchmarks.shapes import SHAPES  # noqa: E402
 from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.model_runner import ModelRunnerBase  # noqa: E402
 from framework.spec_decode import SpeculativeConfig  # noqa: E402
-from mini_llm import generate, load_transformer, pick_device  # noqa: E402
+from mini_llm import generate, load_transformer, pick_device, sync  # noqa: E402
 from solutions.engine import LLMEngine  # noqa: E402
 from solutions.model_runner import ModelRunner  # noqa: E402
 from solutions.paged_attention import GatherWorkspace  # noqa: E402

@@ -111,7 +111,7 @@ class ParallelSpec:
     runner_cls: type  # the engine's ModelRunner(model, num_blocks, block_size)
     model_path: str | None
     dtype: torch.dtype | None
-    device_type: str  # "cpu" or "cuda": rank r uses cuda:r
+    device_type: str  # "cpu" or "cuda": a spawned rank r uses cuda:r, a torchrun one cuda:LOCAL_RANK
     num_blocks: int
     block_size: int
     num_threads: int  # torch CPU threads of each worker
@@ -120,10 +120,13 @@ class ParallelSpec:
 
 def _init(spec: ParallelSpec, rank: int, store: dist.TCPStore | None = None) -> Collectives:
     if spec.device_type == "cuda":
-        if torch.cuda.device_count() < spec.world_size:
-            raise RuntimeError(f"tensor_parallel_size={spec.world_size} needs {spec.world_size} GPUs, this machine "
-                               f"has {torch.cuda.device_count()}: lower tensor_parallel_size")
-        device = torch.device("cuda", rank)
+        # torchrun numbers the GPUs of each node (LOCAL_RANK; RANK counts across nodes); spawned ranks share this one
+        torchrun = spec.store_port is None
+        here = int(os.environ["LOCAL_WORLD_SIZE"]) if torchrun else spec.world_size
+        if torch.cuda.device_count() < here:
+            raise RuntimeError(f"{here} ranks on this machine need {here} GPUs, it has {torch.cuda.device_count()}: "
+                               "lower tensor_parallel_size (or torchrun's --nproc-per-node)")
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) if torchrun else rank)
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")

@@ -29,6 +29,8 @@ import jsonschema
 import torch
 import xgrammar as xgr
 
+from mini_llm import sync
+
 from .request import Request
 from .sampling import SamplingParams, StructuredOutputsParams
 from .scheduler import ScheduledRequest, SchedulerOutput
@@ -248,12 +250,10 @@ class StructuredOutputEngineMixin:
 
         def execute_masked(items: list) -> torch.Tensor:
             logits = execute(items)
-            if logits.is_cuda:  # the forward pass's kernels may still run: their time is not the mask's
-                torch.cuda.synchronize(logits.device)
+            sync(logits.device)  # the forward pass's kernels may still run: their time is not the mask's
             start = time.perf_counter()
             self.apply_grammar_bitmask(logits, rows, allocate_bitmask(logits.shape[0], logits.shape[-1]))
-            if logits.is_cuda:  # the kernel is asynchronous: its time counts only once it has run
-                torch.cuda.synchronize(logits.device)
+            sync(logits.device)  # the kernel is asynchronous: its time counts only once it has run
             self.mask_seconds += time.perf_counter() - start
             return logits
 

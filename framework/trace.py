@@ -43,6 +43,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from mini_llm import sync
+
 from .observe import observe_schedule
 from .spec_decode import DraftedRequest
 
@@ -175,8 +177,8 @@ class StepTracer:
     def _execute_model(self, execute: Callable) -> Callable:
         def synced(items):  # on a GPU the phase ends when the forward pass's kernels have run, not when queued
             logits = execute(items)
-            if getattr(logits, "is_cuda", False):
-                torch.cuda.synchronize(logits.device)
+            if isinstance(logits, torch.Tensor):
+                sync(logits.device)
             return logits
 
         timed = self._phase("forward")(synced)

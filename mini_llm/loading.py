@@ -45,10 +45,16 @@ def load_transformer(
     state = load_state_dict(folder)
     dtype = dtype or next(iter(state.values())).dtype
     device = pick_device(str(device) if device is not None else None)
-    # Built for real on the device and overwritten below. (On the meta device, the parameters' random init is
-    # dispatched through torch's compiler stack, whose first import costs seconds.)
-    with torch.device(device):
-        model = Transformer(cfg)
+    # Built for real on the device, in `dtype` (built in fp32 and cast, it would hold twice the bf16 weights for a
+    # moment), and overwritten below. (On the meta device, the parameters' random init is dispatched through
+    # torch's compiler stack, whose first import costs seconds.)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = Transformer(cfg)
+    finally:
+        torch.set_default_dtype(previous)
     if cfg.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # tied: the head is the embedding matrix
     expected = {k: v for k, v in model.state_dict().items() if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
@@ -63,8 +69,7 @@ def load_transformer(
             raise CheckpointError(
                 f"weight {name} has shape {tuple(state[name].shape)} but config.json implies {tuple(p.shape)}"
             )
-    model = model.to(dtype)
-    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
+    model.load_state_dict(state, strict=False)  # copied into the parameters: cast to their dtype and device
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()

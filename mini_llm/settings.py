@@ -1,4 +1,5 @@
-"""The two settings every chapter shares: which device runs the model and which checkpoint it loads."""
+"""The two settings every chapter shares: which device runs the model and which checkpoint it loads; and `sync`,
+which every timing on that device needs."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ def pick_device(name: str | None = None) -> torch.device:
             raise RuntimeError(f"device {name!r} was asked for (MINI_LLM_DEVICE) but CUDA is not available here")
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU): a timestamp taken after it means the work is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def model_path(path: str | os.PathLike | None = None) -> Path:

@@ -196,6 +196,19 @@ def test_unsupported_architecture(model_dir, tmp_path):
         load_transformer(d)
 
 
+def test_the_model_is_built_in_the_asked_dtype(model_dir, model, monkeypatch):
+    """bf16 weights are built in bf16, not in fp32 and then cast (which held twice the weights for a moment); the
+    process's default dtype is torch's again afterwards; the weights are the fp32 model's, rounded."""
+    built = []
+    init = mm.Transformer.__init__
+    monkeypatch.setattr(mm.Transformer, "__init__", lambda self, cfg: (init(self, cfg), built.append(
+        {p.dtype for p in self.parameters()}))[0])
+    bf16 = load_transformer(model_dir, dtype=torch.bfloat16, device="cpu")
+    assert built == [{torch.bfloat16}] and torch.get_default_dtype() == torch.float32
+    for (name, p), q in zip(bf16.named_parameters(), model.parameters()):
+        assert torch.equal(p, q.to(torch.bfloat16)), name
+
+
 def test_mismatched_shapes(model_dir, tmp_path):
     d = _copy(model_dir, tmp_path)
     cfg = json.loads((d / "config.json").read_text())

@@ -101,3 +101,21 @@ def test_torchrun_starts_the_ranks_itself(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("TOKENS")]
     want = LLM(dtype=torch.float32).generate(["Once upon a time, a little fox"], SamplingParams(max_tokens=8))
     assert lines == [f"TOKENS {want[0].outputs[0].token_ids}"]  # printed by rank 0 only
+
+
+@pytest.mark.parametrize("torchrun, expected", [(True, 1), (False, 3)])
+def test_each_rank_takes_its_gpu_of_this_machine(monkeypatch, torchrun, expected):
+    """Under torchrun a rank's GPU is LOCAL_RANK (its RANK counts across nodes: rank 3 is the second of node 1);
+    a spawned rank r, on one machine, takes cuda:r. Checked without a GPU: the device calls are stubbed."""
+    from framework import executor
+
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2 if torchrun else 4)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(executor.dist, "init_process_group", lambda *args, **kwargs: None)
+    monkeypatch.setattr(executor.dist, "new_group", lambda *args, **kwargs: None)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    spec = executor.ParallelSpec(4, None if torchrun else 1234, None, None, None, None, "cuda", 8, 4, 1)
+    comm = executor._init(spec, 3, store=None if torchrun else object())
+    assert comm.device == torch.device("cuda", expected) and chosen == [comm.device]
