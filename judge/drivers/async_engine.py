@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import selectors
 import threading
 import time
 from types import ModuleType, SimpleNamespace
@@ -37,6 +38,19 @@ STEP_SECONDS = 0.02  # what a step of the scripted engine lasts, as a forward pa
 # (an abort, a new request, a consumer that leaves) happen while requests decode, not after they all finished
 STEP_START = 0.01  # of which before the step counts as started: what the event loop does as a step begins (the
 # consumer woken by the last outputs, the abort it asks for) comes first, whatever the threads' timing
+FROZEN_AFTER = 2.0  # seconds a step in another thread waits for the event loop to run one callback: past them the
+# loop is blocked on the step (a thread joined, a blocking wait), which freezes every coroutine as if it stepped itself
+
+
+class CountingSelector(selectors.DefaultSelector):
+    """The event loop's selector, counting its waits: the loop waits once per turn, so this counts how often it woke
+    (a loop polling with asyncio.sleep wakes at every poll; one waiting on an Event does not)."""
+
+    wakeups = 0
+
+    def select(self, timeout: float | None = None) -> list:
+        self.wakeups += 1
+        return super().select(timeout)
 
 
 class InjectedFailure(RuntimeError):
@@ -107,6 +121,9 @@ class ScriptedEngine(LLMEngineBase):
         self.names: dict[str, str] = {}  # engine request id -> the schedule's name
         self.next_names: list[str] = []  # the names of the requests the schedule is adding, in order
         self.in_step, self.step_thread = False, None
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop the learner's AsyncLLM runs on, and its
+        self.loop_thread: int | None = None  # thread
+        self.frozen_at: int | None = None  # the first step during which that loop ran nothing (FROZEN_AFTER)
         self.touched_in_step: list[str] = []  # engine calls made while a step ran (in another thread)
         self.calls = 0  # every engine call the loop made: step, add_request, has_unfinished_requests, ...
 
@@ -147,7 +164,9 @@ class ScriptedEngine(LLMEngineBase):
             if not scheduled:
                 return []
             self.passes += 1
-            time.sleep((STEP_SECONDS - STEP_START) * self.paced)
+            started = time.monotonic()
+            self.probe_loop()
+            time.sleep(max(0.0, STEP_SECONDS - STEP_START - (time.monotonic() - started)) * self.paced)
             if self.passes == self.fail_at:
                 error = InjectedFailure(f"injected failure at forward pass {self.fail_at}")
                 raise self.fail_step(scheduled, error) from error
@@ -157,6 +176,19 @@ class ScriptedEngine(LLMEngineBase):
             raise
         finally:
             self.in_step = False
+
+    def probe_loop(self) -> None:
+        """Whether the event loop runs a callback while this step runs in another thread; the first step where it
+        does not within FROZEN_AFTER seconds is kept (once: a frozen loop costs that wait once)."""
+        if self.loop is None or self.frozen_at is not None or threading.get_ident() == self.loop_thread:
+            return
+        ran = threading.Event()
+        try:
+            self.loop.call_soon_threadsafe(ran.set)
+        except RuntimeError:  # the loop is closed: the schedule is over
+            return
+        if not ran.wait(FROZEN_AFTER):
+            self.frozen_at = len(self.steps) - 1
 
     def replay(self, request: Request) -> RequestOutput:
         """The request's next recorded token, appended; finished with the recorded reason after its last."""
@@ -230,14 +262,14 @@ class Consumer:
                 "request_id": self.engine.names.get(str(getattr(self.stream, "request_id", None)))}
 
 
-async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
+async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: CountingSelector) -> dict:
+    engine.loop, engine.loop_thread = asyncio.get_running_loop(), threading.get_ident()
     llm = impl.AsyncLLM(engine)
     consumers: dict[str, Consumer] = {}
     tasks: list[asyncio.Task] = []
     idle: list[dict] = []
     aborts: dict[str, int] = {}
     refused: dict[str, str] = {}
-    loop_thread = threading.get_ident()
     for event in events:
         op, name = event["op"], event.get("name")
         if op == "add":
@@ -271,9 +303,11 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
             await asyncio.gather(*tasks)
             if op == "idle":
                 await asyncio.sleep(0.05)  # the step that ended the last stream returns
-                steps, calls, cpu, wall = len(engine.steps), engine.calls, time.process_time(), time.monotonic()
+                steps, calls, wakeups = len(engine.steps), engine.calls, selector.wakeups
+                cpu, wall = time.process_time(), time.monotonic()
                 await asyncio.sleep(event["seconds"])
                 idle.append({"steps": len(engine.steps) - steps, "calls": engine.calls - calls,
+                             "wakeups": selector.wakeups - wakeups - 1,  # the sleep above ends with one
                              "cpu": time.process_time() - cpu, "wall": time.monotonic() - wall})
     await asyncio.gather(*tasks)
     await asyncio.sleep(0.05)
@@ -281,7 +315,7 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict]) -> dict:
     if shutdown is not None:
         await asyncio.wait_for(shutdown(), READ_TIMEOUT)
     return {"streams": {name: c.plain() for name, c in consumers.items()}, "idle": idle, "aborts": aborts,
-            "refused": refused, "loop_thread": loop_thread}
+            "refused": refused}
 
 
 def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: int | None = None,
@@ -292,19 +326,21 @@ def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: in
     if not isinstance(getattr(impl, "AsyncLLM", None), type):
         return {"problem": "AsyncLLM must be a class, as in the starter file"}
     engine = ScriptedEngine(load_model(), EngineConfig(**config), script or {}, fail_at)
+    selector = CountingSelector()
     try:
-        played = asyncio.run(asyncio.wait_for(_play(impl, engine, events), time_limit))
+        with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selector)) as runner:
+            played = runner.run(asyncio.wait_for(_play(impl, engine, events, selector), time_limit))
     except TimeoutError:
         played = {"hung": f"the schedule did not end within {time_limit} s"}
     except BaseException as exc:  # noqa: BLE001
         played = {"error": learner_error(exc)}
-    loop_thread = played.pop("loop_thread", None)
-    steps = [{"scheduled": s["scheduled"], "failed": s["failed"], "on_loop_thread": s["thread"] == loop_thread}
+    steps = [{"scheduled": s["scheduled"], "failed": s["failed"], "on_loop_thread": s["thread"] == engine.loop_thread}
              for s in engine.steps]
     requests = {engine.names.get(r.request_id, r.request_id): {
         "outputs": list(r.output_token_ids), "finish_reason": r.finish_reason, "finished": r.is_finished,
         "blocks": len(r.block_table), "error": r.error} for r in engine.requests.values()}
     reply = {**played, "steps": steps, "log": engine.log, "touched_in_step": engine.touched_in_step[:5],
+             "loop_frozen_at_step": engine.frozen_at,
              "requests": requests, "free": engine.kv_cache_manager.num_free_blocks,
              "num_blocks": engine.config.num_blocks,
              "unfinished": bool(engine.scheduler.running or engine.scheduler.waiting)}

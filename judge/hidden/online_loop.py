@@ -15,7 +15,7 @@ from typing import Any
 
 from framework.engine import EngineConfig, StepError
 from framework.sampling import SamplingParams
-from judge.drivers.async_engine import TIMELINE, ScriptedEngine
+from judge.drivers.async_engine import FROZEN_AFTER, TIMELINE, ScriptedEngine
 from judge.drivers.engine import BracketTokenizer, plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
@@ -25,10 +25,13 @@ from solutions import engine as ref
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
 IDLE_CPU_SHARE = 0.25  # of the idle period's wall time; a loop that sleeps on an Event uses about none
+IDLE_WAKEUPS = 5  # turns of the event loop in one idle period; a loop that sleeps on an Event takes none
 # The statement's sentences the cases below check (practice/exercises/133-online-loop.md, "The contract")
 IDLE_RULE = ('the statement: "While idle (every stream has ended and nothing is queued), the loop makes no engine '
              'call at all: no step, no add_request, not even has_unfinished_requests"')
 IDLE_CPU_RULE = 'the statement: "CPU time above 25 % of the period\'s wall time" fails the case'
+IDLE_WAKE_RULE = ('the statement: "waking the event loop more than 5 times in a period (a loop that polls with '
+                  'asyncio.sleep)" fails the case')
 ABORT_IN_STEP_RULE = ('the statement: "An abort during a step: the request is in no step that starts after abort() '
                       'returned"')
 SHUTDOWN_RULE = 'the statement: "shutdown() returns within 3 s"'
@@ -188,6 +191,14 @@ class Run:
                               "(new requests, streams, disconnects wait)", input=self.input,
                               hint="run the step in a worker thread: outputs = await asyncio.to_thread(self.engine."
                                    "step)")
+        frozen = self.reply.get("loop_frozen_at_step")
+        if frozen is not None:
+            raise CaseFailure(f"while engine.step() ran in another thread (step {frozen + 1}), the event loop ran "
+                              f"nothing for {FROZEN_AFTER:g} s: it waited for the step, which freezes every other "
+                              "coroutine as if it stepped itself", input=self.input,
+                              hint="await the step (outputs = await asyncio.to_thread(self.engine.step)); do not "
+                                   "join a thread, take a threading.Lock or wait in any other blocking way on the "
+                                   "loop's thread")
         touched = self.reply["touched_in_step"]
         if touched:
             raise CaseFailure(f"the engine was called ({', '.join(touched)}) while a step was running in another "
@@ -428,6 +439,11 @@ def _(impl):
             raise CaseFailure(f"with no request to serve, the process used {period['cpu']:.2f} s of CPU in "
                               f"{period['wall']:.2f} s: the loop spins", input=run.input,
                               hint=f"await an asyncio.Event instead of looping with asyncio.sleep(0) ({IDLE_CPU_RULE})")
+        if period["wakeups"] > IDLE_WAKEUPS:
+            raise CaseFailure(f"with no request to serve, the event loop woke {period['wakeups']} times in "
+                              f"{period['wall']:.2f} s: the loop polls", input=run.input,
+                              hint="await an asyncio.Event that add_request sets instead of sleeping in a loop "
+                                   f"({IDLE_WAKE_RULE})")
     run.check()
 
 

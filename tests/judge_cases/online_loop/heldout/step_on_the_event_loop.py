@@ -1,4 +1,4 @@
-# VIOLATES: The step runs off the event loop's thread
+# VIOLATES: The step runs off the event loop's thread, and the loop does not block waiting for it
 """Calls engine.step() on the event loop's thread."""
 import asyncio
 import contextlib
