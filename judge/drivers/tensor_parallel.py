@@ -92,7 +92,7 @@ def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Te
     cfg = Qwen3Config(**config)
     group = SummingGroup(world_size)
     outputs: list[Any] = [None] * world_size
-    errors: list[dict | None] = [None] * world_size
+    errors: list[dict | None] = [None] * world_size  # per rank: {"_error": its exception}, or None
     out_of_step = [False] * world_size
 
     def run(rank: int) -> None:
@@ -103,7 +103,7 @@ def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Te
         except RanksOutOfStep:
             out_of_step[rank] = True
         except Exception as exc:  # noqa: BLE001 - the learner's, reported to the grader
-            errors[rank] = learner_error(exc)
+            errors[rank] = {"_error": learner_error(exc)}  # as every driver marks the learner's exception
             group.barrier.abort()  # the other ranks stop waiting for this one
 
     threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in range(world_size)]

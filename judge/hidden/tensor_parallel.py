@@ -3,7 +3,9 @@
 The expected shards are taken here by explicit head and column indices (index_select on lists of rows), the
 expected output is the dense layer computed in float64 by mini_llm's `DecoderLayer` on the whole weights: both
 independent of solutions/tensor_parallel.py. The learner's `layer_forward` runs in the worker, one thread per
-rank, through the public driver judge/drivers/tensor_parallel.py, whose `all_reduce` sums the ranks' tensors.
+rank, through the public driver judge/drivers/tensor_parallel.py, whose `all_reduce` sums the ranks' tensors. Each
+rank's tensors are checked as well as their sums, against its own share computed here from the dense layer's inputs
+to o_proj and down_proj: a rank's thread could read another's shard, and what it passes says whether it did.
 Tolerance (float32 against float64): |got - expected| <= ATOL + RTOL * |expected|.
 """
 
@@ -68,12 +70,17 @@ def rows(units: range, width: int) -> torch.Tensor:
     return torch.tensor([u * width + i for u in units for i in range(width)])
 
 
-def expected_shard(w: dict[str, torch.Tensor], rank: int, ws: int, heads: int, kv_heads: int) -> dict:
+def indices(w: dict[str, torch.Tensor], rank: int, ws: int, heads: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
+    """Rank `rank`'s query-head rows, KV-head rows and intermediate columns, as the statement's table names them."""
     hd = w["self_attn.q_proj.weight"].shape[0] // heads
     inter = w["mlp.gate_proj.weight"].shape[0]
-    q = rows(range(rank * heads // ws, (rank + 1) * heads // ws), hd)
-    kv = rows(range(rank * kv_heads // ws, (rank + 1) * kv_heads // ws), hd)
-    cols = torch.arange(rank * inter // ws, (rank + 1) * inter // ws)
+    return (rows(range(rank * heads // ws, (rank + 1) * heads // ws), hd),
+            rows(range(rank * kv_heads // ws, (rank + 1) * kv_heads // ws), hd),
+            torch.arange(rank * inter // ws, (rank + 1) * inter // ws))
+
+
+def expected_shard(w: dict[str, torch.Tensor], rank: int, ws: int, heads: int, kv_heads: int) -> dict:
+    q, kv, cols = indices(w, rank, ws, heads, kv_heads)
     pick = {"self_attn.q_proj.weight": (0, q), "self_attn.k_proj.weight": (0, kv), "self_attn.v_proj.weight": (0, kv),
             "self_attn.o_proj.weight": (1, q), "mlp.gate_proj.weight": (0, cols), "mlp.up_proj.weight": (0, cols),
             "mlp.down_proj.weight": (1, cols)}
@@ -85,12 +92,22 @@ class Dense:
     attention: torch.Tensor  # o_proj's output, before the residual
     mlp: torch.Tensor  # down_proj's output, before the residual
     output: torch.Tensor
+    into: tuple[torch.Tensor, torch.Tensor]  # o_proj's and down_proj's inputs (every head's, every column's)
+
+    def partials(self, w: dict[str, torch.Tensor], rank: int, ws: int, heads: int, kv_heads: int) -> list:
+        """Rank `rank`'s o_proj and down_proj outputs: its heads' and its columns' share of the dense ones."""
+        q, _, cols = indices(w, rank, ws, heads, kv_heads)
+        return [x[:, i] @ w[name].double()[:, i].T
+                for x, i, name in zip(self.into, (q, cols), ("self_attn.o_proj.weight", "mlp.down_proj.weight"))]
 
 
 def dense_layer(w: dict[str, torch.Tensor], cfg: Qwen3Config, x: torch.Tensor, positions: torch.Tensor) -> Dense:
     """The whole layer in float64 (mini_llm's modules), with its two would-be all-reduce results."""
     layer = DecoderLayer(cfg, 0).double()
     layer.load_state_dict({n: t.double() for n, t in w.items()})
+    into = []
+    for linear in (layer.self_attn.o_proj, layer.mlp.down_proj):
+        linear.register_forward_hook(lambda _, args, __: into.append(args[0]))
     cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
     with torch.no_grad():
         x = x.double()
@@ -98,7 +115,7 @@ def dense_layer(w: dict[str, torch.Tensor], cfg: Qwen3Config, x: torch.Tensor, p
                                     lambda _, q, k, v: causal_attention(q[None], k[None], v[None])[0])
         h = x + attention
         mlp = layer.mlp(layer.post_attention_layernorm(h))
-    return Dense(attention, mlp, h + mlp)
+    return Dense(attention, mlp, h + mlp, tuple(into))
 
 
 def close(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -172,6 +189,9 @@ def check_shard(shard: dict, want: dict[str, torch.Tensor], text: str) -> dict[s
 
 def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: int = 5, seed: int = 0,
                 cfg: Qwen3Config | None = None, whose: str = "the judge's shards") -> None:
+    """Every rank's layer_forward on `shards` (the judge's, or the learner's once checked equal to them): the
+    all-reduces' sums, each rank's own tensors (a rank that holds only its shard can pass nothing else) and each
+    rank's output."""
     cfg = cfg or s.config()
     g = torch.Generator().manual_seed(77 + seed)
     x = torch.randn(tokens, cfg.hidden_size, generator=g)
@@ -184,7 +204,7 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
         whole(res[key], ws, f"ranks' {key}")
     for rank, err in enumerate(res["errors"]):
         if err is not None:
-            raise learner_failure(err, "layer_forward", f"{text}, rank {rank}")
+            raise learner_failure(err["_error"], "layer_forward", f"{text}, rank {rank}")
     counts = [len(sent) for sent in res["sent"]]
     if any(res["out_of_step"]) or counts != [2] * ws:
         raise CaseFailure(f"the ranks called all_reduce {counts} times; each must call it exactly twice",
@@ -206,6 +226,7 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
                                    f"all-reduce {i + 1} sums each rank's {what} output (its heads' / columns' "
                                    "share of the dense result); the column-parallel outputs before it (q, k, v, "
                                    "gate, up) are whole per rank and are not summed")
+    check_partials(res["sent"], want, w, s, ws, text)
     for rank, out in enumerate(res["outputs"]):
         if out is None:
             raise CaseFailure(f"rank {rank}'s layer_forward returned {res['returned'][rank]}, not a tensor",
@@ -221,6 +242,19 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
                               got=list(out.shape) if not shape_ok else [round(v, 5) for v in out[0, :4].tolist()],
                               hint="the all-reduces are right: check what comes after them (the residuals, "
                                    "post_attention_layernorm on the summed hidden states)")
+
+
+def check_partials(sent: list, want: Dense, w: dict, s: Shape, ws: int, text: str) -> None:
+    """Each rank passed all_reduce its own o_proj and down_proj outputs, computed from its heads and columns."""
+    for rank in range(ws):
+        for i, (what, partial) in enumerate(zip(("o_proj", "down_proj"), want.partials(w, rank, ws, s.heads,
+                                                                                      s.kv_heads))):
+            got = as_hidden(sent[rank][i], partial)
+            if not close(got, partial):
+                raise CaseFailure(f"all-reduce {i + 1}: rank {rank} passed a tensor that is not its own {what} "
+                                  "output (the ranks' tensors sum right)", input=text,
+                                  hint=f"each rank passes all_reduce its {what} output computed from its own shard "
+                                       "(its heads, its columns) alone: nothing of another rank's")
 
 
 GQA = [(Shape(4, 2), 2), (Shape(8, 4, seed=1), 2), (Shape(8, 4, seed=2), 4), (Shape(8, 2, seed=3), 2),
