@@ -25,13 +25,14 @@ from judge.crossing import learner_error
 FALSE_REJECTION = 1e-6  # the test's false-rejection probability for a correct sampler (module docstring)
 
 
-def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, tokenizer=None) -> dict[str, Any]:
+def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, tokenizer=None,
+          generator: torch.Generator | None = None) -> dict[str, Any]:
     """One call on a request whose last token and drafts were just computed (every token before its last is
-    cached): what it returned and the request's state after it."""
+    cached), with its own new generator or `generator`: what it returned and the request's state after it."""
     params = SamplingParams(**case["params"] | ({"seed": seed} if seed is not None else {}))
     request = Request(list(case["prompt"]), params, output_token_ids=list(case["outputs"]))
     request.num_computed_tokens = request.num_tokens - 1
-    request.generator = make_generator(params, torch.device("cpu"))
+    request.generator = generator or make_generator(params, torch.device("cpu"))
     logits = torch.as_tensor(case["logits"], dtype=torch.float32)  # a list, or a tensor from the grader's engine
     try:
         tokens, reason = impl.verify_and_update(request, list(case["drafts"]), logits, case["eos"], tokenizer)
@@ -50,13 +51,17 @@ def verify(impl: ModuleType, case: dict[str, Any]) -> dict[str, Any]:
     return _call(impl, case)
 
 
-def distribution(impl: ModuleType, case: dict[str, Any], trials: int, repeats: int = 0) -> dict[str, Any]:
+def distribution(impl: ModuleType, case: dict[str, Any], trials: int, repeats: int = 0,
+                 one_generator: bool = False) -> dict[str, Any]:
     """`trials` calls on fresh requests seeded 0, 1, ..., then the first `repeats` of them again (the first error
     ends it): what the test finds wrong with them ("problem", None if nothing), and each call's tokens as a
-    diagnostic (the grader tests them again)."""
+    diagnostic (the grader tests them again). With `one_generator`, every call is seeded 0 and its request holds
+    the same generator, which each call moves on: the calls of one request's steps."""
+    shared = make_generator(SamplingParams(**case["params"] | {"seed": 0}), torch.device("cpu")) if one_generator \
+        else None
     runs = []
     for seed in [*range(trials), *range(repeats)]:
-        result = _call(impl, case, seed)
+        result = _call(impl, case, 0 if one_generator else seed, generator=shared)
         if "error" in result:
             return result
         runs.append(result["returned"])
@@ -175,7 +180,8 @@ def _logits_text(logits: Any) -> str:
     return f"logits = torch.tensor({rows.tolist()})  # rows' argmax {argmax}"
 
 
-def describe(fn: str, case: dict[str, Any], trials: int | None = None, repeats: int = 0) -> str:
+def describe(fn: str, case: dict[str, Any], trials: int | None = None, repeats: int = 0,
+             one_generator: bool = False) -> str:
     """A call of this driver as code a learner can run, after `import torch`,
     `from framework.request import Request` and `from framework.sampling import SamplingParams, make_generator`."""
     params = ", ".join(f"{k}={v!r}" for k, v in case["params"].items() if v not in (None, []))
@@ -193,6 +199,12 @@ def describe(fn: str, case: dict[str, Any], trials: int | None = None, repeats: 
     if fn != "distribution":
         return f"{_logits_text(case['logits'])}\n{tokenizer}{request('')}\n{call}"
     probs = [[round(p, 4) for p in row] for row in row_probs(case)]
+    if one_generator:
+        return (f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n"
+                f"shared = make_generator(SamplingParams({params}, seed=0), torch.device('cpu'))  # one request's\n"
+                f"for _ in range({trials}):\n    request = Request({case['prompt']}, SamplingParams({params}, seed=0), "
+                f"output_token_ids={case['outputs']}); request.num_computed_tokens = request.num_tokens - 1; "
+                f"request.generator = shared\n    {call}")
     return (f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n"
             f"for seed in {f'[*range({trials}), *range({repeats})]' if repeats else f'range({trials})'}:\n"
             f"    {request(', seed=seed')}\n    {call}")

@@ -159,17 +159,22 @@ TRIALS, REPEATS = 2000, 200
 
 
 def check_distribution(impl, logits: list[list[float]], drafts: list[int], temperature: float, repeats: int = 0,
-                       **cut: Any) -> None:
-    """TRIALS seeded calls against the distribution, then the first `repeats` of them again."""
+                       one_generator: bool = False, **cut: Any) -> None:
+    """TRIALS seeded calls against the distribution, then the first `repeats` of them again; with `one_generator`,
+    TRIALS calls whose requests hold one generator, as the calls of one request's steps do."""
     case = {"prompt": [1, 2, 3], "outputs": [], "drafts": drafts, "logits": logits, "eos": None,
             "params": {"max_tokens": 64, "temperature": temperature, **cut}}
-    text = spec_driver.describe("distribution", case, TRIALS, repeats)
-    got = Driver(impl, "spec_decode").distribution(case, TRIALS, repeats)
+    text = spec_driver.describe("distribution", case, TRIALS, repeats, one_generator)
+    got = Driver(impl, "spec_decode").distribution(case, TRIALS, repeats, one_generator)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
     # tested here, never trusting the worker's verdict
     runs, again = whole(got["_runs"], TRIALS, "calls"), whole(got["_again"], repeats, "repeated calls")
     failure = spec_driver.sampling_failure(case, runs) or spec_driver.repeat_failure(runs, again)
+    if failure and one_generator:
+        failure["hint"] = ("these calls are one seeded request's steps: its generator moves on from call to call, and "
+                           "so must the numbers you draw; draw them with request.generator itself (a generator made "
+                           "again from sampling_params.seed at every call draws the same numbers at every step)")
     if failure:
         raise CaseFailure(failure["message"], input=text, hint=failure["hint"])
 
@@ -189,6 +194,7 @@ def random_logits(seed: str, rows: int, vocab: int = 8) -> list[list[float]]:
 def _(impl):
     logits = probs_logits([[0.4, 0.4, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.1, 0.3]])
     check_distribution(impl, logits, [0, 2], temperature=1.0, repeats=REPEATS)
+    check_distribution(impl, logits, [0, 2], temperature=1.0, one_generator=True)
     check_distribution(impl, logits[1:], [0], temperature=1.0, top_k=3)  # a draft outside the top-k: never accepted
 
 
