@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import DTYPES, call_seconds  # noqa: E402
-from mini_llm import sync  # noqa: E402
-from mini_llm import pick_device, repeat_kv  # noqa: E402
+from mini_llm import pick_device, repeat_kv, sync  # noqa: E402
 
 # (requests G, query rows Q, key slots K): decode groups, then prefill groups
 GROUPS = ((16, 1, 512), (64, 1, 1024), (64, 1, 4096), (4, 256, 512), (2, 1024, 2048))

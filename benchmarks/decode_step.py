@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import DTYPES, left_padded, load_hf_model, make_workload, prompt_vocab  # noqa: E402
-from mini_llm import sync  # noqa: E402
-from mini_llm import load_transformer, model_path, pick_device  # noqa: E402
+from mini_llm import load_transformer, model_path, pick_device, sync  # noqa: E402
 from solutions.engine import EngineConfig, LLMEngine  # noqa: E402
 from framework.kv_cache_manager import blocks_needed  # noqa: E402
 from framework.sampling import SamplingParams  # noqa: E402

@@ -46,8 +46,9 @@ def load_transformer(
     dtype = dtype or next(iter(state.values())).dtype
     device = pick_device(str(device) if device is not None else None)
     # Built for real on the device, in `dtype` (built in fp32 and cast, it would hold twice the bf16 weights for a
-    # moment), and overwritten below. (On the meta device, the parameters' random init is dispatched through
-    # torch's compiler stack, whose first import costs seconds.)
+    # moment), and overwritten below. (On the meta device, the parameters' random init is dispatched through torch's
+    # compiler stack, whose first import costs seconds.) The default dtype is the process's, not the thread's, while
+    # it is set (as with vLLM's set_default_torch_dtype): load in one thread at a time.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

@@ -38,18 +38,19 @@ STEP_SECONDS = 0.02  # what a step of the scripted engine lasts, as a forward pa
 # (an abort, a new request, a consumer that leaves) happen while requests decode, not after they all finished
 STEP_START = 0.01  # of which before the step counts as started: what the event loop does as a step begins (the
 # consumer woken by the last outputs, the abort it asks for) comes first, whatever the threads' timing
-FROZEN_AFTER = 2.0  # seconds a step in another thread waits for the event loop to run one callback: past them the
-# loop is blocked on the step (a thread joined, a blocking wait), which freezes every coroutine as if it stepped itself
+FROZEN_AFTER = 5.0  # seconds a step in another thread waits for the event loop to run one callback: a loop blocked
+# until the step returns (a thread joined, a blocking wait) never runs it, frozen as if it stepped itself
 
 
 class CountingSelector(selectors.DefaultSelector):
-    """The event loop's selector, counting its waits: the loop waits once per turn, so this counts how often it woke
-    (a loop polling with asyncio.sleep wakes at every poll; one waiting on an Event does not)."""
+    """The event loop's selector, counting the times the loop slept and woke (its selects that may block; a turn with
+    callbacks ready does not sleep): a loop polling with asyncio.sleep wakes at every poll, one waiting on an Event
+    only when it is set."""
 
     wakeups = 0
 
     def select(self, timeout: float | None = None) -> list:
-        self.wakeups += 1
+        self.wakeups += timeout is None or timeout > 0
         return super().select(timeout)
 
 
@@ -307,7 +308,7 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
                 cpu, wall = time.process_time(), time.monotonic()
                 await asyncio.sleep(event["seconds"])
                 idle.append({"steps": len(engine.steps) - steps, "calls": engine.calls - calls,
-                             "wakeups": selector.wakeups - wakeups - 1,  # the sleep above ends with one
+                             "wakeups": selector.wakeups - wakeups - 1,  # the sleep above is one
                              "cpu": time.process_time() - cpu, "wall": time.monotonic() - wall})
     await asyncio.gather(*tasks)
     await asyncio.sleep(0.05)

@@ -1,15 +1,14 @@
 """Driver of exercise 134 (verify_and_update): the learner's function called on requests built beside it.
 
 `verify` makes one call (the grader's speculating engine calls it so for every request of every step);
-`distribution` makes many, on requests seeded 0, 1, ..., and tests their tokens against the distribution the
-statement states (`sampling_failure`), which needs no answer: for a correct sampler, whatever order it draws its
-random numbers in, the token at position i is t with probability A_i p_i(t) (p_i: the distribution of logits row i,
-A_i = p_0(x_0) ... p_{i-1}(x_{i-1}), x_k: draft k), and a call ends on its first token that is not its draft.
-So the number K of n calls whose token at position i is t (a "cell") is Binomial(n, A_i p_i(t)). A cell fails when K
-lies in a tail of probability at most a on either side (computed exactly), which a correct sampler does with
-probability at most 2a; with C cells and a = alpha / (2 C), the union bound keeps the false rejection probability of
-the whole test below alpha, the cells' dependence notwithstanding.
-"""
+`distribution` makes many, on requests seeded 0, 1, ... (or holding one generator), and tests their tokens against
+the distribution the statement states (`sampling_failure`), which needs no answer: for a correct sampler, whatever
+order it draws its random numbers in, the token at position i is t with probability A_i p_i(t) (p_i: the
+distribution of logits row i, A_i = p_0(x_0) ... p_{i-1}(x_{i-1}), x_k: draft k), and a call ends on its first token
+that is not its draft. So the number K of n calls whose token at position i is t (a "cell") is Binomial(n, A_i
+p_i(t)). A cell fails when K lies in a tail of probability at most a on either side (computed exactly), which a
+correct sampler does with probability at most 2a; with C cells and a = alpha / (2 C), the union bound keeps the
+false rejection probability of the whole test below alpha, the cells' dependence notwithstanding."""
 
 from __future__ import annotations
 
@@ -97,7 +96,7 @@ def _shape_failure(runs: list[list[int]], drafts: list[int]) -> dict[str, str] |
     """Why a call's tokens cannot come from the rule whatever its random numbers: a call emits its accepted drafts
     and then exactly one token that is not the next draft (the bonus token after all of them)."""
     bonus_seen = any(len(run) == len(drafts) + 1 and _accepted(run, drafts) == len(drafts) for run in runs)
-    for seed, run in enumerate(runs):
+    for call, run in enumerate(runs):
         n = _accepted(run, drafts)
         if len(run) == n + 1:
             continue
@@ -114,7 +113,7 @@ def _shape_failure(runs: list[list[int]], drafts: list[int]) -> dict[str, str] |
             why = f"ended on draft {n - 1} (token {drafts[n - 1]}): a rejected draft was emitted as its own replacement"
             hint = ("on a rejection sample the replacement from p with the draft's probability set to 0 "
                     "(renormalised): it is never the draft")
-        return {"message": f"the call seeded {seed} emitted {run}: it {why}", "hint": hint}
+        return {"message": f"call {call} of the loop emitted {run}: it {why}", "hint": hint}
     return None
 
 
@@ -140,7 +139,7 @@ def _cell_hint(position: int, token: int, drafts: list[int], too_many: bool) -> 
 
 
 def sampling_failure(case: dict[str, Any], runs: list[list[int]]) -> dict[str, str] | None:
-    """What the calls' tokens `runs` (call i seeded i) show wrong, or None: a call whose tokens no random numbers
+    """What the calls' tokens `runs` (in the loop's order) show wrong, or None: a call whose tokens no random numbers
     could give, else the first position with a cell out of range, with a table of its cells (message, hint)."""
     drafts = case["drafts"]
     failure = _shape_failure(runs, drafts)
@@ -200,11 +199,10 @@ def describe(fn: str, case: dict[str, Any], trials: int | None = None, repeats: 
         return f"{_logits_text(case['logits'])}\n{tokenizer}{request('')}\n{call}"
     probs = [[round(p, 4) for p in row] for row in row_probs(case)]
     if one_generator:
+        setup = f"{setup.split(';')[0]}; request.generator = shared"
         return (f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n"
                 f"shared = make_generator(SamplingParams({params}, seed=0), torch.device('cpu'))  # one request's\n"
-                f"for _ in range({trials}):\n    request = Request({case['prompt']}, SamplingParams({params}, seed=0), "
-                f"output_token_ids={case['outputs']}); request.num_computed_tokens = request.num_tokens - 1; "
-                f"request.generator = shared\n    {call}")
+                f"for _ in range({trials}):\n    {request(', seed=0')}\n    {call}")
     return (f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n"
             f"for seed in {f'[*range({trials}), *range({repeats})]' if repeats else f'range({trials})'}:\n"
             f"    {request(', seed=seed')}\n    {call}")

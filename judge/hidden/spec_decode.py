@@ -156,25 +156,27 @@ def _(impl):
 # false-rejection probability below 1e-6 for any correct sampler (judge/drivers/spec_decode.py derives it)
 
 TRIALS, REPEATS = 2000, 200
+STEPS = 500  # calls of one request's steps (one generator): the same numbers at every step fail all but certainly
 
 
 def check_distribution(impl, logits: list[list[float]], drafts: list[int], temperature: float, repeats: int = 0,
                        one_generator: bool = False, **cut: Any) -> None:
     """TRIALS seeded calls against the distribution, then the first `repeats` of them again; with `one_generator`,
-    TRIALS calls whose requests hold one generator, as the calls of one request's steps do."""
+    STEPS calls whose requests hold one generator, as the calls of one request's steps do."""
+    trials = STEPS if one_generator else TRIALS
     case = {"prompt": [1, 2, 3], "outputs": [], "drafts": drafts, "logits": logits, "eos": None,
             "params": {"max_tokens": 64, "temperature": temperature, **cut}}
-    text = spec_driver.describe("distribution", case, TRIALS, repeats, one_generator)
-    got = Driver(impl, "spec_decode").distribution(case, TRIALS, repeats, one_generator)
+    text = spec_driver.describe("distribution", case, trials, repeats, one_generator)
+    got = Driver(impl, "spec_decode").distribution(case, trials, repeats, one_generator)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
     # tested here, never trusting the worker's verdict
-    runs, again = whole(got["_runs"], TRIALS, "calls"), whole(got["_again"], repeats, "repeated calls")
+    runs, again = whole(got["_runs"], trials, "calls"), whole(got["_again"], repeats, "repeated calls")
     failure = spec_driver.sampling_failure(case, runs) or spec_driver.repeat_failure(runs, again)
     if failure and one_generator:
-        failure["hint"] = ("these calls are one seeded request's steps: its generator moves on from call to call, and "
-                           "so must the numbers you draw; draw them with request.generator itself (a generator made "
-                           "again from sampling_params.seed at every call draws the same numbers at every step)")
+        failure["hint"] += ("; these calls are one seeded request's steps: its generator moves on from call to call, "
+                            "and so must the numbers you draw: draw them with request.generator itself (a generator "
+                            "made again from sampling_params.seed at every call draws the same numbers every step)")
     if failure:
         raise CaseFailure(failure["message"], input=text, hint=failure["hint"])
 

@@ -1,6 +1,6 @@
 """Wrong: the step runs in a thread of its own, but the event loop's thread joins it: while a step runs, no
 coroutine can (a stream, a new request, a disconnect), as if the loop stepped the engine itself.
-EXPECT: the event loop ran nothing for 2 s
+EXPECT: the event loop did not run the judge's callback
 PUBLIC: caught
 """
 

@@ -1,4 +1,4 @@
-# VIOLATES: While idle the loop waits on an `asyncio.Event`: no engine call at all, not even `has_unfinished_requests`, and at most 25 % of a CPU; `add_request` wakes it
+# VIOLATES: While idle the loop waits on an `asyncio.Event`: no engine call at all, not even `has_unfinished_requests`, at most 25 % of a CPU and no polling; `add_request` wakes it
 """While idle, polls has_unfinished_requests every 10 ms instead of waiting on the event."""
 import asyncio
 import contextlib
