@@ -38,6 +38,8 @@ STEP_SECONDS = 0.02  # what a step of the scripted engine lasts, as a forward pa
 # (an abort, a new request, a consumer that leaves) happen while requests decode, not after they all finished
 STEP_START = 0.01  # of which before the step counts as started: what the event loop does as a step begins (the
 # consumer woken by the last outputs, the abort it asks for) comes first, whatever the threads' timing
+IDLE_GRACE = 0.2  # seconds after the last stream ended before an idle period starts: the step that ended it returns,
+# and a loop's last check (a stepping thread's has_unfinished_requests) is made, however loaded the machine
 FROZEN_AFTER = 5.0  # seconds a step in another thread waits for the event loop to run one callback: a loop blocked
 # until the step returns (a thread joined, a blocking wait) never runs it, frozen as if it stepped itself
 
@@ -303,7 +305,7 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
         elif op in ("drain", "idle"):
             await asyncio.gather(*tasks)
             if op == "idle":
-                await asyncio.sleep(0.05)  # the step that ended the last stream returns
+                await asyncio.sleep(IDLE_GRACE)
                 steps, calls, wakeups = len(engine.steps), engine.calls, selector.wakeups
                 cpu, wall = time.process_time(), time.monotonic()
                 await asyncio.sleep(event["seconds"])
