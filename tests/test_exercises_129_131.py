@@ -35,6 +35,13 @@ def expect_of(path: Path) -> str:
     return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
 
 
+def cases_of(path: Path) -> list[str] | None:
+    """The cases a fixture's `CASES:` line names (those whose name holds it), if it has one: a slow attack is
+    graded on the cases that show its diagnosis."""
+    found = re.search(r"CASES: (.+)", path.read_text())
+    return [found.group(1).strip()] if found else None
+
+
 @pytest.mark.parametrize("ex_id", EXERCISES)
 def test_registered_with_statement_and_enough_fixtures(ex_id):
     ex = judge.get_exercise(ex_id)
@@ -64,7 +71,7 @@ def test_untouched_starter_says_not_implemented(ex_id, model_dir):
 
 @pytest.mark.parametrize("ex_id,path", WRONG, ids=[p.stem for _, p in WRONG])
 def test_wrong_solution_is_rejected_with_its_diagnosis(ex_id, path, model_dir):
-    report = judge.grade_inprocess(ex_id, load_file(path), options={"model": model_dir})
+    report = judge.grade_inprocess(ex_id, load_file(path), cases=cases_of(path), options={"model": model_dir})
     assert report.failed > 0, report.text()
     assert expect_of(path) in report.text(), report.text()
 

@@ -2,6 +2,7 @@
 coroutine can (a stream, a new request, a disconnect), as if the loop stepped the engine itself.
 EXPECT: the event loop did not run the judge's callback
 PUBLIC: caught
+CASES: one request streams
 """
 
 import asyncio

@@ -5,6 +5,7 @@ replay and schedules nothing.
 
 EXPECT: wrong schedule
 PUBLIC: caught
+CASES: random workloads: small KV cache
 """
 
 import gc
