@@ -1,6 +1,7 @@
 """Wrong: the step runs on the event loop's thread, freezing every other coroutine while it runs.
 EXPECT: ran on the event loop's thread
 PUBLIC: caught
+CASES: one request streams
 """
 
 import asyncio
