@@ -17,6 +17,8 @@ import judge
 from judge.hidden import block_pool, paged_attention, slot_mapping
 from judge.loader import load_file
 
+from fixture_header import expect_of
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases"
 EXERCISES = {125: ("block_pool", block_pool), 126: ("slot_mapping", slot_mapping),
@@ -30,9 +32,6 @@ def fixtures(prefix: str) -> list[tuple[int, Path]]:
 
 WRONG, RIGHT = fixtures("wrong"), fixtures("right")
 
-
-def expect_of(path: Path) -> str:
-    return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
 
 
 @pytest.mark.parametrize("ex_id", EXERCISES)

@@ -5,7 +5,6 @@ ones are accepted, and the workloads really exercise what the case names promise
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,8 @@ from judge.hidden import preemption, scheduler
 from judge.hidden.lockstep import reference_world
 from judge.loader import load_file
 from solutions import scheduler as ref
+
+from fixture_header import cases_of, expect_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases"
@@ -30,16 +31,6 @@ def fixtures(prefix: str) -> list[tuple[int, Path]]:
 
 WRONG, RIGHT = fixtures("wrong"), fixtures("right")
 
-
-def expect_of(path: Path) -> str:
-    return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
-
-
-def cases_of(path: Path) -> list[str] | None:
-    """The cases a fixture's `CASES:` line names (those whose name holds it), if it has one: a slow attack is
-    graded on the cases that show its diagnosis."""
-    found = re.search(r"CASES: (.+)", path.read_text())
-    return [found.group(1).strip()] if found else None
 
 
 @pytest.mark.parametrize("ex_id", EXERCISES)

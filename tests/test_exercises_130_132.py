@@ -4,7 +4,6 @@ is rejected with the expected diagnosis, and differently written correct ones ar
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +17,8 @@ from judge.drivers.rounds import CALL_KEYS, answered
 from judge.hidden import inference_loop, prefix_caching
 from judge.loader import load_file
 
+from fixture_header import expect_of
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases"
 FIXTURES = {130: CASES_DIR / "inference_loop", 132: CASES_DIR / "prefix_caching"}
@@ -29,9 +30,6 @@ def fixtures(kind: str) -> list:
     return [pytest.param(ex, p, id=f"{ex}-{p.stem}")
             for ex, d in FIXTURES.items() for p in sorted(d.glob(f"{kind}_*.py"))]
 
-
-def expect_of(path: Path) -> str:
-    return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -5,7 +5,6 @@ written correct ones are accepted (values are compared, not containers)."""
 from __future__ import annotations
 
 import csv
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,8 @@ from judge.hidden import batch_layout
 from judge.loader import load_file
 from judge.sandbox import bwrap_problem
 
+from fixture_header import expect_of
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases" / "batch_layout"
 WRONG = sorted(CASES_DIR.glob("wrong_*.py"))
@@ -24,9 +25,6 @@ RIGHT = sorted(CASES_DIR.glob("right_*.py"))
 E2E = next(n for n in batch_layout.CASES.names() if n.startswith("end to end"))
 FAST = [n for n in batch_layout.CASES.names() if n != E2E]
 
-
-def expect_of(path: Path) -> str:
-    return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
 
 
 def test_registered():

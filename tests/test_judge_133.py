@@ -5,7 +5,6 @@ the cases it is graded on (a stream that hangs costs the driver's read timeout i
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,12 @@ import judge
 from judge.hidden import online_loop
 from judge.loader import load_file
 
+from fixture_header import cases_of, expect_of
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases" / "online_loop"
 WRONG = sorted(CASES_DIR.glob("wrong_*.py"))
 RIGHT = sorted(CASES_DIR.glob("right_*.py"))
-
-
-def field_of(path: Path, name: str) -> str | None:
-    found = re.search(rf"{name}: (.+)", path.read_text())
-    return found.group(1).strip() if found else None
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -54,11 +50,9 @@ def test_untouched_starter_says_not_implemented(model_dir):
 
 @pytest.mark.parametrize("path", WRONG, ids=lambda p: p.stem)
 def test_wrong_version_is_rejected(path, model_dir):
-    cases = field_of(path, "CASES")
-    report = judge.grade_inprocess(133, load_file(path), cases=[cases] if cases else None,
-                                   options={"model": model_dir})
+    report = judge.grade_inprocess(133, load_file(path), cases=cases_of(path), options={"model": model_dir})
     assert report.failed > 0, report.text()
-    assert field_of(path, "EXPECT") in report.text(), report.text()
+    assert expect_of(path) in report.text(), report.text()
     assert all(r.verdict in ("pass", "fail", "error") for r in report.results), report.text()
 
 

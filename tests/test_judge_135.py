@@ -5,7 +5,6 @@ reference sharding run in one process."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,13 @@ from judge.drivers.tensor_parallel import SummingGroup
 from judge.hidden import tensor_parallel
 from judge.loader import load_file
 
+from fixture_header import expect_of
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases" / "tensor_parallel"
 WRONG = sorted(CASES_DIR.glob("wrong_*.py"))
 RIGHT = sorted(CASES_DIR.glob("right_*.py"))
 
-
-def expect_of(path: Path) -> str:
-    return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
 
 
 def test_registered_with_statement_and_fixtures():

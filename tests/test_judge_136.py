@@ -4,7 +4,6 @@ differently written correct ones are accepted."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,13 @@ import judge
 from judge.hidden import structured_output
 from judge.loader import load_file
 
+from fixture_header import expect_of
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).parent / "judge_cases" / "structured_output"
 WRONG = sorted(CASES_DIR.glob("wrong_*.py"))
 RIGHT = sorted(CASES_DIR.glob("right_*.py"))
 
-
-def expect_of(path: Path) -> str:
-    return re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
 
 
 def test_registered():

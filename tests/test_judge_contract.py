@@ -5,13 +5,14 @@ exercise's stub that the learner's code called names that stub."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 import judge
 from judge import compare, crossing, public
+
+from fixture_header import expect_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
@@ -38,7 +39,7 @@ def test_fixture_graded_in_the_worker(ex_id, rel):
         assert report.ok, report.text()
     else:
         assert report.failed > 0, report.text()
-        assert re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip() in report.text(), report.text()
+        assert expect_of(path) in report.text(), report.text()
 
 
 def test_another_exercises_stub_is_blamed_not_the_learner():

@@ -25,6 +25,7 @@ from judge.loader import module_name_for
 from judge.remote import Session
 
 from in_process import InProcess
+from fixture_header import expect_of
 
 CASES_DIR = Path(__file__).parent / "judge_cases"
 FOLDERS = {125: "block_pool", 126: "slot_mapping", 127: "paged_attention", 128: "batch_layout", 129: "scheduler",
@@ -134,5 +135,5 @@ def test_a_public_case_gives_the_hidden_cases_hint(ex_id: int, stem: str, record
         recorded[ex_id] = edition.record(judge.get_exercise(ex_id))
     path = CASES_DIR / FOLDERS[ex_id] / f"{stem}.py"
     failures = public_failures(ex_id, path, recorded[ex_id], first_only=True)
-    expect = re.search(r"EXPECT: (.+)", path.read_text()).group(1).strip()
+    expect = expect_of(path)
     assert any("hint: " in why and expect in why for why in failures.values()), failures

@@ -124,8 +124,8 @@ class ScriptedEngine(LLMEngineBase):
         self.names: dict[str, str] = {}  # engine request id -> the schedule's name
         self.next_names: list[str] = []  # the names of the requests the schedule is adding, in order
         self.in_step, self.step_thread = False, None
-        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop the learner's AsyncLLM runs on, and its
-        self.loop_thread: int | None = None  # thread
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop the learner's AsyncLLM runs on
+        self.loop_thread: int | None = None  # the thread that runs it
         self.frozen_at: int | None = None  # the first step during which that loop ran nothing (FROZEN_AFTER)
         self.touched_in_step: list[str] = []  # engine calls made while a step ran (in another thread)
         self.calls = 0  # every engine call the loop made: step, add_request, has_unfinished_requests, ...

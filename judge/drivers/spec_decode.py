@@ -186,9 +186,9 @@ def describe(fn: str, case: dict[str, Any], trials: int | None = None, repeats: 
     params = ", ".join(f"{k}={v!r}" for k, v in case["params"].items() if v not in (None, []))
     stop = bool(case["params"].get("stop"))
     call = f"verify_and_update(request, {case['drafts']}, logits, {case['eos']}{', tokenizer' if stop else ''})"
+    generator = "shared" if one_generator else "make_generator(request.sampling_params, torch.device('cpu'))"
     setup = "request.num_computed_tokens = request.num_tokens - 1" + (
-        "; request.generator = make_generator(request.sampling_params, torch.device('cpu'))"
-        if case["params"].get("temperature") else "")
+        f"; request.generator = {generator}" if case["params"].get("temperature") else "")
     tokenizer = "tokenizer = mini_llm.load_tokenizer()\n" if stop else ""
 
     def request(seed: str) -> str:
@@ -198,11 +198,10 @@ def describe(fn: str, case: dict[str, Any], trials: int | None = None, repeats: 
     if fn != "distribution":
         return f"{_logits_text(case['logits'])}\n{tokenizer}{request('')}\n{call}"
     probs = [[round(p, 4) for p in row] for row in row_probs(case)]
-    if one_generator:
-        setup = f"{setup.split(';')[0]}; request.generator = shared"
-        return (f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n"
-                f"shared = make_generator(SamplingParams({params}, seed=0), torch.device('cpu'))  # one request's\n"
-                f"for _ in range({trials}):\n    {request(', seed=0')}\n    {call}")
-    return (f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n"
-            f"for seed in {f'[*range({trials}), *range({repeats})]' if repeats else f'range({trials})'}:\n"
-            f"    {request(', seed=seed')}\n    {call}")
+    if one_generator:  # one request's generator, moved on by every call
+        loop = (f"shared = make_generator(SamplingParams({params}, seed=0), torch.device('cpu'))\n"
+                f"for _ in range({trials}):\n    {request(', seed=0')}")
+    else:
+        loop = (f"for seed in {f'[*range({trials}), *range({repeats})]' if repeats else f'range({trials})'}:\n"
+                f"    {request(', seed=seed')}")
+    return f"{_logits_text(case['logits'])}\n# p of each row, after temperature and cuts: {probs}\n{loop}\n    {call}"
