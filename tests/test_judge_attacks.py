@@ -182,7 +182,7 @@ def test_exercise_130_attacks_score_zero(path, model_dir):
         assert "searched; found: []" in report.output, report.output
 
 
-DRIVER_FORGERIES = {"forge_132_lookups": (132, 10, []), "forge_136_empty_rows": (136, 12, []),
+DRIVER_FORGERIES = {"forge_132_lookups": (132, 10, []), "forge_136_empty_rows": (136, 13, []),
                     "forge_134_no_runs": (134, 12, ["greedy: no drafts, one token"])}  # what that code does right
 
 

@@ -1,7 +1,8 @@
 """Driver of exercise 136 (structured output), run beside the learner's code: it calls the learner's functions as
 the engine does and returns what they did as plain data. The framework compiles the grammars
 (framework/structured_output.py) against a toy vocabulary (`VOCAB`: token id = index, 0 the end of sequence), so
-that a case's masks and outputs are short enough to read.
+that a case's masks and outputs are short enough to read. Some cases use it with its end of sequence and "a"
+swapped (`vocab(OTHER_EOS)`): what ends a request is the grammar's end, not token 0.
 """
 
 from __future__ import annotations
@@ -17,20 +18,29 @@ from framework.sampling import StructuredOutputsParams
 from judge.crossing import learner_error
 
 EOS = 0
+OTHER_EOS = 9
 VOCAB = ["<eos>", "{", "}", '"', ":", ",", " ", "[", "]", "a", "b", "c", "d", "e", "0", "1", "2", "3", "4", "5",
          "-", ".", "true", "false", "null", '{"', '": ', ", ", '"a', "ab", "cd", "12", "yes", "no", "maybe", "x",
          "y", "\n"]
 VOCAB += [c for c in map(chr, range(32, 127)) if c not in VOCAB]  # every character: no prefix is a dead end
 
 
-@functools.lru_cache(maxsize=1)
-def compiler() -> GrammarCompiler:
-    return GrammarCompiler.from_vocab(["" if i == EOS else t for i, t in enumerate(VOCAB)], EOS)
+def vocab(eos: int = EOS) -> list[str]:
+    """VOCAB with its end of sequence at id `eos` (swapped with the token there)."""
+    tokens = list(VOCAB)
+    tokens[EOS], tokens[eos] = tokens[eos], tokens[EOS]
+    return tokens
 
 
-def grammar(spec: dict, token_ids: list[int]) -> Grammar:
-    """A matcher of `spec` (StructuredOutputsParams' fields) that has accepted `token_ids`."""
-    g = compiler().grammar(StructuredOutputsParams(**spec))
+@functools.lru_cache(maxsize=2)
+def compiler(eos: int = EOS) -> GrammarCompiler:
+    return GrammarCompiler.from_vocab(["" if i == eos else t for i, t in enumerate(vocab(eos))], eos)
+
+
+def grammar(spec: dict, token_ids: list[int], eos: int = EOS) -> Grammar:
+    """A matcher of `spec` (StructuredOutputsParams' fields), on the vocabulary whose end is `eos`, that has
+    accepted `token_ids`."""
+    g = compiler(eos).grammar(StructuredOutputsParams(**spec))
     for token in token_ids:
         if not g.accept_token(token):
             raise ValueError(f"course bug: the grammar {spec} refuses token {token} after {g.token_ids}")
@@ -41,8 +51,9 @@ def state(g: Grammar | None) -> dict | None:
     return None if g is None else {"token_ids": list(g.token_ids), "terminated": g.is_terminated()}
 
 
-def text(token_ids: list[int]) -> str:
-    return "".join(VOCAB[t] for t in token_ids)
+def text(token_ids: list[int], eos: int = EOS) -> str:
+    tokens = vocab(eos)
+    return "".join(tokens[t] for t in token_ids)
 
 
 def mask(impl: ModuleType, rows: list[dict], logits: list[list[float]]) -> dict[str, Any]:
@@ -67,10 +78,10 @@ def mask(impl: ModuleType, rows: list[dict], logits: list[list[float]]) -> dict[
 
 
 def update(impl: ModuleType, spec: dict, accepted: list[int], drafts: list[int], token_ids: list[int],
-           finish_reason: str | None) -> dict[str, Any]:
+           finish_reason: str | None, eos: int = EOS) -> dict[str, Any]:
     """update_grammar on a grammar that holds `accepted` and then went through `drafts` (as the mask left it):
     {"reason": what it returned, "state": the grammar after}, or {"raised": ...}."""
-    g = grammar(spec, list(accepted) + list(drafts))
+    g = grammar(spec, list(accepted) + list(drafts), eos)
     try:
         reason = impl.update_grammar(g, list(drafts), list(token_ids), finish_reason)
     except Exception as exc:  # noqa: BLE001
@@ -78,15 +89,15 @@ def update(impl: ModuleType, spec: dict, accepted: list[int], drafts: list[int],
     return {"reason": reason if reason is None or isinstance(reason, str) else repr(reason)[:60], "state": state(g)}
 
 
-def decode(impl: ModuleType, requests: list[dict], seed: int, max_steps: int = 40) -> dict[str, Any]:
+def decode(impl: ModuleType, requests: list[dict], seed: int, eos: int = EOS, max_steps: int = 40) -> dict[str, Any]:
     """A small engine loop with the learner's two functions: each step schedules every unfinished request, which
     first spends `chunks` steps on prompt chunks (no logits), then samples (greedy at temperature 0, else with its
     own seeded generator). With `script`, a request whose output follows it drafts its next `num_drafts` tokens, cut
     where its grammar forbids them, a random number of them made likely; a draft is accepted while the row's token
-    equals it. The engine finishes on <eos> ("stop") or at `max_tokens` ("length"). Returns {"outputs": [{"token_ids",
+    equals it. The engine finishes on `eos` ("stop") or at `max_tokens` ("length"). Returns {"outputs": [{"token_ids",
     "finish_reason", "text", "grammar": its state}]}, or {"raised": ..., "fn": ...} / {"problem": ...}."""
     gen = torch.Generator().manual_seed(seed)
-    reqs = [dict(r, out=[], reason=None, step=0, g=None if r["grammar"] is None else grammar(r["grammar"], []),
+    reqs = [dict(r, out=[], reason=None, step=0, g=None if r["grammar"] is None else grammar(r["grammar"], [], eos),
                  gen=torch.Generator().manual_seed(seed + 1 + i)) for i, r in enumerate(requests)]
     for step in range(max_steps):
         live = [r for r in reqs if r["reason"] is None]
@@ -114,7 +125,7 @@ def decode(impl: ModuleType, requests: list[dict], seed: int, max_steps: int = 4
             n = 1 + len(row.draft_token_ids)
             if not bool(torch.isfinite(logits[at: at + n]).any(-1).all()):
                 return {"problem": f"step {step + 1}: a logits row of request {reqs.index(r)} has every token masked"}
-            emitted = _verify(r, row.draft_token_ids, logits[at: at + n])
+            emitted = _verify(r, row.draft_token_ids, logits[at: at + n], eos)
             at += n
             reason = r["engine_reason"]
             if r["g"] is not None:
@@ -123,7 +134,7 @@ def decode(impl: ModuleType, requests: list[dict], seed: int, max_steps: int = 4
                 except Exception as exc:  # noqa: BLE001
                     return {"raised": type(exc).__name__, "_error": learner_error(exc), "fn": "update_grammar"}
             r["reason"] = reason if reason is None or isinstance(reason, str) else repr(reason)[:60]
-    return {"outputs": [{"token_ids": r["out"], "finish_reason": r["reason"], "text": text(r["out"]),
+    return {"outputs": [{"token_ids": r["out"], "finish_reason": r["reason"], "text": text(r["out"], eos),
                          "grammar": state(r["g"])} for r in reqs]}
 
 
@@ -136,7 +147,7 @@ def _drafts(r: dict) -> list[int]:
     return drafts if r["g"] is None else r["g"].valid_prefix(drafts)
 
 
-def _verify(r: dict, drafts: list[int], rows: torch.Tensor) -> list[int]:
+def _verify(r: dict, drafts: list[int], rows: torch.Tensor, eos: int) -> list[int]:
     """The tokens the request emits from its rows, up to the engine's first stop (set as r["engine_reason"])."""
     emitted = []
     for i, row in enumerate(rows):
@@ -146,7 +157,7 @@ def _verify(r: dict, drafts: list[int], rows: torch.Tensor) -> list[int]:
             token = int(torch.multinomial((row / r["temperature"]).softmax(-1), 1, generator=r["gen"]))
         emitted.append(token)
         r["out"].append(token)
-        r["engine_reason"] = "stop" if token == EOS else "length" if len(r["out"]) >= r["max_tokens"] else None
+        r["engine_reason"] = "stop" if token == eos else "length" if len(r["out"]) >= r["max_tokens"] else None
         if r["engine_reason"] or i == len(drafts) or token != drafts[i]:
             break
     return emitted
@@ -161,14 +172,15 @@ def describe(fn: str, *args: Any) -> str:
         return (f"apply_grammar_bitmask(logits [{len(logits)} x {len(VOCAB)}], rows=[\n" + "\n".join(lines) +
                 "\n], bitmask)")
     if fn == "update":
-        spec, accepted, drafts, token_ids, reason = args
-        g = _grammar_text({"grammar": spec, "accepted": list(accepted) + list(drafts)})
-        return f"update_grammar({g}, draft_token_ids={drafts}, token_ids={token_ids}, finish_reason={reason!r})"
+        spec, accepted, drafts, token_ids, reason, *eos = args
+        g = _grammar_text({"grammar": spec, "accepted": list(accepted) + list(drafts)}, *eos)
+        call = f"update_grammar({g}, draft_token_ids={drafts}, token_ids={token_ids}, finish_reason={reason!r})"
+        return call + (f", in the vocabulary whose <eos> is token {eos[0]}" if eos else "")
     return f"{fn}{args!r}"
 
 
-def _grammar_text(r: dict) -> str:
+def _grammar_text(r: dict, eos: int = EOS) -> str:
     if r["grammar"] is None:
         return "None"
     (kind, value), = r["grammar"].items()
-    return f"<grammar {kind}={value!r} having accepted {r['accepted']} = {text(r['accepted'])!r}>"
+    return f"<grammar {kind}={value!r} having accepted {r['accepted']} = {text(r['accepted'], eos)!r}>"

@@ -30,6 +30,12 @@ SCRIPTS = [[25, 9, 26, 15, 16, 2, 0], [25, 9, 26, 22, 27, 3, 10, 26, 24, 2, 0], 
            [29, 30, 29, 0], [7, 15, 16, 5, 14, 8, 0], [25, 9, 26, 15, 2, 0]]
 
 
+def swapped(tokens: list[int]) -> list[int]:
+    """Tokens of the driver's VOCAB as tokens of vocab(OTHER_EOS), where <eos> and "a" have each other's id."""
+    swap = {drv.EOS: drv.OTHER_EOS, drv.OTHER_EOS: drv.EOS}
+    return [swap.get(t, t) for t in tokens]
+
+
 def row(grammar: int | None, accepted: int = 0, need_logits: bool = True, drafts: int = 0) -> dict:
     """A request of a mask case: grammar number `grammar` (None: unconstrained) having accepted the first
     `accepted` tokens of its script, with the next `drafts` script tokens as drafts."""
@@ -133,7 +139,7 @@ def random_rows(seed: int, count: int, grammar_share: float, chunks: float, draf
 
 
 def update_diff(value: tuple, impl) -> CaseFailure | None:
-    spec, accepted, drafts, tokens, reason = value
+    spec, accepted, drafts, tokens, reason, *_ = value
     where = drv.describe("update", *value)
     got = Driver(impl, "structured_output").update(*value)
     if "raised" in got:
@@ -190,15 +196,17 @@ def _other_allowed(grammar: int, base: list[int], rejected: int) -> list[int]:
 # Decode loops
 
 
-def decode_diff(value: tuple[list[dict], int], impl) -> CaseFailure | None:
-    requests, seed = value
-    where = f"a decode loop (judge/drivers/structured_output.py, decode) with requests {requests}, seed {seed}"
-    got = Driver(impl, "structured_output").decode(requests, seed)
+def decode_diff(value: tuple, impl) -> CaseFailure | None:
+    """value: (requests, seed), or (requests, seed, eos) on the vocabulary whose end of sequence is `eos`."""
+    requests, seed, *eos = value
+    where = (f"a decode loop (judge/drivers/structured_output.py, decode) with requests {requests}, seed {seed}" +
+             (f", in the vocabulary whose <eos> is token {eos[0]}" if eos else ""))
+    got = Driver(impl, "structured_output").decode(*value)
     if "raised" in got:
         return learner_failure(got["_error"], got.get("fn", "your code"), where)
     if "problem" in got:
         return CaseFailure(got["problem"], input=where, hint="a row masks only what its own grammar forbids")
-    exp = drv.decode(ref, requests, seed)
+    exp = drv.decode(ref, *value)
     for i, (g, e) in enumerate(zip(whole(got["outputs"], len(exp["outputs"]), "requests"), exp["outputs"])):
         if g != e:
             name = next(k for k in e if g.get(k) != e[k])
@@ -215,11 +223,12 @@ def _decode_hint(request: dict, got: dict, exp: dict) -> str:
         return ("the grammar refused a token the request emitted: its row was not masked with its own grammar, or "
                 "the grammar was not brought up to date after a step")
     if got["finish_reason"] != exp["finish_reason"]:
-        return "a request whose grammar has ended finishes with 'stop'"
+        return ("a request whose grammar has ended finishes with 'stop'" if exp["finish_reason"] == "stop" else
+                "a request stops when its grammar has ended (grammar.is_terminated()), not on a token id")
     return "compare your masks and updates with the statement's worked example"
 
 
-def random_requests(seed: int, count: int, drafts: bool, sampled: bool) -> list[tuple[list[dict], int]]:
+def random_requests(seed: int, count: int, drafts: bool, sampled: bool, eos: int = drv.EOS) -> list[tuple]:
     r = seeded(seed)
     out = []
     for k in range(count):
@@ -231,17 +240,18 @@ def random_requests(seed: int, count: int, drafts: bool, sampled: bool) -> list[
             if sampled and r.random() < 0.6:
                 req["temperature"] = r.choice([0.7, 1.0, 1.5])
             if drafts and g is not None:
-                req["script"], req["num_drafts"] = SCRIPTS[g], r.randint(1, 4)
+                req["script"] = SCRIPTS[g] if eos == drv.EOS else swapped(SCRIPTS[g])
+                req["num_drafts"] = r.randint(1, 4)
             reqs.append(req)
-        out.append((reqs, r.randrange(10_000)))
+        out.append((reqs, r.randrange(10_000)) + ((eos,) if eos != drv.EOS else ()))
     return out
 
 
-def check_decodes(impl, values: list[tuple[list[dict], int]]) -> None:
+def check_decodes(impl, values: list[tuple]) -> None:
     def smaller(value):
-        reqs, seed = value
+        reqs, *rest = value
         for i in range(len(reqs)) if len(reqs) > 1 else ():
-            yield reqs[:i] + reqs[i + 1:], seed
+            yield reqs[:i] + reqs[i + 1:], *rest
 
     check_each(values, lambda v: decode_diff(v, impl), smaller, max_calls=40)
 
@@ -303,6 +313,10 @@ def _(impl):
                          (GRAMMARS[4], [29], [], [30], None), (GRAMMARS[4], [29], [30], [30, 0], None),
                          (GRAMMARS[0], SCRIPTS[0][:5], [2], [2, 0], "length"),
                          (GRAMMARS[2], [7], [15], [15], "length")])
+    other = drv.OTHER_EOS  # the grammar's end, not token 0, ends a request
+    check_updates(impl, [(GRAMMARS[0], swapped([25]), [], swapped([9]), None, other),
+                         (GRAMMARS[3], swapped([34]), [], [other], "length", other),
+                         (GRAMMARS[0], swapped(SCRIPTS[0][:5]), [2], [2, other], None, other)])
 
 
 @CASES("decode loops: greedy rows")
@@ -318,3 +332,8 @@ def _(impl):
 @CASES("decode loops with drafts, some rejected mid-way")
 def _(impl):
     check_decodes(impl, random_requests(8, 10, drafts=True, sampled=True))
+
+
+@CASES("decode loops in a vocabulary whose end of sequence is not token 0")
+def _(impl):
+    check_decodes(impl, random_requests(9, 8, drafts=True, sampled=True, eos=drv.OTHER_EOS))

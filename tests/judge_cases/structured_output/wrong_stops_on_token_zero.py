@@ -1,0 +1,31 @@
+"""Wrong: the request stops when its last token is 0, the toy vocabulary's end of sequence, instead of when its
+grammar has ended: right on every grammar whose end is token 0, wrong on a vocabulary whose end is another token.
+
+EXPECT: wrong finish reason
+PUBLIC: caught
+"""
+
+from framework.spec_decode import accepted_length
+from framework.structured_output import apply_token_bitmask
+
+
+def apply_grammar_bitmask(logits, rows, bitmask):
+    row = 0
+    for r in rows:
+        if not r.need_logits:
+            continue
+        if r.grammar is not None:
+            r.grammar.fill_bitmask(bitmask, row)
+            for i, draft in enumerate(r.draft_token_ids):
+                r.grammar.accept_token(draft)
+                r.grammar.fill_bitmask(bitmask, row + 1 + i)
+        row += 1 + len(r.draft_token_ids)
+    apply_token_bitmask(logits, bitmask)
+
+
+def update_grammar(grammar, draft_token_ids, token_ids, finish_reason):
+    accepted = accepted_length(draft_token_ids, token_ids)
+    grammar.rollback(len(draft_token_ids) - accepted)
+    for token in token_ids[accepted:]:
+        grammar.accept_token(token)
+    return "stop" if token_ids and token_ids[-1] == 0 else finish_reason
