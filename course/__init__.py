@@ -41,7 +41,7 @@ from typing import Callable
 
 from judge.registry import OPTIONAL, PARTS, exercises_of, needs_text, span  # noqa: F401  (the course's names)
 
-from .notebook import listed
+from .notebook import awaited
 
 IMPLEMENTATIONS = ("solutions", "practice")
 COMPOSITES = ("kv_cache_manager", "model_runner", "scheduler", "engine")  # assembled from exercise modules
@@ -104,8 +104,7 @@ class NotPassedYet(ExerciseNeeded):
             return f"this cell runs {self.name}, exercise {c.exercise}, {c.pending()}"
         if len(missing) == 1:
             return f"this cell runs {self.name}, which needs {c.module} (exercise {c.exercise}), {c.pending()}"
-        named = listed([f"{m.exercise} ({m.module})" for m in missing])
-        return f"this cell runs {self.name}, which needs exercises {named}, which you have not passed yet"
+        return f"this cell runs {self.name}, which needs exercises {awaited(missing, '{exercise} ({module}{why})')}"
 
 
 class NotInThisCopy(RuntimeError):

@@ -154,10 +154,9 @@ class ChapterSession:
                     f"{them} (counted from 0: {cells})")
         if self.skipped:
             many, waits = len(self.skipped) > 1, set().union(*self.skipped.values())
-            exercises = [f"{c.module} (exercise {c.exercise})"
-                         for c in sorted((w for w in waits if not isinstance(w, str)), key=lambda c: c.exercise)]
+            exercises = sorted((w for w in waits if not isinstance(w, str)), key=lambda c: c.exercise)
             files = sorted(w for w in waits if isinstance(w, str))  # "benchmarks/repetitive.py"
-            needs = ([f"{listed(exercises)}, which you have not passed yet"] if exercises else []) + \
+            needs = ([awaited(exercises, "{module} (exercise {exercise}{why})")] if exercises else []) + \
                     ([f"{listed(files)}, which your copy does not have"] if files else [])
             line += (f"; {len(self.skipped)} cell{'s' if many else ''} showed stored outputs: "
                      f"{'they need' if many else 'it needs'} {'; and '.join(needs)}")
@@ -254,6 +253,18 @@ def _handler(session: ChapterSession):
 def listed(items: list[str]) -> str:
     """["a", "b", "c"] as "a, b and c"."""
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else items[0]
+
+
+def awaited(missing: list, form: str) -> str:
+    """The exercises `missing` (course.Choice), each as `form` names it, and why they are not yours: "A and B, which
+    you have not passed yet", or each with its own reason ({why}) where one of them changed since it passed."""
+    changed = any(m.changed for m in missing)
+
+    def why(m) -> str:
+        return "" if not changed else ", changed since it passed: grade it again" if m.changed else ", not passed yet"
+
+    named = listed([form.format(exercise=m.exercise, module=m.module, why=why(m)) for m in missing])
+    return named if changed else f"{named}, which you have not passed yet"
 
 
 def _waiting_for(stop: Exception) -> list:

@@ -195,6 +195,21 @@ def test_a_cell_that_needs_several_parts_not_passed_names_them_all(monkeypatch):
     assert [(c.exercise, c.module) for c in notebook._waiting_for(stop.value)] == [(129, "scheduler"), (130, "engine")]
 
 
+def test_a_part_that_changed_since_it_passed_is_not_called_not_passed(monkeypatch):
+    """Two parts missing, one of them passed and then edited: each is named with its own reason (the line said
+    "which you have not passed yet" of both, beside a banner saying "130 changed since it passed")."""
+    picked = course.choices()
+    picked["scheduler"] = dataclasses.replace(picked["scheduler"], yours=False, has_reference=False)
+    picked["engine"] = dataclasses.replace(picked["engine"], yours=False, has_reference=False, changed=True)
+    monkeypatch.setattr(course, "choices", lambda: dict(picked))
+    with pytest.raises(course.NotPassedYet) as stop:
+        course.use("engine").LLMEngine(None)
+    assert stop.value.line() == ("this cell runs LLMEngine, which needs exercises 129 (scheduler, not passed yet) and "
+                                 "130 (engine, changed since it passed: grade it again)")
+    assert notebook.awaited(notebook._waiting_for(stop.value), "{module} (exercise {exercise}{why})") == (
+        "scheduler (exercise 129, not passed yet) and engine (exercise 130, changed since it passed: grade it again)")
+
+
 def test_a_passed_module_is_yours_where_the_copy_has_no_reference_whatever_course_impl_says(monkeypatch):
     """COURSE_IMPL=solutions in a student copy: a passed exercise without a shipped reference runs the student's
     module (it showed the stored outputs, "125 not passed yet", for an exercise that had passed)."""
