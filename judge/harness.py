@@ -142,12 +142,14 @@ def short(value: Any) -> str:
 
 def int_values(value: Any) -> list[int] | None:
     """The ints of any sequence of ints (numpy ints and 0-d integer tensors too) or of a 1-D integer tensor or array;
-    None for anything else. Imports torch only for a torch or numpy value: pure-Python exercises grade quickly."""
+    None for anything else, a generator or other one-pass iterator included (it has no length: what it yields may
+    depend on when it is read). Imports torch only for a torch or numpy value: pure-Python exercises grade quickly."""
     if type(value) is list and all(type(x) is int for x in value):  # the usual case, quickly
         return list(value)
     if _of_arrays(value):
         return _array_ints(value, dims=1)
-    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__") \
+            or not hasattr(value, "__len__"):
         return None
     try:
         items = list(value)

@@ -45,6 +45,9 @@ def read_ints(value: Any, name: str, tensor_only: bool = False) -> list[int]:
     """The values of a 1-D integer tensor (or, unless tensor_only, a list / tuple / array of integers); Unreadable
     for anything else."""
     values = int_values(value)
+    if values is not None and isinstance(value, torch.Tensor) and value.dtype not in (torch.long, torch.int32):
+        raise Unreadable(f"{name} is a {value.dtype} tensor; it must be torch.long or torch.int32",
+                         "a narrower integer overflows on real token ids, positions and slots: use dtype=torch.long")
     if values is not None and (not tensor_only or isinstance(value, torch.Tensor)):
         return values
     if isinstance(value, torch.Tensor):

@@ -90,9 +90,9 @@ def show(s: Spec) -> str:
 
 def run(impl: ModuleType, spec: dict) -> dict[str, Any]:
     """paged_attention on the inputs of `spec`: {"output": tensor} or {"returned": type name, "repr": ...}, with
-    "inputs changed" (the tensors it wrote into), or {"error": the learner's exception}."""
+    "inputs changed" (the tensors it wrote into, the lists it changed), or {"error": the learner's exception}."""
     inp = make_inputs(Spec.from_plain(spec))
-    saved = {k: v.clone() for k, v in inp.items() if isinstance(v, torch.Tensor)}
+    saved = make_inputs(Spec.from_plain(spec))
     try:
         out = impl.paged_attention(inp["query"], inp["key_cache"], inp["value_cache"], inp["query_start_loc"],
                                    inp["seq_lens"], inp["block_tables"], inp["scale"])
@@ -100,7 +100,8 @@ def run(impl: ModuleType, spec: dict) -> dict[str, Any]:
         raise
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the grader classifies it
         return {"error": learner_error(exc)}
-    changed = [k for k, v in saved.items() if not torch.equal(inp[k], v)]
+    changed = [k for k, v in saved.items()
+               if not (torch.equal(inp[k], v) if isinstance(v, torch.Tensor) else inp[k] == v)]
     if isinstance(out, torch.Tensor):
         return {"output": out.detach().as_subclass(torch.Tensor), "inputs changed": changed}  # a subclass too
     return {"returned": type(out).__name__, "repr": short(out), "inputs changed": changed}

@@ -15,7 +15,7 @@ from typing import Any
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.harness import CaseFailure, Cases, check_each, short, whole
 from judge.hidden.end_to_end import alone, load_model, random_prompts
-from judge.drivers.prefix_cache import CHAINED
+from judge.drivers.prefix_cache import CHAINED, describe
 from judge.remote import Driver, learner_failure
 from solutions import engine as ref
 from solutions import prefix_cache as ref_cache
@@ -136,19 +136,20 @@ def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
 
 @CASES("hash_block: equal in every process (PYTHONHASHSEED does not change it)")
 def _(impl):
-    inputs = [(NONE_HASH, [5, 17, 2, 9]), (123456789, [1, 2, 3, 4]), (NONE_HASH, [7])]
+    # parents as an engine passes them too: 64-bit values, and the hashes this very code gave (["call", j]: h<j>)
+    inputs = [(NONE_HASH, [5, 17, 2, 9]), (123456789, [1, 2, 3, 4]), (NONE_HASH, [7]), (2**64 - 59, [3, 1]),
+              (["call", 0], [6, 6, 6, 6]), (["call", 4], [1])]
+    shown = describe("hash_calls", [[p, t] for p, t in inputs]).split("; ")
     here = hash_values(impl, inputs)
     if len(set(here)) < len(inputs):  # a constant hash is equal everywhere, and names nothing
-        raise CaseFailure(f"hash_block gives equal hashes to different blocks: {here}",
-                          input=" ; ".join(f"hash_block({p!r}, {t!r})" for p, t in inputs),
+        raise CaseFailure(f"hash_block gives equal hashes to different blocks: {here}", input=" ; ".join(shown),
                           hint="hash the parent and every token, e.g. hash((parent_hash, tuple(token_ids)))")
     for attempt in (1, 2):  # each process has its own random hash seed (str and bytes hash differently)
         there = hashes_elsewhere(impl, inputs)
-        for (p, t), h, o in zip(inputs, here, there):
+        for call, h, o in zip(shown, here, there):
             if h != o:
-                raise CaseFailure(f"hash_block({p}, {t}) is {h} in one process but {o} in another: block hashes "
-                                  "must be equal across processes",
-                                  input=f"hash_block({p!r}, {t!r})",
+                raise CaseFailure(f"{call.split(' = ')[1]} is {h} in one process but {o} in another: block hashes "
+                                  "must be equal across processes", input=" ; ".join(shown),
                                   hint="Python salts hash() of str and bytes per process: hash ints or a tuple "
                                        "of ints (hash((parent_hash, tuple(token_ids)))), or a hashlib digest "
                                        "turned into an int (int.from_bytes(digest[:8], 'big'))")
