@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 
 from . import cache, sandbox
+from .drivers import model_problem
 from .registry import Exercise, exercises_of, get_exercise, load_exercises, shipped, span
 from .report import CaseResult, Report
 from .runner import IsolationUnavailable, case_names_here, grade
@@ -39,7 +40,8 @@ def holdings() -> str:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python practice/judge.py", usage=USAGE, description=holdings())
     ap.add_argument("words", nargs="*", help="an exercise id or slug, `test ID`, `list` or `all`")
-    ap.add_argument("--impl", metavar="FILE_OR_DIR", help="grade this file (or every *.py in this folder)")
+    ap.add_argument("--impl", metavar="FILE_OR_DIR", help="grade this file, or every *.py and *.ipynb in this folder "
+                                                          "(nbgrader's submitted/ folder too)")
     ap.add_argument("--reference", action="store_true", help="grade the reference solution")
     ap.add_argument("--csv", metavar="FILE", help="write one row per student and exercise: "
                                                   "student,exercise,passed,failed,score (score in percent)")
@@ -107,6 +109,11 @@ def isolation_problem(args) -> str | None:
     return (f"refusing to grade submissions unisolated: {sandbox.bwrap_problem()}.\n"
             "Graded code could then read the hidden tests and the references, change the course for the next "
             "student, or outlive the judge. Install bubblewrap, or pass --unisolated to grade code you trust.")
+
+
+def _model_refused(path: str) -> str | None:
+    problem = model_problem(str(Path(path).resolve()))
+    return f"--model {path}: the end-to-end cases cannot load this checkpoint ({problem})" if problem else None
 
 
 def no_case_matches(exercises: list[Exercise], cases: list[str]) -> str:
@@ -193,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
               "references it holds", file=sys.stderr)
         return 2
     chosen = [ex for ex in exercises if not args.case or case_names_here(ex, args.case)]
-    problem = isolation_problem(args) or (None if chosen else no_case_matches(exercises, args.case))
+    problem = isolation_problem(args) or (None if chosen else no_case_matches(exercises, args.case)) or \
+        (args.model and _model_refused(args.model))
     if problem:
         print(problem, file=sys.stderr)
         return 2

@@ -37,8 +37,16 @@ AUTHORS_HEADING = "## For chapter authors"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
 
-def _ids(text: str | None) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()] if text else []
+def _ids(text: str) -> list[int]:
+    """"125,126,128" or "125-128,132" as exercise ids (argparse's type: a clear error for anything else)."""
+    ids = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, dash, last = (x.strip() for x in part.partition("-"))
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise argparse.ArgumentTypeError(f"{part!r} is not an exercise id nor a range of them (e.g. 125,126 or "
+                                             "125-128)")
+        ids += list(range(int(first), int(last) + 1)) if dash else [int(first)]
+    return ids
 
 
 class Recorder(Session):
@@ -300,18 +308,21 @@ def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exer
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m judge.edition", description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="the folder to write (must not exist, unless --force)")
-    ap.add_argument("--released", required=True, help="comma-separated ids of the exercises students get")
-    ap.add_argument("--with-solutions", default="", help="comma-separated ids whose reference students get too")
+    ap.add_argument("--released", required=True, type=_ids,
+                    help="the exercises students get: ids and ranges, comma-separated (125-128,132)")
+    ap.add_argument("--with-solutions", default=[], type=_ids,
+                    help="released exercises whose reference students get too (same form)")
     ap.add_argument("--force", action="store_true", help="replace OUT if it exists")
     args = ap.parse_args(argv)
     exercises = load_exercises()
-    released, solved = _ids(args.released), _ids(args.with_solutions)
+    released, solved = args.released, args.with_solutions
     unknown = sorted(set(released + solved) - set(exercises))
     if unknown:
         print(f"no exercise {unknown}; registered: {sorted(exercises)}", file=sys.stderr)
         return 2
     if not set(solved) <= set(released):
-        print("--with-solutions must name released exercises", file=sys.stderr)
+        print(f"--with-solutions must name released exercises: add {sorted(set(solved) - set(released))} to --released "
+              "(an earlier week's exercise is released again with its solution)", file=sys.stderr)
         return 2
     if args.out.exists():
         if not args.force:

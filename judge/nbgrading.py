@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import sandbox
+from .drivers import model_problem
 from .registry import Exercise, get_exercise
 from .report import CaseResult, Report, clean
 
@@ -139,12 +140,18 @@ def _graded(ex: Exercise, nb: Any) -> Report:
         report.fatal = "the notebook has no solution cell (grade_id 'solution'): nothing to grade"
         return report
     isolated = os.environ.get("JUDGE_UNISOLATED") != "1"
+    model = os.environ.get("JUDGE_MODEL")
+    problem = model and model_problem(model)
+    if problem:  # as a missing sandbox: no student is graded, none gets a zero for the course's setup
+        raise RuntimeError(f"refusing to autograde: JUDGE_MODEL={model}: the end-to-end cases cannot load this "
+                           f"checkpoint ({problem})")
     try:
         return grade(ex, source=solutions[0].source, isolated=isolated, **options_from_env())
     except IsolationUnavailable as exc:
         advice = "" if sandbox.install_problem() else \
             " (JUDGE_UNISOLATED=1 grades without bubblewrap, for code you trust.)"
-        raise RuntimeError(f"refusing to autograde: {str(exc).rstrip('.')}.{advice}") from None
+        reason = str(exc).removeprefix("refusing to grade a class: ").rstrip(".")
+        raise RuntimeError(f"refusing to autograde: {reason}.{advice}") from None
     except Exception:  # noqa: BLE001 - a judge bug: this notebook scores 0 and is still exported
         traceback.print_exc()  # for the instructor, in nbgrader's log; the feedback names no file of theirs
         report.fatal = "the judge failed on this submission (a bug of the course, not of your code)"

@@ -82,7 +82,7 @@ def install_problem() -> str | None:
     return ("refusing to grade a class: the graded code could import the references or the hidden cases from "
             f"{', '.join(found)}, which the sandbox mounts (the course was installed with `pip install .`, which "
             "copies them into site-packages). Reinstall it editable, `pip uninstall -y mini-llm-course && pip "
-            "install -e .` in the checkout, or grade from the student edition (docs/instructors.md).")
+            "install -e .` in the checkout (docs/instructors.md, section 1).")
 
 
 # The grader's temporary folders are named after its PID, so that a later grader removes those of a killed one.

@@ -16,8 +16,8 @@ from .settings import model_path, pick_device
 def _checkpoint_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise CheckpointError(
-            f"checkpoint folder {folder} does not exist. Set MINI_LLM_MODEL to a folder holding config.json and "
-            "model.safetensors, or unset it to use the embedded model."
+            f"checkpoint folder {folder} does not exist: give a folder holding config.json and model.safetensors "
+            "(MINI_LLM_MODEL, --model), or none for the embedded model"
         )
     files = sorted(folder.glob("*.safetensors"))
     if not files:

@@ -331,12 +331,13 @@ def make_notebook(ex: Exercise) -> nbformat.NotebookNode:
     statement = (judge.ROOT / ex.statement).read_text().strip() if ex.statement else ""
     names = api_names(ex)
     intro = (f"# Exercise {ex.id}: {ex.title}\n\n*Difficulty: {ex.difficulty}.* Graded by the course judge: "
-             f"1 point per hidden test case.\n\n{statement}")
+             f"1 point per test case.\n\n{statement}")
     how = (f"## Your code\n\nWrite {', '.join(f'`{n}`' for n in names)} in the next cell. Keep all your code in that "
            "cell (helpers and imports included, no `%magics`): the grader runs that cell's code, as a file, in a "
            f"separate process. Outside this notebook the same tests are `python practice/judge.py {ex.id}`.")
-    grading = ("## Grading\n\nThe next cell runs the hidden tests on your code and prints the report; each cell "
-               "after it is one test case (1 point). Run them to check your work before you submit.")
+    grading = ("## Grading\n\nThe next cell runs the test cases on your code and prints the report; each cell "
+               "after it is one test case (1 point). Your copy runs the public ones: run them to check your work "
+               "before you submit. The hidden ones are graded after you submit.")
     cells = [
         nbformat.v4.new_markdown_cell(intro, metadata=_meta("statement")),
         nbformat.v4.new_markdown_cell(how, metadata=_meta("instructions")),
@@ -346,7 +347,8 @@ def make_notebook(ex: Exercise) -> nbformat.NotebookNode:
                                                 num_cases=len(case_names(ex))), metadata=_meta("judge")),
     ]
     for i, name in enumerate(case_names(ex), 1):
-        cells.append(nbformat.v4.new_code_cell(f"# hidden test case {i}: {name}\n_case({name!r})",
+        kind = "public" if name in ex.public_cases else "hidden"
+        cells.append(nbformat.v4.new_code_cell(f"# {kind} test case {i}: {name}\n_case({name!r})",
                                                metadata=_meta(f"case_{i:02d}", grade=True, points=1)))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

@@ -241,6 +241,24 @@ def test_cli_refuses_to_grade_a_class_unisolated(monkeypatch):
     assert judge_cli.isolation_problem(judge_cli._parser().parse_args(["128"])) is None
 
 
+def test_a_checkpoint_that_does_not_load_is_refused_before_anyone_is_graded(tmp_path, monkeypatch):
+    """A mistyped --model (JUDGE_MODEL in nbgrader) would fail every student's end-to-end case as theirs: the CLI
+    and autograding refuse instead, as they do without bubblewrap."""
+    import nbformat
+
+    from judge import nbgrading
+
+    missing = str(tmp_path / "no-such-checkpoint")
+    right = ROOT / "tests" / "judge_cases" / "batch_layout" / "right_pure_python_lists.py"
+    p = cli("128", "--impl", str(right), "--model", missing, "--unisolated")
+    assert p.returncode == 2 and f"--model {missing}: the end-to-end cases cannot load" in p.stderr, p.stderr
+    assert "does not exist" in p.stderr and "passed" not in p.stdout, p.stdout
+    monkeypatch.setenv("JUDGE_MODEL", missing)
+    cell = nbformat.v4.new_code_cell(right.read_text(), metadata={"nbgrader": {"grade_id": "solution"}})
+    with pytest.raises(RuntimeError, match="refusing to autograde: JUDGE_MODEL=.*cannot load"):
+        nbgrading._graded(judge.get_exercise(128), nbformat.v4.new_notebook(cells=[cell]))
+
+
 def test_cli_unknown_exercise():
     p = cli("999")
     assert p.returncode == 2 and "no exercise '999'" in p.stderr and "125 (block-pool)" in p.stderr, p.stderr

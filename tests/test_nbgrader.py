@@ -57,7 +57,9 @@ def test_generated_notebook_matches_the_judge(ex):
     nb = gen.make_notebook(ex)
     nbformat.validate(nb)
     names = [c.source.split("\n")[0] for c in nb.cells if c.metadata["nbgrader"]["grade"]]
-    assert names == [f"# hidden test case {i}: {n}" for i, n in enumerate(gen.case_names(ex), 1)]
+    assert names == [f"# {'public' if n in ex.public_cases else 'hidden'} test case {i}: {n}"
+                     for i, n in enumerate(gen.case_names(ex), 1)]
+    assert sum(name.startswith("# public") for name in names) == len(ex.public_cases) >= 4
     assert all(c.metadata["nbgrader"]["points"] == 1 for c in nb.cells if c.metadata["nbgrader"]["grade"])
     judge_cell = _cell(nb, "judge").source
     assert f"judge.nbgrading.notebook_report({ex.id}, _cell_code(" in judge_cell

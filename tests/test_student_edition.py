@@ -498,3 +498,15 @@ def test_a_fresh_edition_says_what_it_holds_and_serves_only_the_students_engine(
         assert served.returncode == 2 and "Traceback" not in served.stderr, served.stderr
         assert served.stderr.startswith("python -m course.serve: "), served.stderr
     assert "not passed yet: 125 (block_pool)" in served.stderr and "133 (async_engine)" in served.stderr
+
+
+def test_the_edition_command_takes_ranges_and_says_what_is_wrong(tmp_path, capsys):
+    from judge import edition
+
+    assert edition._ids("125-128, 132") == [125, 126, 127, 128, 132]
+    with pytest.raises(SystemExit):  # argparse's error: the option, the value, the forms it takes
+        edition.main([str(tmp_path / "e"), "--released", "125-12x"])
+    assert "argument --released: '125-12x' is not an exercise id nor a range" in capsys.readouterr().err
+    assert edition.main([str(tmp_path / "e"), "--released", "126", "--with-solutions", "125"]) == 2
+    assert "add [125] to --released" in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()

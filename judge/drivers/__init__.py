@@ -28,6 +28,16 @@ def load_model(path: str | None = None):
     return _model_at(str(path or option("model") or EMBEDDED_MODEL))
 
 
+def model_problem(path: str) -> str | None:
+    """Why the checkpoint at `path` cannot serve the end-to-end cases (None: it loads). Checked before a class is
+    graded: a wrong path would fail every student's end-to-end case as theirs."""
+    try:
+        load_model(path)
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the setup's problem
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 _kept: dict[str, Any] = {}  # name -> the object a driver keeps in this process (one per name)
 
 
