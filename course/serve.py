@@ -54,7 +54,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -64,7 +64,7 @@ from framework.observe import observe_schedule
 from framework.request import OutputText
 from framework.sampling import SamplingParams, TokenLogprobs
 
-from course.structured_output import ConstraintError, constraint_from_request
+from course.structured_output import REQUEST_FIELDS, ConstraintError, as_request_error, constraint_from_request
 
 SIMPLE_CHAT_TEMPLATE = "{role}: {content}\n"  # per message, then "assistant:" (models without a chat template)
 PREFIX = "mini_llm:"
@@ -110,6 +110,13 @@ class SamplingFields(BaseModel):
     min_tokens: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
+
+    @field_validator("n", "stream", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens", "echo",
+                     "logprobs", mode="before", check_fields=False)
+    @classmethod
+    def null_is_the_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """null for a field with a default means the default, as OpenAI's API and vLLM take it."""
+        return cls.model_fields[info.field_name].get_default() if value is None else value
 
 
 class CompletionRequest(SamplingFields):
@@ -161,9 +168,11 @@ def error_body(message: str, kind: str, status: int, param: str | None = None) -
 def refuse_unsupported(req: SamplingFields) -> None:
     """A 400 naming the first field this server does not implement, when it has a value."""
     for name, value in (req.model_extra or {}).items():
-        if value is not None:
+        if value is not None and name not in REQUEST_FIELDS:
             raise BadRequest(f"{name} is not supported by this server: leave it out (chapter 10 of the course "
                              "lists the fields it implements)", name)
+    if req.stream_options is not None and not req.stream:  # as OpenAI and vLLM
+        raise BadRequest("stream_options is only allowed with stream: true", "stream_options")
     if req.stream and isinstance(req, CompletionRequest) and req.echo:
         raise BadRequest("echo is not supported with stream=true: ask without streaming", "echo")
 
@@ -406,6 +415,9 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         """n completions of the prompt, each its own engine request, as vLLM v1 fans out a request with n > 1
         (`ParentRequest` in vllm/v1/engine/parallel_sampling.py at b31e9326a7): with prefix caching on, the
         children share the prompt's full blocks. All of them or none."""
+        if n > state.max_pending:  # a 429 would have the client retry what can never be taken
+            raise BadRequest(f"n ({n}) is more than this server runs at once ({state.max_pending} requests, "
+                             "--max-pending): ask for fewer completions", "n")
         gens: list[Generation] = []
         try:
             for index in range(n):
@@ -628,13 +640,30 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             return encode_text(llm.tokenizer, prompt[0], "prompt") if isinstance(prompt[0], str) else list(prompt[0])
         return list(prompt)
 
-    def context_left(num_prompt_tokens: int) -> int:
-        """What a chat may generate by default: the rest of the context (vLLM's default for chat), which here is
-        the model's positions or the whole KV cache, whichever is smaller; at least 1, so that a prompt that
-        fills it gets the engine's own message."""
+    def context_limit() -> tuple[int, str]:
+        """The most tokens one request holds here, prompt and output: the model's positions or the whole KV cache,
+        whichever is smaller, and what that limit is."""
         config = llm.engine.config
-        limit = min(llm.engine.model.cfg.max_position_embeddings, config.num_blocks * config.block_size)
-        return max(limit - num_prompt_tokens, 1)
+        positions, cache = llm.engine.model.cfg.max_position_embeddings, config.num_blocks * config.block_size
+        if positions <= cache:
+            return positions, f"the model's context (max_position_embeddings: {positions} tokens)"
+        return cache, f"this server's KV cache ({cache} tokens: num_blocks x block_size)"
+
+    def check_room(num_prompt_tokens: int, max_tokens: int, prompt_param: str, max_param: str | None) -> None:
+        """A 400 naming what does not fit: the prompt itself, or `max_param` (the request's max_tokens or
+        max_completion_tokens; None where the server chose it) on top of it."""
+        limit, what = context_limit()
+        if num_prompt_tokens >= limit:
+            raise BadRequest(f"the prompt is {num_prompt_tokens} tokens, which fills {what} and leaves none to "
+                             "generate: shorten it", prompt_param)
+        if max_param is not None and num_prompt_tokens + max_tokens > limit:
+            raise BadRequest(f"{max_param} ({max_tokens}) plus the prompt ({num_prompt_tokens} tokens) exceeds "
+                             f"{what}: ask for at most {limit - num_prompt_tokens}", max_param)
+
+    def context_left(num_prompt_tokens: int) -> int:
+        """What a chat may generate by default: the rest of the context (vLLM's default for chat); at least 1, so
+        that a prompt that fills it is refused by `check_room`."""
+        return max(context_limit()[0] - num_prompt_tokens, 1)
 
     async def parsed(model: type[BaseModel], client: Request) -> Any:
         """The body as `model`, parsed and validated in the tokenizer thread: a body near the size limit (a
@@ -652,8 +681,8 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         try:
             await off_loop(compiler.compile, params.structured_outputs)
         except ValueError as error:
-            field = "response_format" if "response_format" in (req.model_extra or {}) else "structured_outputs"
-            raise BadRequest(str(error), field) from error
+            named = as_request_error(error, req.model_extra or {})
+            raise BadRequest(str(named), named.param) from error
 
     @app.post("/v1/completions")
     async def completions(client: Request) -> Response:
@@ -667,6 +696,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         params = sampling_params(req, 1 if echo_only else req.max_tokens,
                                  logprobs=None if echo_only else req.logprobs,
                                  prompt_logprobs=req.logprobs if req.echo else None)
+        check_room(len(prompt_ids), params.max_tokens, "prompt", "max_tokens" if req.max_tokens is not None else None)
         await compile_grammar(params, req)
         gens = await start(prompt_ids, params, req.n)
         echo = None
@@ -696,6 +726,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         params = sampling_params(req, given.get(used) or context_left(len(prompt_ids)),
                                  {"logprobs": "top_logprobs", "max_tokens": used},
                                  logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+        check_room(len(prompt_ids), params.max_tokens, "messages", used if given else None)
         await compile_grammar(params, req)
         return await respond(await start(prompt_ids, params, req.n, "messages"), req, True, client)
 

@@ -13,6 +13,7 @@ from framework.sampling import StructuredOutputsParams
 from framework.structured_output import constraint_key
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StructuredOutputsParams))
+REQUEST_FIELDS = ("response_format", "structured_outputs")  # the request's fields read here
 
 
 class ConstraintError(ValueError):
@@ -24,24 +25,30 @@ class ConstraintError(ValueError):
 
 
 def constraint_from_request(extra: dict[str, Any]) -> StructuredOutputsParams | None:
-    """Take `response_format` and `structured_outputs` out of `extra` (the request's fields the server's model does
-    not name, which it refuses if anything is left) and return the constraint they ask for, checked (a JSON schema
-    against its metaschema); None for none."""
-    response_format, fields = extra.pop("response_format", None), extra.pop("structured_outputs", None)
+    """The constraint that `response_format` or `structured_outputs` of `extra` (the request's fields the server's
+    model does not name) asks for, checked (a JSON schema against its metaschema); None for none."""
+    response_format, fields = extra.get("response_format"), extra.get("structured_outputs")
     if response_format is not None and fields is not None:
         raise ConstraintError("give response_format or structured_outputs, not both", "response_format")
     if fields is not None:
-        constraint, param = _from_fields(fields), "structured_outputs"
+        constraint = _from_fields(fields)
     elif response_format is not None:
-        constraint, param = _from_response_format(response_format), "response_format"
+        constraint = _from_response_format(response_format)
     else:
         return None
     if constraint is not None:
         try:
             constraint_key(constraint)
         except ValueError as error:
-            raise ConstraintError(str(error).replace("structured_outputs.json", param), param) from None
+            raise as_request_error(error, extra) from None
     return constraint
+
+
+def as_request_error(error: ValueError, extra: dict[str, Any]) -> ConstraintError:
+    """The framework's error about a constraint, named as the request gave it (response_format or
+    structured_outputs)."""
+    param = "response_format" if extra.get("response_format") is not None else "structured_outputs"
+    return ConstraintError(str(error).replace("structured_outputs.json", param), param)
 
 
 def _from_fields(fields: Any) -> StructuredOutputsParams:

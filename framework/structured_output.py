@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import time
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import jsonschema
 import torch
@@ -34,6 +35,8 @@ from mini_llm import sync
 from .request import Request
 from .sampling import SamplingParams, StructuredOutputsParams
 from .scheduler import ScheduledRequest, SchedulerOutput
+
+_XGRAMMAR_PREFIX = re.compile(r"\[[\d:.]+\] \S+:\d+: ")  # "[17:15:21] /project/cpp/x.cc:5088: "
 
 class Grammar:
     """One request's matcher: the state of its grammar after the tokens it accepted (`token_ids`)."""
@@ -129,7 +132,8 @@ class GrammarCompiler:
             try:
                 self.cache[key] = self._compile(*key)
             except (RuntimeError, ValueError) as error:
-                raise ValueError(f"structured_outputs.{key[0]} cannot be compiled: {error}") from None
+                reason = _XGRAMMAR_PREFIX.sub("", str(error)).strip()  # its time and C++ source line: not the user's
+                raise ValueError(f"structured_outputs.{key[0]} cannot be compiled: {reason}") from None
             self.compile_seconds += time.perf_counter() - start
             self.num_compiled += 1
         return self.cache[key]
@@ -181,6 +185,23 @@ def _check_schema(text: str) -> None:
     except jsonschema.SchemaError as error:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
         raise ValueError(f"structured_outputs.json is not a valid JSON schema (at {where}): {error.message}") from None
+    remote = next(_remote_refs(schema), None)
+    if remote is not None:  # xgrammar would warn and let any value through where it stands
+        raise ValueError(f"structured_outputs.json: $ref {remote!r} points outside the schema: only its own "
+                         "definitions ('#/...') can be used (nothing is fetched)")
+
+
+def _remote_refs(node: Any) -> Iterator[str]:
+    """Every "$ref" of a schema that is not a reference within it ('#' or '#/...')."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref != "#" and not ref.startswith("#/"):
+            yield ref
+        for value in node.values():
+            yield from _remote_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _remote_refs(value)
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -165,8 +165,11 @@ def test_a_burst_past_the_queue_bound_gets_429_and_loses_no_accepted_request(ser
 
     try:
         got = asyncio.run(run())
+        # n past the bound can never be taken: a 400, not a 429 that a client would retry for ever
+        too_many = httpx.post(f"{base}/completions", json={"model": "tiny-qwen3", "prompt": "Hi", "n": 5}, timeout=30)
     finally:
         state.max_pending = saved
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "n", too_many.text
     accepted = [(p, g) for p, g in zip(texts, got) if g is not None]
     assert 4 <= len(accepted) < len(texts), len(accepted)
     assert [g for _, g in accepted] == offline([p for p, _ in accepted], 64, ignore_eos=True)
@@ -187,8 +190,8 @@ BAD = [  # (endpoint, body, words of the 400 message)
     ("completions", {"prompt": ""}, "prompt is empty"),
     ("completions", {"prompt": [1, 10**9]}, "not a token id"),
     ("completions", {"prompt": ["a", "b"]}, "one prompt per request"),
-    ("completions", {"prompt": "Hi", "max_tokens": 4000}, "max_position_embeddings"),
-    ("completions", {"prompt": "Hi", "max_tokens": 1700}, "tokens of KV cache but the whole cache holds 1600"),
+    ("completions", {"prompt": "Hi", "max_tokens": 4000}, "ask for at most 1599"),
+    ("completions", {"prompt": "Hi", "max_tokens": 1700}, "exceeds this server's KV cache (1600 tokens"),
     ("chat/completions", {"messages": []}, "messages is empty"),
     ("chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role"),
     ("chat/completions", {"messages": "hi"}, "messages: Input should be a valid list"),
@@ -197,6 +200,8 @@ BAD = [  # (endpoint, body, words of the 400 message)
      "messages.0.content"),
     ("completions", {"prompt": "Hi", "stop": [f"s{i}" for i in range(17)]}, "at most 16 stop strings, got 17"),
     ("completions", {"prompt": "Hi", "response_format": "json"}, "response_format must be an object"),
+    ("completions", {"prompt": "Hi", "stream_options": {"include_usage": True}},
+     "stream_options is only allowed with stream: true"),
 ]
 CHAT = [{"role": "user", "content": "Hi"}]
 PARAMS = [  # (chat body, the param the 400 names, words of its message): as the request names the field
@@ -204,7 +209,9 @@ PARAMS = [  # (chat body, the param the 400 names, words of its message): as the
     ({"messages": CHAT, "max_completion_tokens": 0}, "max_completion_tokens", "at least 1, got 0"),
     ({"messages": CHAT, "max_completion_tokens": 3, "max_tokens": -1}, "max_tokens", "at least 1, got -1"),
     ({"messages": CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "top_logprobs must be"),
-    ({"messages": [{"role": "user", "content": "Hi " * 3000}]}, "messages", "prompt"),
+    ({"messages": [{"role": "user", "content": "Hi " * 3000}]}, "messages", "which fills this server's KV cache"),
+    ({"messages": CHAT, "max_completion_tokens": 5000}, "max_completion_tokens",
+     "max_completion_tokens (5000) plus the prompt"),
 ]
 
 
@@ -223,6 +230,24 @@ def test_a_chat_400_names_the_field_as_the_request_does(server, body, param, wor
     r = httpx.post(f"{base}/chat/completions", json={"model": "tiny-qwen3", **body}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     assert words in r.json()["error"]["message"], r.text
+
+
+def test_null_is_the_default_and_a_completion_too_long_names_max_tokens(server):
+    """null for n, stream, echo, logprobs and the vLLM flags means their default, as OpenAI and vLLM read it; a
+    max_tokens that overflows the context is named as the field at fault, not the prompt."""
+    _, base = server
+    nulls = {"n": None, "stream": None, "ignore_eos": None, "skip_special_tokens": None,
+             "include_stop_str_in_output": None}
+    r = httpx.post(f"{base}/completions", json={"model": "tiny-qwen3", "prompt": "Hi", "max_tokens": 2, "echo": None,
+                                               **nulls}, timeout=30)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 1, r.text
+    r = httpx.post(f"{base}/chat/completions", json={"model": "tiny-qwen3", "messages": CHAT, "max_tokens": 2,
+                                                    "logprobs": None, **nulls}, timeout=30)
+    assert r.status_code == 200 and r.json()["choices"][0]["logprobs"] is None, r.text
+    for max_tokens in (1700, 4000):  # past the KV cache, past the model's positions
+        r = httpx.post(f"{base}/completions", json={"model": "tiny-qwen3", "prompt": "Hi", "max_tokens": max_tokens},
+                       timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
 
 
 def test_the_openai_clients_message_shapes_and_the_model_card(server):
