@@ -31,7 +31,10 @@ def the_loop() -> type:
         return loop
     spec = importlib.util.spec_from_file_location("practice.your_engine", course.ROOT / "practice" / "engine.py")
     yours = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(yours)
+    try:
+        spec.loader.exec_module(yours)
+    except Exception:  # noqa: BLE001 - a practice/ file that does not load (a syntax error): the stand-in then says
+        return loop  # which exercise the cell waits for, as every chapter does
     return yours.LLMEngine
 
 

@@ -190,6 +190,18 @@ def test_a_chapter_that_needs_an_exercise_not_passed_yet_names_it(bare_edition, 
     assert "NotPassedYet" in used.stderr and "paged_attention (exercise 127)" in used.stderr, used.stderr
 
 
+def test_chapter_06s_buggy_loop_loads_with_a_practice_file_that_does_not(bare_edition, tmp_path):
+    """A syntax error in any practice/ file: chapter 06's stall_free_loop still imports (its cells then show their
+    stored outputs under the line naming the exercise), as every other chapter runs on (it raised SyntaxError)."""
+    out = _copy(bare_edition, tmp_path)
+    broken = out / "practice" / "block_pool.py"
+    broken.write_text(broken.read_text() + "\ndef oops(:\n")
+    run = subprocess.run([sys.executable, "-c", "import course, stall_free_loop; "
+                          "print(course.stands_in(stall_free_loop.the_loop()))"], cwd=out / "chapters",
+                         env=_student(out, tmp_path), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.split() == ["True"], run.stderr[-3000:]
+
+
 def test_133_public_cases_replay_on_the_students_copy(bare_edition, tmp_path):
     """133 without its reference: with the engine's modules written (here: the references copied into practice/),
     the public cases pass a right loop written differently from the reference and reject a wrong one."""
