@@ -60,10 +60,21 @@ def load_file(path: str | Path, exercise: Exercise | None = None, shown: str | N
             line = (exc.text or "").rstrip()
             magic = "\n    (the judge runs your code as plain Python: remove IPython's %magics and !commands)" \
                 if line.lstrip().startswith(("%", "!")) else ""
-            raise SetupError("import", f"{shown} has a syntax error, line {exc.lineno}: {exc.msg}\n    {line}{magic}") \
+            where = _syntax_error_file(exc, path, shown)
+            raise SetupError("import", f"{where} has a syntax error, line {exc.lineno}: {exc.msg}\n    {line}{magic}") \
                 from None
         raise SetupError("import", f"importing {shown} failed:\n{trimmed_traceback(exc, str(path))}") from None
     return module
+
+
+def _syntax_error_file(exc: SyntaxError, path: Path, shown: str) -> str:
+    """The file the syntax error is in, as a learner names it: `shown`, or another file it imports (its path in the
+    course, e.g. practice/block_pool.py) and who imports it."""
+    other = Path(exc.filename).resolve() if exc.filename and not exc.filename.startswith("<") else path
+    if other == path:
+        return shown
+    named = other.relative_to(ROOT) if other.is_relative_to(ROOT) else other
+    return f"{named} (which {shown} imports)"
 
 
 def check_api(module: Any, exercise: Exercise, where: str) -> None:

@@ -312,3 +312,18 @@ def test_a_judge_bug_scores_every_chosen_case_zero_by_name(monkeypatch, capsys):
     assert report.fatal and [r.name for r in report.results] == judge.runner.case_names_here(
         judge.get_exercise(128), ["single decode"]) == ["single decode"]
     assert "a bug of the judge" in capsys.readouterr().err
+
+
+def test_a_syntax_error_in_a_file_the_submission_imports_names_that_file(tmp_path):
+    """130's practice/engine.py imports the learner's other modules: a syntax error in one of them is reported in
+    that file, not at its line number in engine.py."""
+    from judge.loader import SetupError, load_file
+
+    (tmp_path / "helper.py").write_text("x = 1\ndef oops(:\n    pass\n")
+    (tmp_path / "sub.py").write_text("import importlib.util, pathlib\n"
+                                     "spec = importlib.util.spec_from_file_location('h', pathlib.Path(__file__)"
+                                     ".with_name('helper.py'))\nspec.loader.exec_module(importlib.util"
+                                     ".module_from_spec(spec))\n")
+    with pytest.raises(SetupError) as caught:
+        load_file(tmp_path / "sub.py")
+    assert f"{tmp_path / 'helper.py'} (which sub.py imports) has a syntax error, line 2" in str(caught.value)
