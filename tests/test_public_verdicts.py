@@ -121,7 +121,9 @@ def test_public_verdict(ex_id: int, path: Path, recorded: dict[int, dict[str, li
         assert not failures, "\n".join(f"[{case}] {why}" for case, why in failures.items())
 
 
-HINTED = [(125, "wrong_repeats_not_counted"), (125, "wrong_free_not_atomic"), (127, "wrong_no_causal_mask"),
+HINTED = [(125, "wrong_repeats_not_counted"), (125, "wrong_free_not_atomic"), (126, "wrong_not_in_place"),
+          (126, "wrong_block_id_not_scaled"), (132, "wrong_lookup_skips_misses"), (132, "wrong_evict_one_map"),
+          (127, "wrong_no_causal_mask"),
           (127, "wrong_gqa_tiled"), (127, "wrong_scale_zero_means_default"),
           (128, "wrong_qsl_missing_leading_zero"), (128, "wrong_local_logits_indices"),
           (128, "wrong_positions_from_zero")]

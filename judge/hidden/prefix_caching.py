@@ -204,6 +204,40 @@ HINTS = {
 }
 
 
+def mistaken_lookups(ops: list[tuple], skips_misses: bool = False, overwrites: bool = False,
+                     forgets: tuple[str, ...] = ("hash", "block")) -> list[list[int]]:
+    """The lookups of a cache with one of the mistakes HINTS name: a lookup that skips misses, an insert that
+    overwrites, an evict that forgets only the block's hash or only the block."""
+    by_hash: dict[int, int] = {}
+    by_block: dict[int, int] = {}
+    out = []
+    for op in ops:
+        if op[0] == "insert" and (overwrites or (op[1] not in by_hash and op[2] not in by_block)):
+            by_hash[op[1]], by_block[op[2]] = op[2], op[1]
+        elif op[0] == "evict":
+            h = by_block.pop(op[1], None) if "block" in forgets else by_block.get(op[1])
+            if "hash" in forgets and h is not None:
+                by_hash.pop(h, None)
+        elif op[0] == "lookup":
+            hits = [h in by_hash for h in op[1]]
+            n = len(hits) if skips_misses else next((i for i, hit in enumerate(hits) if not hit), len(hits))
+            out.append([by_hash[h] for h in op[1][:n] if h in by_hash])
+    return out
+
+
+def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
+    """The hints of a public case's cache calls, recorded with the reference's answer (judge/edition.py): the
+    lookups each mistake gives, where they differ from the reference's."""
+    if (driver, fn) != ("prefix_cache", "cache_ops") or "lookups" not in value:
+        return []
+    ops = [tuple(op) for op in args[0]]
+    mistakes = [(mistaken_lookups(ops, skips_misses=True), HINTS["lookup"]),
+                (mistaken_lookups(ops, overwrites=True), HINTS["insert"]),
+                (mistaken_lookups(ops, forgets=("hash",)), HINTS["evict"]),
+                (mistaken_lookups(ops, forgets=("block",)), HINTS["evict"])]
+    return [("['lookups']", wrong, hint) for wrong, hint in mistakes if wrong != value["lookups"]]
+
+
 def check_ops(impl, ops: list[tuple], topic: str) -> CaseFailure | None:
     """None if the learner's cache, given ops ('insert', h, b) / ('evict', b) / ('lookup', hashes), answers every
     lookup as the reference does; else the failure."""

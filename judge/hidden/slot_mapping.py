@@ -8,6 +8,8 @@ layer of a real multi-layer cache, as the model runner does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from framework.kv_cache_manager import blocks_needed
@@ -44,6 +46,23 @@ def _slot_hint(table: list[int], start: int, end: int, bs: int, got: list[int]) 
     if got == [table[p // bs] * bs + p % bs for p in range(end - start)] and start:
         return "the slots are for positions start .. end-1, not 0 .. end-start-1"
     return "slot of position p = table[p // block_size] * block_size + p % block_size"
+
+
+def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
+    """The hints of a public case's calls, recorded with the reference's answer (judge/edition.py)."""
+    if (driver, fn) == ("paged_kv_cache", "slots") and "returned" in value:
+        table, start, end, bs = args
+        positions = range(start, end)
+        mistakes = [list(positions), [table[p // bs] + p % bs for p in positions],
+                    [table[p // bs] * bs + p % bs for p in range(end - start)]]
+        return [("['returned']", wrong, _slot_hint(table, start, end, bs, wrong)) for wrong in mistakes
+                if wrong != value["returned"]] + [("['returned']", None, _slot_hint(table, start, end, bs, []))]
+    if (driver, fn) == ("paged_kv_cache", "write") and "key_caches" in value:
+        untouched = write_inputs(args[0])  # what the caches hold when write_kv wrote into something else
+        return [(f"['{name}']", untouched[name], _write_hint(args[0], {**untouched, "returned": None}))
+                for name in ("key_caches", "value_caches")] + \
+            [(f"['{name}']", None, WRITE_HINT) for name in ("key_caches", "value_caches")]
+    return []
 
 
 def slot_diff(table: list[int], start: int, end: int, bs: int, impl) -> CaseFailure | None:
@@ -189,7 +208,10 @@ def _write_hint(spec: list, got: dict) -> str:
             return "value_cache got the keys: write value into value_cache"
         if torch.equal(rows(kc), t["value"]):
             return "key_cache got the values: write key into key_cache"
-    return "token i goes to block slot_mapping[i] // block_size, row slot_mapping[i] % block_size, all heads at once"
+    return WRITE_HINT
+
+
+WRITE_HINT = "token i goes to block slot_mapping[i] // block_size, row slot_mapping[i] % block_size, all heads at once"
 
 
 def write_diff(spec: list, impl) -> CaseFailure | None:
