@@ -152,8 +152,15 @@ every chapter says which module is which, the second which exercises its live ce
 
 Once exercises {span(served)} pass, `.venv/bin/python -m course.serve` serves your engine and online loop as an
 OpenAI-compatible server on 127.0.0.1:8000 (chapter 10 shows how to call it); until then it says which exercises
-are missing and exits.{f" Exercises {span(later)} are not released to you yet." if later else ""}
+are missing and exits.{not_yet(later)}
 """
+
+
+def not_yet(later: list[int]) -> str:
+    if not later:
+        return ""
+    return f" Exercise {later[0]} is not released to you yet." if len(later) == 1 else \
+        f" Exercises {span(later)} are not released to you yet."
 
 
 def reference_bodies(unreleased: list[Exercise]) -> list[str]:
@@ -184,6 +191,10 @@ def hidden_case_names() -> set[str]:
     return {c.name for ex in load_exercises().values() for c in ex.hidden_cases() if not c.public}
 
 
+CUT_OUTPUT = ("(not in your copy: this output named the judge's hidden cases or showed a reference's code; the cell "
+              "prints its own once it can run)\n")
+
+
 def names_a_case(text: str, names: set[str]) -> bool:
     """Whether a report line of `text` ("PASS  name ...", "FAIL  name ...") names one of `names`."""
     return any(line[:6] in ("PASS  ", "FAIL  ") and any(line[6:].startswith(n) for n in names)
@@ -211,8 +222,11 @@ def strip_notebook(nb: dict, solved: set[int], bodies: list[str], hidden: set[st
         if level is not None:
             continue
         if cell["cell_type"] == "code":
-            cell = dict(cell, outputs=[o for o in cell.get("outputs", []) if not names_a_case(_text(o), hidden)
-                                       and not any(b in stripped_lines(_text(o)) for b in bodies)])
+            kept = [o for o in cell.get("outputs", []) if not names_a_case(_text(o), hidden)
+                    and not any(b in stripped_lines(_text(o)) for b in bodies)]
+            if len(kept) < len(cell.get("outputs", [])) and "grade" not in cell["metadata"].get("tags", []):
+                kept.append({"output_type": "stream", "name": "stdout", "text": CUT_OUTPUT})  # what was there
+            cell = dict(cell, outputs=kept)
         cells.append(cell)
     return dict(nb, cells=cells)
 
