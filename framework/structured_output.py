@@ -38,6 +38,7 @@ from .scheduler import ScheduledRequest, SchedulerOutput
 
 _XGRAMMAR_PREFIX = re.compile(r"\[[\d:.]+\] \S+:\d+: ")  # "[17:15:21] /project/cpp/x.cc:5088: "
 
+
 class Grammar:
     """One request's matcher: the state of its grammar after the tokens it accepted (`token_ids`)."""
 

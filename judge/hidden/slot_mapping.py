@@ -48,6 +48,9 @@ def _slot_hint(table: list[int], start: int, end: int, bs: int, got: list[int]) 
     return "slot of position p = table[p // block_size] * block_size + p % block_size"
 
 
+WRITE_HINT = "token i goes to block slot_mapping[i] // block_size, row slot_mapping[i] % block_size, all heads at once"
+
+
 def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
     """The hints of a public case's calls, recorded with the reference's answer (judge/edition.py)."""
     if (driver, fn) == ("paged_kv_cache", "slots") and "returned" in value:
@@ -209,9 +212,6 @@ def _write_hint(spec: list, got: dict) -> str:
         if torch.equal(rows(kc), t["value"]):
             return "key_cache got the values: write key into key_cache"
     return WRITE_HINT
-
-
-WRITE_HINT = "token i goes to block slot_mapping[i] // block_size, row slot_mapping[i] % block_size, all heads at once"
 
 
 def write_diff(spec: list, impl) -> CaseFailure | None:
