@@ -186,11 +186,6 @@ def _text(output: dict) -> str:
     return "".join("".join(p) if isinstance(p, list) else p for p in parts if isinstance(p, (str, list)))
 
 
-def hidden_case_names() -> set[str]:
-    """The names of every exercise's cases that are not public."""
-    return {c.name for ex in load_exercises().values() for c in ex.hidden_cases() if not c.public}
-
-
 CUT_OUTPUT = ("(not in your copy: this output named the judge's hidden cases or showed a reference's code; the cell "
               "prints its own once it can run)\n")
 
@@ -245,7 +240,7 @@ def write_chapters(out: Path, with_solutions: list[Exercise]) -> None:
     """chapters/ as the edition has them; written last, so that what the copy lacks is known."""
     shutil.copytree(ROOT / "chapters", out / "chapters", ignore=IGNORE)
     bodies = reference_bodies([ex for ex in load_exercises().values() if ex not in with_solutions])
-    hidden = hidden_case_names()
+    hidden = {c.name for ex in load_exercises().values() for c in ex.hidden_cases() if not c.public}
     paths = sorted((out / "chapters").glob("*.ipynb"))
     starts = start_texts(out, [p.stem for p in paths])
     for path in paths:

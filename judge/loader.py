@@ -24,12 +24,7 @@ class SetupError(Exception):
 def module_name_for(path: Path, exercise: Exercise | None = None) -> str:
     """The name the learner's file is imported under: the practice module it replaces (`practice.scheduler` for
     129, wherever the file lies), so that the stub's relative imports work in a submitted copy too."""
-    if exercise is not None:
-        return exercise.practice_file[:-3].replace("/", ".")
-    rel = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else None
-    if rel is not None and len(rel.parts) == 2 and (ROOT / rel.parts[0] / "__init__.py").is_file():
-        return f"{rel.parts[0]}.{rel.stem}"
-    return f"_judged_{path.stem}"
+    return exercise.practice_file[:-3].replace("/", ".") if exercise is not None else f"_judged_{path.stem}"
 
 
 def load_file(path: str | Path, exercise: Exercise | None = None, shown: str | None = None) -> ModuleType:

@@ -41,9 +41,8 @@ def notebook_report(exercise: int, code: str) -> Report:
         results = [CaseResult(**r) for r in saved.pop("results", [])]
         return Report(**saved, results=results)
     from .runner import grade
-    from .sandbox import NOT_ISOLATED
 
-    print(NOT_ISOLATED)
+    print(sandbox.NOT_ISOLATED)
     return grade(exercise, source=code, **options_from_env())
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from . import wire
 from .harness import CaseFailure, option
 
 if TYPE_CHECKING:
@@ -29,8 +30,7 @@ SIDES = ("yours", "reference")
 
 
 def step_record(index: int, rows: list[dict], token_budget: int, kv_used: int, kv_free: int,
-                preempted: Sequence[str] = (), finished: Sequence[str] = (), prefix_hits: int = 0,
-                drafts_accepted: int = 0) -> StepRecord:
+                preempted: Sequence[str] = (), finished: Sequence[str] = (), prefix_hits: int = 0) -> StepRecord:
     """Step `index` (from 0) of a judge's trace. `rows`: framework/trace.py's `scheduled` entries (request_id, kind,
     tokens, drafts, context, blocks)."""
     from framework.trace import StepRecord
@@ -42,14 +42,14 @@ def step_record(index: int, rows: list[dict], token_budget: int, kv_used: int, k
         counts["draft"] += r["drafts"]
     return StepRecord(index, float(index), float(index + 1), float(index), float(index + 1), {}, rows, counts,
                       token_budget, sum(r["tokens"] + r["drafts"] for r in rows), kv_used, kv_free, prefix_hits,
-                      list(preempted), sum(r["drafts"] for r in rows), drafts_accepted, list(finished), 0, 0)
+                      list(preempted), sum(r["drafts"] for r in rows), 0, list(finished), 0, 0)
 
 
-def row(request_id: str, num_computed: int, num_tokens: int, new: int, blocks: int, drafts: int = 0) -> dict:
+def row(request_id: str, num_computed: int, num_tokens: int, new: int, blocks: int) -> dict:
     """One scheduled request as a trace row, from its state once scheduled: prefill while more than one token is
     pending (a prompt, a chunk of it, a recomputation), else decode; as framework/trace.py classifies it."""
     return {"request_id": request_id, "kind": "prefill" if num_tokens - num_computed > 1 else "decode",
-            "tokens": new, "drafts": drafts, "context": num_computed + new + drafts, "blocks": blocks}
+            "tokens": new, "drafts": 0, "context": num_computed + new, "blocks": blocks}
 
 
 @dataclass
@@ -145,8 +145,6 @@ def replayed(recorded: list[list[dict]], answers: list[tuple[dict, dict, dict]])
     schedule() paused at another call than the reference's as far as it got (after the calls answered since its
     `step`), and as many of the reference's steps of that world from the case's record `recorded` ([request,
     answer] pairs). None for a case of any other driver."""
-    from . import wire
-
     log = workload = before = None
     answered: list[dict] = []
     for req, want, got in answers:
@@ -183,8 +181,6 @@ def replayed(recorded: list[list[dict]], answers: list[tuple[dict, dict, dict]])
 
 def _step_value(req: dict, answer: dict) -> dict | None:
     """The scheduler driver's answer to a `step` or `answer` request: a step's result or a paused call."""
-    from . import wire
-
     if req.get("driver") != "scheduler" or req.get("attr") not in ("step", "answer") or not answer.get("ok"):
         return None
     value = wire.decode(answer.get("value"))

@@ -29,7 +29,7 @@ from framework.request import Request, RequestStatus
 from framework.scheduler import SchedulerBase
 from judge.crossing import learner_error
 from judge.drivers import load_model
-from judge.drivers.engine import BracketTokenizer, ints, params_of
+from judge.drivers.engine import BracketTokenizer, FakeRunner, ints, params_of
 from judge.harness import short
 
 READ_TIMEOUT = 3.0  # seconds a consumer waits for its stream's next output before calling it hung
@@ -100,19 +100,12 @@ class ScriptedScheduler(SchedulerBase):
         return scheduled
 
 
-class NoRunner:
-    """The scripted engine runs no model."""
-
-    def __init__(self, model: Any, num_blocks: int, block_size: int) -> None:
-        pass
-
-
 class ScriptedEngine(LLMEngineBase):
     """The engine the learner's loop drives: each step replays the recorded tokens of the requests it runs (the
     forward pass number `fail_at` raises InjectedFailure, and the step fails as the engine's own would), and
     every call is recorded."""
 
-    scheduler_cls, kv_cache_manager_cls, runner_cls = ScriptedScheduler, ScriptedKVCacheManager, NoRunner
+    scheduler_cls, kv_cache_manager_cls, runner_cls = ScriptedScheduler, ScriptedKVCacheManager, FakeRunner
 
     def __init__(self, model: Any, config: EngineConfig, script: dict[str, list], fail_at: int | None,
                  paced: bool = True) -> None:
