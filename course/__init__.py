@@ -257,7 +257,7 @@ class _NotInThisCopy(ModuleType):
 
 def runner_class(build_batch: Callable, write_kv: Callable, paged_attention: Callable | None) -> type:
     """The model runner on these pieces. `paged_attention=None` is the reference attention, which runs through
-    the reference runner's batched kernel (solutions/model_runner.py); any other is called per step exactly as
+    the reference runner's batched kernel (the model runner of solutions/); any other is called per step exactly as
     exercise 127 defines it (framework/model_runner.py, whose `runner_class` assembles it)."""
     from framework.model_runner import ModelRunnerBase
     from framework.model_runner import runner_class as assemble

@@ -1,5 +1,5 @@
 """What the online loop (exercise 133) streams: one `StreamOutput` per step that gave a request tokens, then a
-final one. The loop itself is the exercise (solutions/async_engine.py, practice/async_engine.py)."""
+final one. The loop itself is the exercise (practice/async_engine.py)."""
 
 from __future__ import annotations
 

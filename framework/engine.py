@@ -1,7 +1,7 @@
 """The engine's shell: configs, outputs, stop conditions, adding requests (checked at the door) and aborting them,
 and the text-in text-out `LLMBase`.
 
-The loop itself, `step` and `generate`, is exercise 130 (solutions/engine.py). The shapes follow vLLM's offline
+The loop itself, `step` and `generate`, is exercise 130 (practice/engine.py). The shapes follow vLLM's offline
 API: `LLM.generate(prompts, sampling_params)` (vllm/entrypoints/llm.py) returning `RequestOutput`s.
 """
 

@@ -3,7 +3,7 @@
 It sits between the scheduler and the block pool, as vLLM v1's `KVCacheManager`
 (vllm/v1/core/kv_cache_manager.py): `get_computed_blocks` for prefix hits, `allocate_slots`, `free`.
 It is built from a block pool (exercise 125) and a prefix cache (exercise 132), given as class attributes:
-solutions/kv_cache_manager.py plugs in the reference ones, practice/kv_cache_manager.py yours.
+practice/kv_cache_manager.py plugs in yours, and its twin in solutions/ the reference ones.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 cache. vLLM's counterpart is `GPUModelRunner.execute_model` in vllm/v1/worker/gpu_model_runner.py.
 
 It is built from three pieces, given as class attributes: `build_batch` (exercise 128), `write_kv` (126) and
-`paged_attention` (127). solutions/model_runner.py plugs in the reference ones, practice/model_runner.py yours.
+`paged_attention` (127). practice/model_runner.py plugs in yours, and its twin in solutions/ the reference ones.
 Whatever exercise 128 accepts as a batch (any object with the attributes; integer tensors of any integer dtype,
 or lists for `query_start_loc` and `seq_lens`) is turned into one `RunnerBatch` here, in `as_runner_batch`, so
 that every layer, every attention and every chapter sees the same types.

@@ -1,5 +1,5 @@
 """The paged KV cache's memory: per layer, K and V tensors cut into blocks. Which slot each token uses, and how
-K and V are written there, is exercise 126 (solutions/paged_kv_cache.py)."""
+K and V are written there, is exercise 126 (practice/paged_kv_cache.py)."""
 
 from __future__ import annotations
 

@@ -387,6 +387,9 @@ def test_a_student_works_through_the_edition(bare_edition, tmp_path):
             read = _notebook_texts(nb, ("markdown",)) if nb else texts
             missing = {f for t in read for f in _mentioned_files(t) if not (out / f).exists()}
             assert not missing, f"{p.relative_to(out)} mentions files the edition lacks: {sorted(missing)}"
+        elif p.suffix == ".py":  # a docstring or message that sends the student to a reference this copy lacks
+            missing = {f for f in re.findall(r"solutions/\w+\.py", text) if not (out / f).exists()}
+            assert not missing, f"{p.relative_to(out)} names references the edition lacks: {sorted(missing)}"
 
     modules = sorted((ex, module) for done_in_stage, _ in STAGES for ex, module, _ in done_in_stage)
 
