@@ -23,6 +23,10 @@ KV_OPS = ("allocate_slots", "free")  # the KV-cache manager's state-changing ope
 PREEMPTION_OPS = ("allocate_or_preempt", "preempt")
 
 
+FIELD_NAMES = ("status", "num_computed_tokens", "num_cached_tokens", "num_preemptions", "block_table",
+               "output_token_ids")
+
+
 def fields(r: Request) -> dict[str, Any]:
     """A request's state as the parts read and write it."""
     return {"status": r.status.value, "num_computed_tokens": r.num_computed_tokens,
@@ -30,17 +34,20 @@ def fields(r: Request) -> dict[str, Any]:
             "block_table": list(r.block_table), "output_token_ids": list(r.output_token_ids)}
 
 
-def set_fields(r: Request, values: dict[str, Any]) -> None:
-    """Set a request's state from `fields`' record; its lists in place (the learner's code may hold them)."""
-    for key in ("block_table", "output_token_ids"):
-        old = getattr(r, key)
-        if isinstance(old, list):
-            old[:] = values[key]
+def set_fields(r: Request, values: dict[str, Any], partial: bool = False) -> None:
+    """Set a request's state from `fields`' record (every field; with `partial`, those the record holds, as a
+    recorded call changed them); its lists in place (the learner's code may hold them)."""
+    for key in FIELD_NAMES:
+        if partial and key not in values:
+            continue
+        old, value = getattr(r, key), values[key]
+        if key in ("block_table", "output_token_ids"):
+            if isinstance(old, list):
+                old[:] = value
+            else:
+                setattr(r, key, list(value))
         else:
-            setattr(r, key, list(values[key]))
-    r.status = RequestStatus(values["status"])
-    r.num_computed_tokens, r.num_cached_tokens = values["num_computed_tokens"], values["num_cached_tokens"]
-    r.num_preemptions = values["num_preemptions"]
+            setattr(r, key, RequestStatus(value) if key == "status" else value)
 
 
 def reads(op: str, scheduler: Any, request: Request) -> dict[str, Any]:
@@ -111,7 +118,7 @@ class Replay(Rounds):
 
     def apply(self, effect: dict, out: Any = None) -> None:
         for rid, values in effect.get("requests", {}).items():
-            set_fields(self.requests[rid], values)
+            set_fields(self.requests[rid], values, partial=True)
         for key in ("running", "waiting"):
             queue = getattr(self.scheduler, key, None)
             if key in effect and queue is not None and ids(queue) != effect[key]:

@@ -362,8 +362,9 @@ class Recorder:
         if op == "allocate_slots" and not value:
             return value  # it changed nothing: the worker answers it from the state
         after = self.state()
-        effect: dict[str, Any] = {"requests": {rid: f for rid, f in after["requests"].items()
-                                               if before["requests"].get(rid) != f}}
+        changed = {rid: {k: v for k, v in f.items() if before["requests"].get(rid, {}).get(k) != v}
+                   for rid, f in after["requests"].items()}
+        effect: dict[str, Any] = {"requests": {rid: f for rid, f in changed.items() if f}}  # what the call changed
         effect.update({k: after[k] for k in ("running", "waiting") if after[k] != before[k]})
         if after["pool"] != before["pool"]:
             effect["free"], effect["ref_cnt"] = after["pool"]
