@@ -146,6 +146,25 @@ class Run:
                                    "self.engine.abort_requests([request], 'abort') frees its blocks")
         self.check_log()
 
+    def check_idle(self) -> None:
+        """In every idle period of the schedule: no engine call, little CPU, no polling."""
+        for period in self.idle:
+            if period["steps"] or period["calls"]:
+                raise CaseFailure(f"with no request to serve, the loop called the engine {period['calls']} times "
+                                  f"({period['steps']} steps) in {period['wall']:.2f} s", input=self.input,
+                                  hint="when the engine has no unfinished request, wait on an asyncio.Event that "
+                                       f"add_request sets: no step, no polling ({IDLE_RULE})")
+            if period["cpu"] > IDLE_CPU_SHARE * period["wall"]:
+                raise CaseFailure(f"with no request to serve, the process used {period['cpu']:.2f} s of CPU in "
+                                  f"{period['wall']:.2f} s: the loop spins", input=self.input,
+                                  hint="await an asyncio.Event instead of looping with asyncio.sleep(0) "
+                                       f"({IDLE_CPU_RULE})")
+            if period["wakeups"] > IDLE_WAKEUPS:
+                raise CaseFailure(f"with no request to serve, the event loop woke {period['wakeups']} times in "
+                                  f"{period['wall']:.2f} s: the loop polls", input=self.input,
+                                  hint="await an asyncio.Event that add_request sets instead of sleeping in a loop "
+                                       f"({IDLE_WAKE_RULE})")
+
     def check_log(self) -> None:
         """What the worker reported of its engine (its steps, its requests, its free blocks, each stream's tokens
         among its request's) is what the engine's logged calls do, replayed here on an engine of the grader's."""
@@ -335,9 +354,11 @@ def _(impl):
     s.drain()
     s.abort("a")
     s.abort("never-added")
+    s.idle(0.3)
     s.add("b", 6, 5)
     s.drain()
     run = s.run(impl)
+    run.check_idle()
     run.check()
     if run.reply["requests"]["a"]["finish_reason"] != "length":
         raise CaseFailure(f"aborting request a after it had finished made its finish_reason "
@@ -430,21 +451,7 @@ def _(impl):
     s.add("b", 6, 5)
     s.idle(0.3)
     run = s.run(impl)
-    for period in run.idle:
-        if period["steps"] or period["calls"]:
-            raise CaseFailure(f"with no request to serve, the loop called the engine {period['calls']} times "
-                              f"({period['steps']} steps) in {period['wall']:.2f} s", input=run.input,
-                              hint="when the engine has no unfinished request, wait on an asyncio.Event that "
-                                   f"add_request sets: no step, no polling ({IDLE_RULE})")
-        if period["cpu"] > IDLE_CPU_SHARE * period["wall"]:
-            raise CaseFailure(f"with no request to serve, the process used {period['cpu']:.2f} s of CPU in "
-                              f"{period['wall']:.2f} s: the loop spins", input=run.input,
-                              hint=f"await an asyncio.Event instead of looping with asyncio.sleep(0) ({IDLE_CPU_RULE})")
-        if period["wakeups"] > IDLE_WAKEUPS:
-            raise CaseFailure(f"with no request to serve, the event loop woke {period['wakeups']} times in "
-                              f"{period['wall']:.2f} s: the loop polls", input=run.input,
-                              hint="await an asyncio.Event that add_request sets instead of sleeping in a loop "
-                                   f"({IDLE_WAKE_RULE})")
+    run.check_idle()
     run.check()
 
 
