@@ -73,7 +73,8 @@ def stop_reason(request: Request, eos_token_id: int | None, tokenizer=None) -> s
     """Why the request is done after its latest token, or None to keep going. "stop": end-of-sequence (unless
     ignore_eos) or a token of `stop_token_ids` (as vLLM's `check_stop`, vllm/v1/core/sched/utils.py at
     b31e9326a7), or a stop string; none of them before `min_tokens` output tokens (vLLM's sampler masks
-    end-of-sequence and stop tokens until then; here stop strings wait too). "length": max_tokens."""
+    end-of-sequence and stop tokens until then, and its detokenizer checks stop strings only after them, as
+    here). "length": max_tokens."""
     params, last, num_output = request.sampling_params, request.output_token_ids[-1], len(request.output_token_ids)
     if num_output > params.min_tokens:
         if (last == eos_token_id and not params.ignore_eos) or last in params.stop_token_ids:
