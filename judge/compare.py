@@ -40,10 +40,9 @@ def _first(w: Any, g: Any, where: str) -> tuple[str, Any, Any] | None:
         same = w == g if isinstance(w, int) and isinstance(g, int) else \
             abs(g - w) <= TOL + TOL * abs(w) or (math.isnan(w) and math.isnan(g))
         return None if same else (where, w, g)
-    if isinstance(w, list) and isinstance(g, list):
-        if len(w) != len(g):
-            return where, w, g
-        return next((d for d in (_first(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(w, g))) if d), None)
+    if isinstance(w, list) and isinstance(g, list):  # a differing item first, else the lengths
+        inner = next((d for d in (_first(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(w, g))) if d), None)
+        return inner or (None if len(w) == len(g) else (where, w, g))
     if isinstance(w, dict) and isinstance(g, dict):
         keys = [k for k in [*w, *(k for k in g if k not in w)] if not diagnostic(k)]
         for k in keys:

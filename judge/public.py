@@ -17,6 +17,7 @@ from .registry import Exercise, public_path
 from .remote import Session, another_stub
 
 __all__ = ["load", "public_path", "raised_as", "replay"]
+LONG = 200  # characters past which two lists of different lengths are shown by their lengths
 
 
 def load(ex: Exercise) -> dict[str, list] | None:
@@ -94,8 +95,11 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     if unexpected and value is None:  # nothing to compare there: the student's code raised before making it
         return f"{what}: {_raised(unexpected)}"
     raised = f"\n{_raised(unexpected)}" if unexpected else ""
-    return (f"{_named(req, where) or 'the result'}: expected {short(expected)}, got {short(value)}\ninput: {what}"
-            f"{raised}" + (f"\nhint: {hint}" if hint else ""))
+    long_lists = isinstance(expected, list) and isinstance(value, list) and len(repr(expected)) > LONG
+    shown = f"{len(expected)} items expected, got {len(value)}" if long_lists else \
+        f"expected {short(expected)}, got {short(value)}"
+    return (f"{_named(req, where) or 'the result'}: {shown}\ninput: {what}{raised}"
+            + (f"\nhint: {hint}" if hint else ""))
 
 
 def _recorded_hint(hints: Any, where: str, got: Any) -> str | None:

@@ -139,3 +139,18 @@ def test_a_public_case_gives_the_hidden_cases_hint(ex_id: int, stem: str, record
     failures = public_failures(ex_id, path, recorded[ex_id], first_only=True)
     expect = expect_of(path)
     assert any("hint: " in why and expect in why for why in failures.values()), failures
+
+
+def test_a_list_of_another_length_is_named_by_its_first_difference_or_its_length(
+        recorded: dict[int, dict[str, list]]) -> None:
+    """A generate loop that steps once more after every request finished: the public replay says how many steps
+    each ran, not two dumps of every step's record cut at 2,000 characters; an item that differs is named first."""
+    from judge.compare import difference
+
+    assert difference([1, 2, 3], [1, 5]) == ("[1]", 2, 5) and difference([1, 2, 3], [1, 2]) == ("", [1, 2, 3], [1, 2])
+    if 130 not in recorded:
+        recorded[130] = edition.record(judge.get_exercise(130))
+    path = CASES_DIR / "inference_loop" / "wrong_generate_stops_on_empty_step.py"
+    failures = public_failures(130, path, recorded[130], first_only=True)
+    message = next(iter(failures.values()))
+    assert re.search(r"steps: \d+ items expected, got \d+\n", message) and len(message.split("\n")[0]) < 120, message
