@@ -33,13 +33,13 @@ def _raised(err: dict) -> str:
 def replay(session: Session, log: list, answers: list | None = None) -> str | None:
     """Replay one recorded case to the student's code; None if every answer matches, else the first difference.
     `answers`, if given, receives (request, the recorded answer, the student's) for each call made."""
-    calls: list[str] = []
+    calls: list[tuple[Any, str]] = []  # (the driver function called, the call as code)
     for req, want in log:
         got = session.request({k: v for k, v in req.items() if k != "id"})
         if answers is not None:
             answers.append((req, want, got))
-        calls.append(_described(req))
-        problem = _problem(want, got, calls[-1], req)
+        calls.append((req.get("attr"), _described(req)))
+        problem = _problem(want, got, calls[-1][1], req)
         if problem:  # the calls that passed before a stub's (this exercise's or another's) say nothing
             return problem if problem.startswith(("not implemented", "exercise ")) else problem + _earlier(calls[:-1])
     return None
@@ -51,12 +51,16 @@ def _another_stub(err: dict, what: str) -> str | None:
     return f"{other}\ninput: {what}" if other else None
 
 
-def _earlier(calls: list[str]) -> str:
-    """The calls of the case before the failing one (the first builds what the others use), if any."""
+def _earlier(calls: list[tuple[Any, str]]) -> str:
+    """The calls of the case before the failing one, if any: from the last that builds what the others use (a call
+    of the case's first function, such as a new world of several in one case), at most 5 shown."""
     if not calls:
         return ""
-    shown = calls if len(calls) <= 6 else calls[:1] + [f"... {len(calls) - 5} more calls"] + calls[-4:]
-    return "\nearlier calls of this case (they passed):\n" + "\n".join(shown)
+    start = max(i for i, (fn, _) in enumerate(calls) if fn == calls[0][0])
+    texts = [text for _, text in calls[start:]]
+    shown = texts if len(texts) <= 6 else texts[:1] + [f"... {len(texts) - 5} more calls"] + texts[-4:]
+    skipped = f"({start} calls of this case before, for other inputs, passed too)\n" if start else ""
+    return "\nearlier calls of this case (they passed):\n" + skipped + "\n".join(shown)
 
 
 def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:

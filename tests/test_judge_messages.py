@@ -104,3 +104,18 @@ def test_130s_hint_says_which_way_num_computed_tokens_went_wrong():
     hints = [str(out.details.get("hint", "")) for case in judge.runner._case_list(ex, None)
              for out in [harness.run_case(case, RemoteModule(InProcess(ex, {"impl": str(path)})))] if not out.passed]
     assert any("add s.num_new_tokens, not 1" in h for h in hints), hints
+
+
+def test_a_failure_in_a_later_world_lists_that_worlds_calls():
+    """A public case of several worlds (129's scenarios) failing in a later one: the calls listed as passed begin
+    with the failing world's own setup (its requests), not the first world's, which would push it past the cut."""
+    ex = judge.get_exercise(129)
+    case = next(c for c in judge.runner._case_list(ex, None) if c.name.startswith("without chunked prefill"))
+    rec = Recording(ex, {"impl_module": ex.reference})
+    assert harness.run_case(case, RemoteModule(rec)).passed
+    wrong = ROOT / "tests" / "judge_cases" / "scheduler" / "wrong_later_prompts_overtake.py"
+    message = public.replay(InProcess(ex, {"impl": str(wrong)}), rec.log)
+    _, _, earlier = message.partition("\nearlier calls of this case (they passed):\n")
+    assert re.match(r"\(\d+ calls of this case before, for other inputs, passed too\)\nkv = KVCacheManager", earlier), \
+        message
+    assert "request_id='c'" in earlier and "request_id='d0'" not in earlier, message
