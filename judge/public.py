@@ -12,6 +12,7 @@ from typing import Any
 
 from . import wire
 from .compare import difference, plain
+from .drivers.rounds import handling
 from .harness import short
 from .registry import Exercise, public_path
 from .remote import Session, another_stub
@@ -130,7 +131,8 @@ def _departure(want: Any, got: Any, req: dict) -> str | None:
     if not (_paused(want) or _paused(got)) or (_paused(want) and _paused(got) and got["call"] == want["call"]):
         return None
     message = importlib.import_module(f"judge.drivers.{req['driver']}").departure_message
-    return message(got["call"] if _paused(got) else None, want["call"] if _paused(want) else None)
+    return message(got["call"] if _paused(got) else None, want["call"] if _paused(want) else None) + \
+        (handling(got) if _paused(got) else "")
 
 
 def _whole_list(want: Any, got: Any, where: str, expected: Any, value: Any) -> tuple[str, Any, Any]:

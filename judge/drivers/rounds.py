@@ -13,6 +13,7 @@ fakes from the current state.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections import Counter
 from typing import Any, Callable
@@ -77,9 +78,13 @@ class Rounds:
             raise Departure(self.departure["message"])
 
     def post(self, made: dict) -> dict:
-        """Pause on the call `made` until the grader answers: its recorded entry, or Departure raised."""
+        """Pause on the call `made` until the grader answers: its recorded entry, or Departure raised. Beside the
+        call goes the exception the learner's code is handling, if any (an engine's own `except`), for the report."""
         self.live()
-        self.posted.put((True, {"call": made, **self.shown}))
+        handling = sys.exc_info()[1]
+        shown = {"handling": f"{type(handling).__name__}: {str(handling)[:200]}"} if isinstance(handling, Exception) \
+            else {}
+        self.posted.put((True, {"call": made, **self.shown, **shown}))
         self.shown = {k: v for k, v in self.shown.items() if k == "phase"}
         entry = self.answers.get()
         if "departure" in entry:
@@ -113,11 +118,18 @@ def answered(drv: Any, name: str, reply: Any, scripts: dict[Any, list[dict]],
         if departed is None:
             departed = departures[name] = {"made": made, "expected": expected, "consumed": consumed[phase],
                                           "message": _message(message, made, expected)}
+            if isinstance(reply.get("handling"), str):
+                departed["handling"] = reply["handling"][:300]
         reply = drv.answer(name, {"departure": {"message": DEPARTED}})
     if departed is None:
         return reply
     worker = reply.get("departure") if isinstance(reply, dict) else None  # its facts beside the call (131: the queue)
     return {**(reply if isinstance(reply, dict) else {}), "departure": {**(worker or {}), **departed}}
+
+
+def handling(departure: dict) -> str:
+    """The end of a departure's message: the exception the learner's code was handling when it made the call."""
+    return f" (your code made this call while handling {departure['handling']})" if departure.get("handling") else ""
 
 
 def departure_of(drv: Any, name: str) -> dict | None:

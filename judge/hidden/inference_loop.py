@@ -20,7 +20,7 @@ from framework.sampling import SamplingParams
 from framework.trace import StepRecord
 from judge.compare import difference
 from judge.drivers.engine import BracketTokenizer, departure_message, first_difference, plain_params
-from judge.drivers.rounds import answered, departure_of
+from judge.drivers.rounds import answered, departure_of, handling
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.traces import StepLog, offer, row, step_record, with_table
@@ -97,14 +97,14 @@ def departed(k: int, d: dict, where: str, rids: Sequence[str] = ()) -> CaseFailu
     if diff is not None:
         hint = FIELD_HINTS.get(diff["field"], "finish a request only with self.scheduler.finish(request, reason), "
                                               "when stop_reason(...) returns a reason")
-        return _fail(k, departure_message(made, want, where), field=diff["field"], expected=diff["want"],
+        return _fail(k, departure_message(made, want, where) + handling(d), field=diff["field"], expected=diff["want"],
                      got=diff["got"], hint=hint)
     if ops == ("finish", "finish") and made["args"][0] == want["args"][0]:
         return _fail(k, f"request {made['args'][0]} finished with reason {made['args'][1]!r}, expected "
                         f"{want['args'][1]!r}", field="reason", expected=want["args"][1], got=made["args"][1],
                      hint="pass stop_reason(request, self.eos_token_id, self.tokenizer)'s result to "
                           "self.scheduler.finish")
-    return _fail(k, departure_message(made, want, where), hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
+    return _fail(k, departure_message(made, want, where) + handling(d), hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
 
 
 def other_items(k: int, got: list, want: list, rids: Sequence[str]) -> CaseFailure:

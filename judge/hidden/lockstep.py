@@ -430,7 +430,7 @@ def departure_failure(dep: dict, label: str, before: dict, c: Config, calls: lis
         return broken
     tip = victim_hint(made, want, dep.get("running", before["running"])) if graded == "preemption" else \
         guess_hint(dep, before, c, calls, expected, hint)
-    message = f"{label}: {departure_message(made, want)}"
+    message = f"{label}: {departure_message(made, want)}{rounds.handling(dep)}"
     if want is None:
         return CaseFailure(message, field="call", expected="no call", got=describe(made), hint=tip)
     key = next((k for k in want["reads"] if want["reads"][k] != made["reads"].get(k)), None)

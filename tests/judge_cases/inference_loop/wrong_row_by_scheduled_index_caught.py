@@ -1,0 +1,49 @@
+"""Wrong: the row of logits is the request's index in the scheduled list, not among the items that need logits; the
+step's own `except` turns the IndexError that follows into a failed step (fail_step frees the requests' blocks),
+so the first call that departs is a free: the report names the exception the engine was handling.
+
+EXPECT: while handling IndexError
+PUBLIC: caught
+"""
+
+from framework.engine import LLMEngineBase, stop_reason
+from framework.sampling import sample_token
+
+
+class LLMEngine(LLMEngineBase):
+    def step(self):
+        sched = self.scheduler.schedule()
+        if not sched.scheduled:
+            return []
+        try:
+            return self._run(sched)
+        except Exception as err:
+            raise self.fail_step([s.request for s in sched.scheduled], err) from err
+
+    def _run(self, sched):
+        items = []
+        for s in sched.scheduled:
+            r = s.request
+            start = r.num_computed_tokens
+            items.append((r.all_token_ids[start:start + s.num_new_tokens], start, r.block_table, s.completes_prompt))
+        logits = self.runner.execute_model(items)
+        outputs, row = [], 0
+        for row, s in enumerate(sched.scheduled):
+            r = s.request
+            done = s.completes_prompt
+            r.num_computed_tokens += s.num_new_tokens
+            if not done:
+                continue
+            token = sample_token(logits[row], r.sampling_params, r.generator)
+            r.output_token_ids.append(token)
+            reason = stop_reason(r, self.eos_token_id, self.tokenizer)
+            if reason:
+                self.scheduler.finish(r, reason)
+            outputs.append(self.make_output(r, [token]))
+        return outputs
+
+    def generate(self, prompts, params=None):
+        requests = self.add_requests(prompts, params)
+        while self.has_unfinished_requests():
+            self.step()
+        return [self.make_output(r, []) for r in requests]
