@@ -42,7 +42,7 @@ class LLMEngine(LLMEngineBase):
            request.generator)` and appends the token to `request.output_token_ids`; a prompt chunk that is not
            the last samples nothing.
         4. If `stop_reason(request, self.eos_token_id, self.tokenizer)` returns a reason, call
-           `self.scheduler.finish(request, reason)` (which frees its blocks).
+           `self.scheduler.finish(request, reason)` (which frees its blocks), the finished requests in order.
         5. Return `self.make_output(request, [token])` for each request that got a token, in order.
         """
         raise NotImplementedError("exercise 130: LLMEngine.step is not implemented yet (practice/engine.py)")

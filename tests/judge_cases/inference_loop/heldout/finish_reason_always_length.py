@@ -1,4 +1,4 @@
-# VIOLATES: If `stop_reason(...)` gives a reason, `self.scheduler.finish(request, reason)`
+# VIOLATES: If `stop_reason(...)` gives a reason, `self.scheduler.finish(request, reason)`, the finished requests in scheduled order
 """Finishes a request when stop_reason gives a reason, but always with the reason 'length'."""
 from framework.engine import LLMEngineBase, stop_reason
 from framework.sampling import sample_token
