@@ -49,7 +49,8 @@ def reported(got: dict[str, Any], text: str) -> dict[str, Any]:
 @CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order", public=True)
 def _(impl):
     tokens = [5, 17, 2, 9]
-    variants = [[5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2]]
+    # the last three: a block of 16 (vLLM's default size) and one that differs from it in its last token only
+    variants = [[5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2], [*range(40, 55), 1], [*range(40, 55), 2]]
     calls = [[NONE_HASH, tokens], [NONE_HASH, list(tokens)], [NONE_HASH, [7, 7, 7, 7]], [["call", 2], [7, 7, 7, 7]],
              [["call", 2], tokens], [["call", 3], tokens]] + [[NONE_HASH, v] for v in variants]
     text = (f"h = hash_block({NONE_HASH}, {tokens}); p1 = hash_block({NONE_HASH}, [7, 7, 7, 7]); "
@@ -66,8 +67,9 @@ def _(impl):
                               input=text, hint="chain the parent's hash in: equal hashes must mean equal PREFIXES, "
                                                "e.g. hash((parent_hash, tuple(token_ids)))")
     blocks = [tokens] + variants
-    for i, call_i in enumerate([0, 6, 7, 8, 9]):
-        for j, call_j in enumerate([0, 6, 7, 8, 9][:i]):
+    checked = [0, *range(6, 6 + len(variants))]
+    for i, call_i in enumerate(checked):
+        for j, call_j in enumerate(checked[:i]):
             if same[call_i] == same[call_j]:
                 raise CaseFailure(f"hash_block gives the same hash to blocks {blocks[j]} and {blocks[i]}",
                                   input=f"hash_block({NONE_HASH}, {blocks[j]}) == hash_block({NONE_HASH}, "
@@ -136,8 +138,9 @@ def hashes_elsewhere(impl, inputs: list[tuple[int, list[int]]]) -> list[str]:
 
 @CASES("hash_block: equal in every process (PYTHONHASHSEED does not change it)")
 def _(impl):
-    # parents as an engine passes them too: 64-bit values, and the hashes this very code gave (["call", j]: h<j>)
-    inputs = [(NONE_HASH, [5, 17, 2, 9]), (123456789, [1, 2, 3, 4]), (NONE_HASH, [7]), (2**64 - 59, [3, 1]),
+    # parents as an engine passes them: NONE_HASH and the hashes this very code gave (["call", j]: h<j>), whatever
+    # their range; an int of any other range is not a parent the statement promises
+    inputs = [(NONE_HASH, [5, 17, 2, 9]), (123456789, [1, 2, 3, 4]), (NONE_HASH, [7]), (["call", 1], [3, 1]),
               (["call", 0], [6, 6, 6, 6]), (["call", 4], [1])]
     shown = describe("hash_calls", [[p, t] for p, t in inputs]).split("; ")
     here = hash_values(impl, inputs)
