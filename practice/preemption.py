@@ -13,7 +13,8 @@ def preempt(scheduler, request) -> None:
     Afterwards: the request is no longer in `scheduler.running`; its blocks are back in the pool
     (`scheduler.kv.free(request)`); its `num_computed_tokens` is 0; its status is `RequestStatus.WAITING`;
     its `num_preemptions` is one higher; and it is at the HEAD of `scheduler.waiting` (a deque), so it is the
-    first to be readmitted. Its `output_token_ids` are kept: recomputation replays prompt + outputs.
+    first to be readmitted. Its `output_token_ids` are kept: recomputation replays prompt + outputs. Its other
+    fields (`num_cached_tokens` among them) are left as they are.
     """
     raise NotImplementedError("exercise 131: preempt is not implemented yet (practice/preemption.py)")
 
