@@ -195,7 +195,7 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
     cfg = cfg or s.config()
     g = torch.Generator().manual_seed(77 + seed)
     x = torch.randn(tokens, cfg.hidden_size, generator=g)
-    positions = torch.arange(tokens) + seed
+    positions = torch.arange(tokens) * 3 + seed  # not contiguous: RoPE must take these, not 0, 1, 2, ...
     want = dense_layer(w, cfg, x, positions)
     text = (f"layer_forward(shard[rank], x: random [{tokens}, {cfg.hidden_size}], positions={positions.tolist()}, "
             f"cfg, world_size={ws}, all_reduce) on {whose}  # {s.text(ws)}")
@@ -300,6 +300,7 @@ def check_refused(impl, s: Shape, world_sizes: tuple[int, ...], what: str) -> No
 @CASES("shard_layer refuses a world_size that does not divide the heads", public=True)
 def _(impl):
     check_refused(impl, Shape(4, 2), (3, 4), "the heads (4 query heads, 2 KV heads)")
+    check_refused(impl, Shape(8, 4), (3,), "the heads (8 query heads, 4 KV heads)")  # fewer ranks than KV heads
 
 
 @CASES("shard_layer refuses a world_size that does not divide the intermediate size")
