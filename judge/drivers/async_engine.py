@@ -22,7 +22,7 @@ import selectors
 import threading
 import time
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, Sequence
 
 from framework.engine import EngineConfig, LLMEngineBase, RequestOutput
 from framework.request import Request, RequestStatus
@@ -100,6 +100,20 @@ class ScriptedScheduler(SchedulerBase):
         return scheduled
 
 
+class SplitCharTokenizer(BracketTokenizer):
+    """Token t decodes to "<t>", but a token with t % 4 == 1 to the first two bytes of "€", whose third byte starts
+    the next token: as with a byte-level tokenizer, a text can end in half a character (U+FFFD) until the next
+    token completes it, which `text_delta` holds back."""
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        data, split = bytearray(), False
+        for t in map(int, token_ids):
+            data += b"\xac" if split else b""
+            split = t % 4 == 1
+            data += b"\xe2\x82" if split else f"<{t}>".encode()
+        return data.decode("utf-8", "replace")
+
+
 class ScriptedEngine(LLMEngineBase):
     """The engine the learner's loop drives: each step replays the recorded tokens of the requests it runs (the
     forward pass number `fail_at` raises InjectedFailure, and the step fails as the engine's own would), and
@@ -109,7 +123,7 @@ class ScriptedEngine(LLMEngineBase):
 
     def __init__(self, model: Any, config: EngineConfig, script: dict[str, list], fail_at: int | None,
                  paced: bool = True) -> None:
-        super().__init__(model, config, BracketTokenizer())
+        super().__init__(model, config, SplitCharTokenizer())
         self.script, self.fail_at, self.passes = script, fail_at, 0  # name -> [tokens, finish reason]
         self.paced = paced  # steps last STEP_SECONDS (False: the grader's replay of the log)
         self.steps: list[dict] = []
