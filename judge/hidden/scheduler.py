@@ -134,8 +134,13 @@ def _(impl):
     shared = tuple(range(1, 9))  # two full blocks of 4
     specs = (Spec("first", shared + (50, 51), 1), Spec("second", shared + (60, 61, 62), 2, arrival=3),
              Spec("third", shared, 1, arrival=5), Spec("fourth", shared[:5] + (70,), 2, arrival=5))
+    # "second" hits first's blocks, is preempted, and while it waits "hog" reuses them: readmitted with no hit, its
+    # num_cached_tokens is 0 again
+    evicted = (Spec("first", shared + (50, 51), 1), Spec("hog", tuple(range(90, 96)), 16, arrival=2),
+               Spec("second", shared + (60, 61, 62), 6, arrival=3))
     check_129(impl, [Workload(Config(64, 4, 64, 8, prefix=True), specs),
-                     Workload(Config(64, 4, 6, 8, prefix=True), specs)])
+                     Workload(Config(64, 4, 6, 8, prefix=True), specs),
+                     Workload(Config(6, 4, 16, 4, prefix=True), evicted)])
 
 
 @CASES("blocks run out: admission stops", public=True)
