@@ -81,10 +81,10 @@ class Rounds:
         """Pause on the call `made` until the grader answers: its recorded entry, or Departure raised. Beside the
         call goes the exception the learner's code is handling, if any (an engine's own `except`), for the report."""
         self.live()
-        handling = sys.exc_info()[1]
-        shown = {"handling": f"{type(handling).__name__}: {str(handling)[:200]}"} if isinstance(handling, Exception) \
+        handled = sys.exc_info()[1]
+        note = {"handling": f"{type(handled).__name__}: {str(handled)[:200]}"} if isinstance(handled, Exception) \
             else {}
-        self.posted.put((True, {"call": made, **self.shown, **shown}))
+        self.posted.put((True, {"call": made, **self.shown, **note}))
         self.shown = {k: v for k, v in self.shown.items() if k == "phase"}
         entry = self.answers.get()
         if "departure" in entry:

@@ -90,21 +90,20 @@ def departed(k: int, d: dict, where: str, rids: Sequence[str] = ()) -> CaseFailu
     """Where the learner's engine left the reference engine's calls (judge/drivers/rounds.py): the same call on a
     request in another state, another forward pass (`rids`: its requests), or another call."""
     made, want = d["made"], d["expected"]
-    ops = (made["op"], want["op"] if want else None)
+    ops, said = (made["op"], want["op"] if want else None), departure_message(made, want, where) + handling(d)
     if ops == ("execute_model", "execute_model"):
         return other_items(k, made["args"][0], want["args"][0], rids)
     diff = first_difference(made, want)
     if diff is not None:
         hint = FIELD_HINTS.get(diff["field"], "finish a request only with self.scheduler.finish(request, reason), "
                                               "when stop_reason(...) returns a reason")
-        return _fail(k, departure_message(made, want, where) + handling(d), field=diff["field"], expected=diff["want"],
-                     got=diff["got"], hint=hint)
+        return _fail(k, said, field=diff["field"], expected=diff["want"], got=diff["got"], hint=hint)
     if ops == ("finish", "finish") and made["args"][0] == want["args"][0]:
         return _fail(k, f"request {made['args'][0]} finished with reason {made['args'][1]!r}, expected "
                         f"{want['args'][1]!r}", field="reason", expected=want["args"][1], got=made["args"][1],
                      hint="pass stop_reason(request, self.eos_token_id, self.tokenizer)'s result to "
                           "self.scheduler.finish")
-    return _fail(k, departure_message(made, want, where) + handling(d), hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
+    return _fail(k, said, hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
 
 
 def other_items(k: int, got: list, want: list, rids: Sequence[str]) -> CaseFailure:

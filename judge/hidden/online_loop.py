@@ -24,6 +24,7 @@ from solutions import engine as ref
 
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
+TOKENIZER = SplitCharTokenizer()  # the scripted engine's: its texts can end in half a character
 IDLE_CPU_SHARE = 0.25  # of the idle period's wall time; a loop that sleeps on an Event uses about none
 IDLE_WAKEUPS = 2  # times the event loop woke in one idle period; a loop that sleeps on an Event wakes none
 # The statement's sentences the cases below check (practice/exercises/133-online-loop.md, "The contract")
@@ -87,7 +88,7 @@ class Schedule:
     def script(self) -> dict[str, list]:
         """What the reference engine generates for each request of the schedule, all added at once: [its tokens,
         its finish reason] by name, the script the engine around the learner's loop replays."""
-        engine = ref.LLMEngine(self.model, EngineConfig(**self.config), SplitCharTokenizer())
+        engine = ref.LLMEngine(self.model, EngineConfig(**self.config), TOKENIZER)
         added = {name: engine.add_request(prompt, params) for name, (prompt, params) in self.requests.items()}
         while engine.has_unfinished_requests():
             engine.step()
@@ -246,7 +247,7 @@ class Run:
             raise CaseFailure(f"{where} received outputs of request(s) {sorted(set(wrong))}", input=self.input,
                               hint="route each RequestOutput by its request_id to that request's stream")
         tokens = [t for o in outputs for t in o["new_token_ids"]]
-        want = alone(self.schedule.model, prompt, params, self.schedule.model.cfg.eos_token_id, SplitCharTokenizer())
+        want = alone(self.schedule.model, prompt, params, self.schedule.model.cfg.eos_token_id, TOKENIZER)
         left_early = how in ("aclose", "cancel")
         if left_early and stream["end"] not in ("closed", "cancelled"):
             raise CaseFailure(f"the consumer of request {name} could not leave early: {stream['end']}",
@@ -274,7 +275,7 @@ class Run:
             return
         final = outputs[-1]
         ended_by_eos = not params.ignore_eos and want[-1] == self.schedule.model.cfg.eos_token_id
-        stopped = ended_by_eos or any(stop in SplitCharTokenizer().decode(want) for stop in params.stop)
+        stopped = ended_by_eos or any(stop in TOKENIZER.decode(want) for stop in params.stop)
         reason = {"abort": "abort", "error": "error"}.get(expect, "stop" if stopped else "length")
         if final["finish_reason"] != reason:
             raise CaseFailure(f"{where} ended with finish_reason {final['finish_reason']!r}, expected {reason!r}",
@@ -285,7 +286,7 @@ class Run:
         if expect == "error" and "injected failure" not in str(final["error"]):
             raise CaseFailure(f"{where}: its final output's error is {final['error']!r}; it must say why the step "
                               "failed", input=self.input, hint="the Request's .error, or str() of the StepError")
-        text, full = "".join(o["new_text"] for o in outputs), SplitCharTokenizer().decode(tokens)
+        text, full = "".join(o["new_text"] for o in outputs), TOKENIZER.decode(tokens)
         # a stream that an abort or a failed step ended may drop a half character it held back (it never completes)
         if text != full and not (expect in ("abort", "error") and text == full.rstrip("\ufffd")):
             raise CaseFailure(f"{where}: the new_text of its outputs, joined, is not the text of its tokens",
