@@ -24,6 +24,7 @@ from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.crossing import learner_error
 from judge.drivers import keep, kept, load_model
+from judge.drivers.fakes import set_fields
 from judge.drivers.rounds import Rounds
 from judge.harness import int_values, short
 
@@ -157,7 +158,7 @@ class Parts(Rounds):
                     self.scheduler.waiting.clear()
                     self.scheduler.waiting.extend(self.requests[n] for n in fields["waiting"])
             else:
-                _set_fields(self.requests[name], fields)
+                set_fields(self.requests[name], fields, fields)
         self.kv.block_pool.num_free_blocks = entry["free"]
         return entry["value"]
 
@@ -166,16 +167,6 @@ def _field(r: Request, f: str) -> Any:
     value = getattr(r, f, None) if f != "num_output_tokens" else \
         len(r.output_token_ids) if isinstance(r.output_token_ids, list) else short(r.output_token_ids)
     return value.value if isinstance(value, RequestStatus) else list(value) if isinstance(value, list) else value
-
-
-def _set_fields(r: Request, fields: dict) -> None:
-    """The fields as the reference's parts left them; lists in place (the learner's code may hold them)."""
-    for f, value in fields.items():
-        old = getattr(r, f, None)
-        if isinstance(old, list) and isinstance(value, list):
-            old[:] = value
-        else:
-            setattr(r, f, RequestStatus(value) if f == "status" else value)
 
 
 class FakeKV:

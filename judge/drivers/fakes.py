@@ -34,20 +34,16 @@ def fields(r: Request) -> dict[str, Any]:
             "block_table": list(r.block_table), "output_token_ids": list(r.output_token_ids)}
 
 
-def set_fields(r: Request, values: dict[str, Any], partial: bool = False) -> None:
-    """Set a request's state from `fields`' record (every field; with `partial`, those the record holds, as a
-    recorded call changed them); its lists in place (the learner's code may hold them)."""
-    for key in FIELD_NAMES:
-        if partial and key not in values:
-            continue
-        old, value = getattr(r, key), values[key]
-        if key in ("block_table", "output_token_ids"):
-            if isinstance(old, list):
-                old[:] = value
-            else:
-                setattr(r, key, list(value))
+def set_fields(r: Request, values: dict[str, Any], names: Any = FIELD_NAMES) -> None:
+    """Set the fields `names` of a request from a record of them (`fields`', or a recorded call's effect, which holds
+    the fields the call changed: `names=values`); lists in place (the learner's code may hold them)."""
+    for key in names:
+        old, value = getattr(r, key, None), values[key]
+        if isinstance(old, list) and isinstance(value, list):
+            old[:] = value
         else:
-            setattr(r, key, RequestStatus(value) if key == "status" else value)
+            setattr(r, key, RequestStatus(value) if key == "status" else list(value) if isinstance(value, list)
+                    else value)
 
 
 def reads(op: str, scheduler: Any, request: Request) -> dict[str, Any]:
@@ -118,7 +114,7 @@ class Replay(Rounds):
 
     def apply(self, effect: dict, out: Any = None) -> None:
         for rid, values in effect.get("requests", {}).items():
-            set_fields(self.requests[rid], values, partial=True)
+            set_fields(self.requests[rid], values, values)
         for key in ("running", "waiting"):
             queue = getattr(self.scheduler, key, None)
             if key in effect and queue is not None and ids(queue) != effect[key]:
