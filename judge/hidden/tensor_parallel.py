@@ -219,10 +219,13 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
         if not close(got, dense):
             residual = ws * (x.double() if i == 0 else x.double() + want.attention)
             wrong_residual = got.shape == dense.shape and close(got - residual, dense)
+            transposed = sums[i].dim() == 2 and sums[i].shape == dense.T.shape and close(sums[i].T, dense)
             raise CaseFailure(f"all-reduce {i + 1}: the ranks' tensors do not sum to {what}'s output of the dense "
                               "layer", input=text,
                               hint="reduce before adding the residual: every rank holds the residual whole, so "
                                    "summing it counts it world_size times" if wrong_residual else
+                                   f"the ranks passed {what}'s output transposed, [hidden, T]: pass it as it is, "
+                                   "[T, hidden]" if transposed else
                                    f"all-reduce {i + 1} sums each rank's {what} output (its heads' / columns' "
                                    "share of the dense result); the column-parallel outputs before it (q, k, v, "
                                    "gate, up) are whole per rank and are not summed")
