@@ -62,6 +62,8 @@ def _encode_array(value: Any) -> dict:
         t = value.detach().to("cpu").contiguous()
         dtype = str(t.dtype).replace("torch.", "")
         flat = t.reshape(-1)
+        if flat.numel() and flat.stride() != (1,):  # a one-element view keeps its stride through .contiguous()
+            flat = flat.clone(memory_format=torch.contiguous_format)
         raw = b"" if not t.numel() else \
             (flat.to(torch.uint8) if t.dtype == torch.bool else flat.view(torch.uint8)).numpy().tobytes()
         return {"__tensor__": dtype, "shape": list(t.shape), "data": base64.b64encode(raw).decode()}
