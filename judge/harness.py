@@ -4,6 +4,7 @@ and helpers. Anything else a case raises is reported as an error, with the trace
 from __future__ import annotations
 
 import contextlib
+import itertools
 import operator
 import os
 import reprlib
@@ -148,12 +149,13 @@ def int_values(value: Any) -> list[int] | None:
         return list(value)
     if _of_arrays(value):
         return _array_ints(value, dims=1)
-    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__") \
-            or not hasattr(value, "__len__"):
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__len__"):
         return None
-    try:
-        items = list(value)
-    except Exception:  # noqa: BLE001 - an iterable that fails is not a sequence of ints
+    try:  # `__iter__`, or `__getitem__` up to an IndexError, as Python iterates; never more than its length
+        items = list(itertools.islice(iter(value), len(value) + 1))
+        if len(items) != len(value):
+            return None
+    except Exception:  # noqa: BLE001 - not iterable, or an iteration that fails: not a sequence of ints
         return None
     out = []
     for x in items:

@@ -1,6 +1,6 @@
 """Driver of exercise 125 (BlockPool): a script of calls run on the learner's pool, beside it. It reads only what
-the statement makes public (what each call returned or raised, `list(pool.ref_cnt)`, `pool.num_free_blocks`), so the
-learner may keep the free queue and the counts however they like."""
+the statement makes public (what each call returned or raised, `pool.num_blocks`, `list(pool.ref_cnt)`,
+`pool.num_free_blocks`), so the learner may keep the free queue and the counts however they like."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from judge.crossing import learner_error
 from judge.harness import int_values
 
 NO_FREE = "NoFreeBlocksError"
+READ = "pool.num_blocks / pool.ref_cnt / pool.num_free_blocks"  # what the engine reads of a pool
 LOOK_ALIKE = "NoFreeBlocksError (a class of your own, not framework.errors.NoFreeBlocksError)"
 
 
@@ -31,11 +32,14 @@ def raised_name(exc: BaseException) -> str:
 
 
 def state(pool: Any) -> dict[str, Any]:
-    """{"ref_cnt": [...], "num_free_blocks": n}, or {"problem": why it cannot be read}."""
+    """{"num_blocks": n, "ref_cnt": [...], "num_free_blocks": n}, or {"problem": why it cannot be read}."""
     try:
-        ref_cnt, nfree = pool.ref_cnt, pool.num_free_blocks
+        num_blocks, ref_cnt, nfree = pool.num_blocks, pool.ref_cnt, pool.num_free_blocks
     except Exception as exc:  # noqa: BLE001 - e.g. AttributeError, NotImplementedError in the property
-        return {"problem": "reading pool.ref_cnt / pool.num_free_blocks", "_error": learner_error(exc)}
+        return {"problem": f"reading {READ}", "_error": learner_error(exc)}
+    if isinstance(num_blocks, bool) or not hasattr(num_blocks, "__index__"):
+        return {"problem": f"pool.num_blocks is {str(num_blocks)[:200]} ({type(num_blocks).__name__}); expected an "
+                           "int, the number of blocks the pool was made with"}
     counts = int_values(ref_cnt)
     if counts is None:
         return {"problem": f"pool.ref_cnt is {str(ref_cnt)[:200]} ({type(ref_cnt).__name__}); expected a sequence "
@@ -43,7 +47,7 @@ def state(pool: Any) -> dict[str, Any]:
     if isinstance(nfree, bool) or not hasattr(nfree, "__index__"):
         return {"problem": f"pool.num_free_blocks is {str(nfree)[:200]} ({type(nfree).__name__}); expected an int",
                 "hint": "num_free_blocks is a property returning an int: `@property` above the method"}
-    return {"ref_cnt": counts, "num_free_blocks": operator.index(nfree)}
+    return {"num_blocks": operator.index(num_blocks), "ref_cnt": counts, "num_free_blocks": operator.index(nfree)}
 
 
 def run(impl: ModuleType, num_blocks: int, ops: list) -> dict[str, Any]:
@@ -110,11 +114,11 @@ def where(path: str, fn: str, *args: Any) -> str | None:
     """A place in this driver's answer (`steps[1].state.ref_cnt`) as the learner's code: `after call 2,
     pool.free([0]): pool.ref_cnt`."""
     if fn == "two_pools":
-        return f"b.{path}" if path in ("ref_cnt", "num_free_blocks") else None
+        return f"b.{path}" if path in ("num_blocks", "ref_cnt", "num_free_blocks") else None
     created = f"pool = BlockPool({args[0]})"
     if path == "created.raised":
         return f"{created}, raised"
-    if path in ("created.ref_cnt", "created.num_free_blocks"):
+    if path in ("created.num_blocks", "created.ref_cnt", "created.num_free_blocks"):
         return f"after {created}: pool.{path.split('.')[1]}"
     step = re.match(r"steps\[(\d+)\]\.(returned|raised|state\.(\w+))", path)
     if step is None:

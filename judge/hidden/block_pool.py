@@ -13,7 +13,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE, op_text
+from judge.drivers.block_pool import LOOK_ALIKE, NO_FREE, READ, op_text
 from judge.harness import CaseFailure, Cases, check_each, short
 from judge.remote import Driver, learner_failure
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
@@ -82,7 +82,7 @@ def state_failure(state: dict[str, Any], where: str) -> CaseFailure | None:
     if "problem" not in state:
         return None
     if "_error" in state:
-        return learner_failure(state["_error"], "reading pool.ref_cnt / pool.num_free_blocks", where)
+        return learner_failure(state["_error"], f"reading {READ}", where)
     return CaseFailure(f"{where}: {state['problem']}", hint=state.get("hint"))
 
 
@@ -161,6 +161,11 @@ def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFa
     failure = state_failure(trace["created"], f"BlockPool({num_blocks})")
     if failure is not None:
         return failure, 0
+    if trace["created"]["num_blocks"] != num_blocks:
+        return CaseFailure(f"BlockPool({num_blocks}).num_blocks is {trace['created']['num_blocks']}",
+                           field="num_blocks", expected=num_blocks, got=trace["created"]["num_blocks"],
+                           hint="keep the number of blocks the pool was made with in pool.num_blocks: the scheduler "
+                                "reads it (the size of the whole cache)"), 0
     spec = Spec(num_blocks)
     for i, (op, got) in enumerate(zip(ops, trace["steps"])):
         exp_err, exp_ret = spec.apply(op)
@@ -377,6 +382,7 @@ def _(impl):
     failure = state_failure(got, text if "raised" in got else "the second pool")
     if failure is not None:
         raise failure
+    got = {k: got[k] for k in ("ref_cnt", "num_free_blocks")}
     if got != {"ref_cnt": [0, 0, 0], "num_free_blocks": 3}:
         raise CaseFailure("allocating from one pool changed another pool", field="second pool", input=text,
                           expected={"ref_cnt": [0, 0, 0], "num_free_blocks": 3}, got=got,
