@@ -23,7 +23,7 @@ from judge.secret import rng as seeded  # random cases drawn with the instructor
 from judge.harness import CaseFailure, Cases, check_each
 
 CASES = Cases()
-ATOL, RTOL = 1e-5, 1e-5  # float32 against a float64 reference; contexts are at most ~100 keys
+ATOL, RTOL = 1e-5, 1e-5  # float32 against a float64 reference; contexts are at most ~400 keys
 LOW_PRECISION_TOL = 2e-2  # bfloat16 inputs: compared with the float64 reference of the same rounded inputs
 
 
@@ -188,7 +188,9 @@ HEADS = [(4, 4), (4, 2), (8, 2), (4, 1), (2, 1)]
 
 
 def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_req: tuple[int, int] = (1, 5),
-                 scale: bool = False, dtype: torch.dtype = torch.float32) -> list[Spec]:
+                 scale: bool = False, dtype: torch.dtype = torch.float32, longest: int = 40) -> list[Spec]:
+    """`count` batches of requests of `kinds`; a decode's context is at most `longest` positions, a prompt's or a
+    chunk's cached context 10 fewer."""
     rng = seeded(seed)
     out = []
     for k in range(count):
@@ -198,13 +200,13 @@ def random_specs(seed: int, count: int, kinds: list[str], sizes: list[int], n_re
         for _ in range(rng.randint(*n_req)):
             kind = rng.choice(kinds)
             if kind == "decode":
-                seq_len = rng.randint(1, 40)
+                seq_len = rng.randint(1, longest)
                 t = 1
             elif kind == "prefill":
-                seq_len = t = rng.randint(1, 30)
+                seq_len = t = rng.randint(1, longest - 10)
             elif kind == "chunk":  # a prefill chunk after cached tokens, often starting inside a block
                 t = rng.randint(1, 16)
-                seq_len = t + rng.randint(1, 30)
+                seq_len = t + rng.randint(1, longest - 10)
             else:  # "empty": a request with no new tokens this step
                 seq_len, t = rng.randint(1, 10), 0
             reqs.append((t, seq_len))
@@ -280,6 +282,13 @@ def _(impl):
 def _(impl):
     check(impl, random_specs(7, 8, ["prefill", "chunk", "decode"], [1]) +
           random_specs(8, 8, ["prefill", "chunk", "decode"], [64]))
+
+
+@CASES("long contexts: hundreds of positions over more than 64 blocks")
+def _(impl):
+    ids = seeded(12).sample(range(520), 520)  # a decode at 300 and a chunk at 220, a block per position
+    fixed = Spec(12, 1, 4, 2, 8, 520, (Req(1, 300, tuple(ids[:300]), 1), Req(8, 220, tuple(ids[300:]), 2)))
+    check(impl, [fixed] + random_specs(12, 3, ["decode", "chunk"], [2, 4], n_req=(2, 3), longest=400))
 
 
 @CASES("a request with no new tokens contributes no rows", public=True)
