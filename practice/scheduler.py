@@ -33,9 +33,9 @@ class Scheduler(SchedulerBase):
            each in admission order. A running request gets min(tokens it has left to compute, budget left)
            new tokens, where tokens left = `request.num_tokens - request.num_computed_tokens` and budget left =
            `self.token_budget - out.num_scheduled_tokens` (a preempted victim's tokens come back; once it is
-           0, schedule no more). Get its blocks
-           with `self.allocate_or_preempt(request, n, out)`; if that returns False, skip it. A request
-           preempted during this loop is no longer in `self.running`: skip it too.
+           0, schedule no more). Get its blocks with `self.allocate_or_preempt(request, n, out)` (`out`
+           holding what is scheduled so far); if that returns False, skip it, else append its
+           ScheduledRequest. A request preempted during this loop is no longer in `self.running`: skip it too.
         2. Then waiting requests, in order, while budget is left, fewer than `max_num_seqs` are running and
            nothing was preempted in this step: take the prefix-cache hits
            `computed = self.kv.get_computed_blocks(request)`;

@@ -449,10 +449,24 @@ def guess_hint(dep: dict, before: dict, c: Config, calls: list[dict], expected: 
                hint: HintFn) -> str | None:
     """The hint of the plan the learner's code was making: what it was allocating, then the rest of the
     reference's plan."""
+    if appended_first(dep["made"], dep["expected"]):
+        return ("call self.allocate_or_preempt(request, n, out) before appending the request to out.scheduled: out "
+                "holds what is scheduled so far, and the request is scheduled once the call returned True")
     exp_plan, exp_pre = expected
     got = attempted(dep, calls)
     got += [x for x in exp_plan if x[0] not in {rid for rid, _ in got}]
     return hint(before, c, exp_plan, got, exp_pre, exp_pre if dep["consumed"] else []) or None
+
+
+def appended_first(made: Any, want: dict | None) -> bool:
+    """129: the request was in `out.scheduled` already when the learner's code asked allocate_or_preempt for it."""
+    try:
+        same = want is not None and made["op"] == want["op"] == "allocate_or_preempt" and made["args"][:2] == \
+            want["args"][:2]
+        return same and made["args"][:2] in made["args"][2]["scheduled"] and \
+            made["args"][:2] not in want["args"][2]["scheduled"]
+    except (KeyError, TypeError, IndexError):  # a call the learner's code posted itself
+        return False
 
 
 def attempted_failure(dep: dict, before: dict, c: Config, calls: list[dict], label: str) -> CaseFailure | None:
