@@ -34,6 +34,7 @@ import inspect
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -92,8 +93,8 @@ class NotPassedYet(ExerciseNeeded):
             return []
         picked = choices()
         parts = [picked[m] for m in PARTS.get(self.module, (self.module,)) if m in picked and m not in OPTIONAL]
-        return sorted({self.choice, *(p for p in parts if p.exercise and not p.yours and not p.has_reference)},
-                      key=lambda m: m.exercise)
+        now = {p.exercise: p for p in [self.choice, *parts] if p.exercise and not p.yours and not p.has_reference}
+        return sorted(now.values(), key=lambda m: m.exercise)  # an exercise once, as it is now
 
     def line(self) -> str:
         """The one line a chapter prints instead of failing: every exercise it needs that has not passed yet."""
@@ -250,6 +251,10 @@ class _NotInThisCopy(ModuleType):
             raise AttributeError(name)
         raise NotInThisCopy(name, self.__name__.replace(".", "/") + ".py")
 
+    def __dir__(self):  # listing its names is using them
+        path = self.__name__.replace(".", "/") + ".py"
+        raise NotInThisCopy(path, path)
+
 
 # ----------------------------------------------------------------------------------------------------------
 # Assembling the engine from the per-module choices
@@ -314,16 +319,23 @@ def _assembled(module: str, picked_items: tuple) -> ModuleType:
         if c.yours:
             return importlib.import_module(f"practice.{name}")
         if c.has_reference:
-            try:
-                return importlib.import_module(f"solutions.{name}")
-            except ModuleNotFoundError as e:  # a reference importing a sibling this edition does not ship
-                sibling = picked.get((e.name or "").removeprefix("solutions."))
-                if sibling is None or sibling.yours:
-                    raise
-                raise sibling.needed("this chapter") from None
+            return reference(name)
         if name in OPTIONAL:
             return _StandIn(name, c)
         raise c.needed("this chapter")
+
+    def reference(name: str) -> ModuleType:
+        """solutions/<name>.py. A module of the engine it imports that this edition does not ship (the reference
+        engine imports the KV-cache manager and the model runner, which no exercise gives) is lent as chosen here:
+        yours, assembled, or ExerciseNeeded."""
+        while True:
+            try:
+                return importlib.import_module(f"solutions.{name}")
+            except ModuleNotFoundError as e:
+                sibling = (e.name or "").removeprefix("solutions.")
+                if e.name in sys.modules or e.name != f"solutions.{sibling}" or sibling not in {*picked, *builders}:
+                    raise
+                sys.modules[e.name] = _assembled(sibling, picked_items)
 
     builders = {"batch": _batch, "kv_cache_manager": _kv_cache_manager, "model_runner": _model_runner,
                 "scheduler": _scheduler, "engine": _engine}

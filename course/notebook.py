@@ -154,7 +154,9 @@ class ChapterSession:
                     f"{them} (counted from 0: {cells})")
         if self.skipped:
             many, waits = len(self.skipped) > 1, set().union(*self.skipped.values())
-            exercises = sorted((w for w in waits if not isinstance(w, str)), key=lambda c: c.exercise)
+            latest = {w.exercise: w for cell in sorted(self.skipped) for w in self.skipped[cell]
+                      if not isinstance(w, str)}  # each exercise once, as the last cell saw it
+            exercises = sorted(latest.values(), key=lambda c: c.exercise)
             files = sorted(w for w in waits if isinstance(w, str))  # "benchmarks/repetitive.py"
             needs = ([awaited(exercises, "{module} (exercise {exercise}{why})")] if exercises else []) + \
                     ([f"{listed(files)}, which your copy does not have"] if files else [])
@@ -236,11 +238,23 @@ def _republish(outputs: list[dict]) -> None:
     sys.stdout.flush()
 
 
+def _stop_in(error: BaseException, stops: tuple) -> BaseException | None:
+    """The first of `stops` in the chain of causes of `error` (an engine's StepError wraps what its step raised)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, stops):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _handler(session: ChapterSession):
     def handle(shell, etype, value, tb, tb_offset=None):
-        if isinstance(value, session.stops):
-            session.reason = value.line()
-            session.waiting_for = _waiting_for(value)
+        stop = _stop_in(value, session.stops)
+        if stop is not None:
+            session.reason = stop.line()
+            session.waiting_for = _waiting_for(stop)
             session.skip(session.reason)
         elif isinstance(value, NameError) and session.reason:
             session.skip(f"this cell uses a name from a cell above that {session.reason.removeprefix('this cell ')}")

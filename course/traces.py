@@ -24,6 +24,7 @@ import importlib
 import itertools
 import json
 import sys
+import traceback
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable
 
@@ -112,6 +113,13 @@ def reference_trace(part: str, make: Callable[[Any], Any], drive: Callable[[Any]
     return as_trace(tracer)
 
 
+def _raised_in(error: BaseException, fn: Callable) -> bool:
+    """Whether `error` was raised by the code of `fn` itself (a chapter's cell), not by what it called."""
+    frames = traceback.extract_tb(error.__traceback__)
+    code = getattr(fn, "__code__", None)
+    return bool(frames) and code is not None and frames[-1].filename == code.co_filename
+
+
 def traced(engine: Any, drive: Callable[[Any], Any], max_steps: int) -> tuple[StepTracer, BaseException | None]:
     """Run `drive(engine)` with a step tracer on; the tracer and what the run raised (None if nothing). More than
     `max_steps` steps stop the run (an engine that never finishes)."""
@@ -129,6 +137,8 @@ def traced(engine: Any, drive: Callable[[Any], Any], max_steps: int) -> tuple[St
     except (course.ExerciseNeeded, course.NotInThisCopy):
         raise
     except Exception as e:  # the learner's code failed: what ran until then is the trace
+        if isinstance(e, NameError) and _raised_in(e, drive):  # a name of the chapter's a skipped cell did not bind
+            raise
         return tracer, e
     finally:
         tracer.close()

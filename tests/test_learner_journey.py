@@ -179,6 +179,48 @@ def test_missing_reference_is_a_stand_in_that_names_the_exercise(course_copy: Pa
     assert message == "this cell runs LLMEngine, which needs scheduler (exercise 129), which you have not passed yet"
 
 
+def test_a_released_reference_engine_runs_where_no_exercise_gives_its_composites(course_copy: Path, tmp_path):
+    """An edition with the solutions of 125-133 ships solutions/engine.py, which imports the KV-cache manager and the
+    model runner: no exercise gives those, so the edition lacks them. The engine is assembled all the same (they are
+    lent as the course assembles them), and a StepError caused by a stand-in shows the cell's stored output."""
+    root = tmp_path / "edition"
+    for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
+        shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("kv_cache_manager", "model_runner"):
+        (root / "solutions" / f"{name}.py").unlink()
+    probe = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
+             "if not getattr(f, '__module__', '').startswith('__editable__')]\n"
+             "import course\nfrom framework.engine import EngineConfig\nfrom framework.sampling import SamplingParams\n"
+             "from mini_llm import load_transformer\n"
+             "engine = course.use('engine').LLMEngine(load_transformer(), EngineConfig(num_blocks=64))\n"
+             "out = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=3, ignore_eos=True))\n"
+             "print(len(out[0].outputs[0].token_ids))\n")
+    env = dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"), COURSE_IMPL="practice")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "3"
+
+
+def test_a_stop_inside_an_engines_step_error_is_still_a_stop():
+    """The engine's step wraps what it raised (a stand-in's NotPassedYet) in a StepError: the chapter's handler finds
+    the stop in the chain of causes."""
+    from course.notebook import _stop_in
+    from framework.engine import StepError
+
+    class Stop(Exception):
+        pass
+
+    try:
+        try:
+            raise Stop("needs exercise 136")
+        except Stop as cause:
+            raise StepError("a step failed", ["r0"]) from cause
+    except StepError as error:
+        assert isinstance(_stop_in(error, (Stop,)), Stop)
+    assert _stop_in(ValueError("a bug"), (Stop,)) is None
+
+
 def test_a_file_changed_after_it_passed_says_so_until_graded_again(course_copy: Path, tmp_path):
     """125 passed, then its file edited: the banner and `list` say that it changed since it passed (they said "not
     passed yet" and "not graded", as for a file never graded), and grading it again makes it the learner's again."""
@@ -238,3 +280,13 @@ def test_the_runner_reads_whatever_exercise_128_accepts():
             as_runner_batch(SimpleNamespace(**{**fields, name: bad}))
     with pytest.raises(TypeError, match="no attribute.*logits_indices"):
         as_runner_batch(SimpleNamespace(**{k: v for k, v in fields.items() if k != "logits_indices"}))
+
+
+def test_a_reference_this_copy_lacks_cannot_be_listed():
+    """Listing the names of a reference this copy lacks raises NotInThisCopy, as using one does (chapter 11 merges a
+    reference's names into the engine's: with an empty list it ran on, and failed on a name that was not there)."""
+    import course
+
+    stand_in = course.reference("solutions.not_in_any_copy")
+    with pytest.raises(course.NotInThisCopy, match="solutions/not_in_any_copy.py"):
+        dir(stand_in)
