@@ -274,7 +274,8 @@ class StructuredOutputEngineMixin:
             logits = execute(items)
             sync(logits.device)  # the forward pass's kernels may still run: their time is not the mask's
             start = time.perf_counter()
-            self.apply_grammar_bitmask(logits, rows, allocate_bitmask(logits.shape[0], logits.shape[-1]))
+            with torch.inference_mode():  # the runner's logits are inference tensors: masking writes them in place
+                self.apply_grammar_bitmask(logits, rows, allocate_bitmask(logits.shape[0], logits.shape[-1]))
             sync(logits.device)  # the kernel is asynchronous: its time counts only once it has run
             self.mask_seconds += time.perf_counter() - start
             return logits

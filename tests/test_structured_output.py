@@ -10,6 +10,7 @@ import json
 
 import jsonschema
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from framework.engine import EngineConfig
@@ -152,3 +153,32 @@ def test_bad_constraints_are_refused_at_the_door(parts):
         LLMEngine(*parts[:1], EngineConfig(num_blocks=16), parts[1]).add_request(
             prompt, SamplingParams(structured_outputs=StructuredOutputsParams(json=PERSON)))
     assert not eng.has_unfinished_requests() and not eng.grammars
+
+
+def masked_with_torch(logits, rows, bitmask):
+    """apply_grammar_bitmask with ordinary torch ops, in place (as the statement allows): each sampled row's
+    forbidden tokens set to -inf with masked_fill_."""
+    row = 0
+    for r in rows:
+        if not r.need_logits:
+            continue
+        if r.grammar is not None:
+            r.grammar.fill_bitmask(bitmask, row)
+            for i, draft in enumerate(r.draft_token_ids):
+                r.grammar.accept_token(draft)
+                r.grammar.fill_bitmask(bitmask, row + 1 + i)
+        row += 1 + len(r.draft_token_ids)
+    bits = (bitmask[:, :, None] >> torch.arange(32)) & 1  # bit j of word w: token 32 * w + j is allowed
+    allowed = bits.reshape(bitmask.shape[0], -1)[:, :logits.shape[-1]].bool().to(logits.device)
+    logits.masked_fill_(~allowed, float("-inf"))
+
+
+def test_a_mask_written_with_in_place_torch_ops_runs_in_the_engine(parts):
+    """The runner's logits are inference tensors: the engine calls the mask in inference mode, so an in-place torch
+    op on them (masked_fill_) works there as it does on the judge's plain tensors."""
+    model, tokenizer = parts
+    eng = structured_engine(LLMEngine, masked_with_torch, so.update_grammar)(model, EngineConfig(num_blocks=64),
+                                                                            tokenizer)
+    constraint = StructuredOutputsParams(json=PERSON)
+    out = generate(eng, PROMPTS[:1], SamplingParams(max_tokens=40, structured_outputs=constraint))[0]
+    check_meets(eng, out, constraint)
