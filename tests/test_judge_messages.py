@@ -119,3 +119,16 @@ def test_a_failure_in_a_later_world_lists_that_worlds_calls():
     assert re.match(r"\(\d+ calls of this case before, for other inputs, passed too\)\nkv = KVCacheManager", earlier), \
         message
     assert "request_id='c'" in earlier and "request_id='d0'" not in earlier, message
+
+
+def test_135s_public_messages_name_what_each_rank_passed_to_all_reduce():
+    """The driver's answer lists what every rank passed to all_reduce; a replayed case names it in the learner's words
+    (rank, call), never as the driver's field `sent`."""
+    ex = judge.get_exercise(135)
+    case = next(c for c in judge.runner._case_list(ex, None) if "1, 2 and 4 ranks, two all-reduces" in c.name)
+    rec = Recording(ex, {"impl_module": ex.reference})
+    assert harness.run_case(case, RemoteModule(rec)).passed
+    wrong = ROOT / "tests" / "judge_cases" / "tensor_parallel" / "wrong_no_reduce_on_one_rank.py"
+    message = public.replay(InProcess(ex, {"impl": str(wrong)}), rec.log)
+    assert message.startswith("the tensors rank 0 passed to all_reduce, one per call: 2 items expected, got 0"), message
+    assert "sent" not in message, message

@@ -167,7 +167,10 @@ def sampling_failure(case: dict[str, Any], runs: list[list[int]]) -> dict[str, s
         for tok, e, c, lo, hi in rows[i]])
     return {"message": f"over {n} calls, token {t} came at position {i} {'more' if too_many else 'less'} often "
                        f"than a correct sampler gives it, except with probability below {FALSE_REJECTION:g}:\n{table}",
-            "hint": _cell_hint(i, t, drafts, too_many)}
+            "hint": _cell_hint(i, t, drafts, too_many) if len({tuple(run) for run in runs}) > 1 else
+            f"all {n} calls emitted {runs[0]}: they drew the same random numbers. Draw them with the request's "
+            "generator, torch.rand((), generator=request.generator), which every call moves on: a generator made "
+            "from the seed at each call draws the same numbers every time"}
 
 
 def _logits_text(logits: Any) -> str:

@@ -6,6 +6,7 @@ without a network). It returns what each rank did: its output or exception, and 
 
 from __future__ import annotations
 
+import re
 import threading
 from types import ModuleType
 from typing import Any
@@ -82,6 +83,24 @@ def describe(fn: str, *args: Any) -> str:
     _, x, positions, _, ws = args
     return (f"layer_forward(shard[rank], x: [{', '.join(map(str, x.shape))}], positions={positions.tolist()}, cfg, "
             f"world_size={ws}, all_reduce) on every rank")
+
+
+RANK_FACTS = {"outputs": "output of layer_forward", "returned": "type layer_forward returned", "errors": "exception",
+              "out_of_step": "wait in all_reduce for ranks that never came"}  # `forward`'s lists, one entry a rank
+
+
+def where(path: str, fn: str, *args: Any) -> str | None:
+    """A place in `forward`'s answer (`sent[0][1][2][3]`) as the learner's code: `the tensor rank 0 passed to
+    all_reduce in its call 2, at [2][3]`."""
+    found = re.fullmatch(r"(sent|outputs|errors|returned|out_of_step)\[(\d+)\](?:\[(\d+)\])?(.*)", path)
+    if fn != "forward" or found is None:
+        return None
+    what, rank, index, rest = found[1], found[2], found[3], found[4]
+    if what != "sent":
+        return f"rank {rank}'s {RANK_FACTS[what]}" + (f", at [{index}]{rest}" if index else "")
+    if index is None:
+        return f"the tensors rank {rank} passed to all_reduce, one per call"
+    return f"the tensor rank {rank} passed to all_reduce in its call {int(index) + 1}" + (f", at {rest}" * bool(rest))
 
 
 def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Tensor, positions: torch.Tensor,

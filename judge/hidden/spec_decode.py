@@ -173,10 +173,6 @@ def check_distribution(impl, logits: list[list[float]], drafts: list[int], tempe
     # tested here, never trusting the worker's verdict
     runs, again = whole(got["_runs"], trials, "calls"), whole(got["_again"], repeats, "repeated calls")
     failure = spec_driver.sampling_failure(case, runs) or spec_driver.repeat_failure(runs, again)
-    if failure and one_generator:
-        failure["hint"] += ("; these calls are one seeded request's steps: its generator moves on from call to call, "
-                            "and so must the numbers you draw: draw them with request.generator itself (a generator "
-                            "made again from sampling_params.seed at every call draws the same numbers every step)")
     if failure:
         raise CaseFailure(failure["message"], input=text, hint=failure["hint"])
 

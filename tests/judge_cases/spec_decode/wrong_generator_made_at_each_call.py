@@ -1,6 +1,6 @@
 """Wrong: makes its own generator from sampling_params.seed at every call instead of using the request's: a seeded
 request is reproducible and each call is right in distribution, but every step of one request draws the same numbers.
-EXPECT: these calls are one seeded request's steps
+EXPECT: they drew the same random numbers
 PUBLIC: caught
 """
 
