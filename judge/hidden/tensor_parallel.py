@@ -11,7 +11,7 @@ Tolerance (float32 against float64): |got - expected| <= ATOL + RTOL * |expected
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -32,6 +32,9 @@ NORMS = ("input_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.
          "post_attention_layernorm.weight")
 
 
+QWEN3_EPS = 1e-6  # Qwen3-0.6B's rms_norm_eps, mini_llm's default
+
+
 @dataclass(frozen=True)
 class Shape:
     heads: int
@@ -40,15 +43,16 @@ class Shape:
     hidden: int = 32
     intermediate: int = 48
     seed: int = 0
+    eps: float = 1e-6  # rms_norm_eps: one other than Qwen3's is read from cfg, not written in the code
 
     def config(self) -> Qwen3Config:
         return Qwen3Config(vocab_size=16, hidden_size=self.hidden, intermediate_size=self.intermediate,
                            num_hidden_layers=1, num_attention_heads=self.heads, num_key_value_heads=self.kv_heads,
-                           head_dim=self.head_dim, rope_theta=10000.0)
+                           head_dim=self.head_dim, rope_theta=10000.0, rms_norm_eps=self.eps)
 
     def text(self, world_size: int) -> str:
         return (f"{self.heads} query heads, {self.kv_heads} KV heads of head_dim {self.head_dim}, hidden "
-                f"{self.hidden}, intermediate {self.intermediate}, world_size {world_size}")
+                f"{self.hidden}, intermediate {self.intermediate}, rms_norm_eps {self.eps:g}, world_size {world_size}")
 
 
 def random_layer(s: Shape) -> dict[str, torch.Tensor]:
@@ -220,6 +224,12 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
             residual = ws * (x.double() if i == 0 else x.double() + want.attention)
             wrong_residual = got.shape == dense.shape and close(got - residual, dense)
             transposed = sums[i].dim() == 2 and sums[i].shape == dense.T.shape and close(sums[i].T, dense)
+            if cfg.rms_norm_eps != QWEN3_EPS:  # RMSNorm's epsilon written in the code
+                qwen3 = dense_layer(w, replace(cfg, rms_norm_eps=QWEN3_EPS), x, positions)
+                if close(got, qwen3.attention if i == 0 else qwen3.mlp):
+                    raise CaseFailure(f"all-reduce {i + 1}: the ranks' tensors sum to {what}'s output with RMSNorm's "
+                                      f"epsilon 1e-6, not cfg.rms_norm_eps = {cfg.rms_norm_eps:g}", input=text,
+                                      hint="read the epsilon from cfg.rms_norm_eps: other models use others")
             raise CaseFailure(f"all-reduce {i + 1}: the ranks' tensors do not sum to {what}'s output of the dense "
                               "layer", input=text,
                               hint="reduce before adding the residual: every rank holds the residual whole, so "
@@ -260,7 +270,7 @@ def check_partials(sent: list, want: Dense, w: dict, s: Shape, ws: int, text: st
                                        "(its heads, its columns) alone: nothing of another rank's")
 
 
-GQA = [(Shape(4, 2), 2), (Shape(8, 4, seed=1), 2), (Shape(8, 4, seed=2), 4), (Shape(8, 2, seed=3), 2),
+GQA = [(Shape(4, 2), 2), (Shape(8, 4, seed=1), 2), (Shape(8, 4, seed=2), 4), (Shape(8, 2, seed=3, eps=0.05), 2),
        (Shape(4, 4, seed=4), 4), (Shape(4, 2, seed=5), 1), (Shape(8, 8, head_dim=4, seed=6, intermediate=64), 4)]
 
 
