@@ -233,8 +233,25 @@ def stands_in(found: object) -> bool:
 
 def reference(name: str) -> ModuleType:
     """Module `name` (e.g. "benchmarks.throughput", "solutions.tensor_parallel"): code a chapter runs as it is,
-    never the learner's, where this copy has it; else a stand-in whose every name raises NotInThisCopy."""
-    return importlib.import_module(name) if _shipped(name) else _NotInThisCopy(name)
+    never the learner's, where this copy has it and what it imports; else a stand-in whose every name raises
+    NotInThisCopy."""
+    if not _shipped(name):
+        return _NotInThisCopy(name)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:  # a reference it imports is not shipped (the reference engine's scheduler)
+        if not (e.name or "").startswith("solutions.") or _shipped(e.name):
+            raise
+        return _NotInThisCopy(name, e.name.replace(".", "/") + ".py")
+
+
+def _forget(modules: list[str]) -> None:
+    """Drop `modules` (solutions.*) from sys.modules and from their package."""
+    package = sys.modules.get("solutions")
+    for name in modules:
+        module = sys.modules.pop(name)
+        if getattr(package, name.rpartition(".")[2], None) is module:
+            delattr(package, name.rpartition(".")[2])
 
 
 def repository_file(path: str) -> Path:
@@ -246,14 +263,17 @@ def repository_file(path: str) -> Path:
 
 
 class _NotInThisCopy(ModuleType):
+    def __init__(self, name: str, missing: str | None = None) -> None:
+        super().__init__(name)
+        self._missing = missing or name.replace(".", "/") + ".py"  # the file this copy lacks
+
     def __getattr__(self, name: str):
-        if name.startswith("__"):
+        if name.startswith("_"):
             raise AttributeError(name)
-        raise NotInThisCopy(name, self.__name__.replace(".", "/") + ".py")
+        raise NotInThisCopy(name, self._missing)
 
     def __dir__(self):  # listing its names is using them
-        path = self.__name__.replace(".", "/") + ".py"
-        raise NotInThisCopy(path, path)
+        raise NotInThisCopy(self._missing, self._missing)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -327,15 +347,24 @@ def _assembled(module: str, picked_items: tuple) -> ModuleType:
     def reference(name: str) -> ModuleType:
         """solutions/<name>.py. A module of the engine it imports that this edition does not ship (the reference
         engine imports the KV-cache manager and the model runner, which no exercise gives) is lent as chosen here:
-        yours, assembled, or ExerciseNeeded."""
-        while True:
-            try:
-                return importlib.import_module(f"solutions.{name}")
-            except ModuleNotFoundError as e:
-                sibling = (e.name or "").removeprefix("solutions.")
-                if e.name in sys.modules or e.name != f"solutions.{sibling}" or sibling not in {*picked, *builders}:
-                    raise
-                sys.modules[e.name] = _assembled(sibling, picked_items)
+        yours, assembled, or ExerciseNeeded. What such an import brought in is then forgotten: `reference()` never
+        returns a reference built on lent parts."""
+        clean, lent = set(), []  # the modules there before each retry that imports lent parts; the lent names
+        try:
+            while True:
+                try:
+                    return importlib.import_module(f"solutions.{name}")
+                except ModuleNotFoundError as e:
+                    sibling = (e.name or "").removeprefix("solutions.")
+                    if e.name in sys.modules or e.name != f"solutions.{sibling}" or sibling not in {*picked, *builders}:
+                        raise
+                    part = _assembled(sibling, picked_items)
+                    clean |= set(sys.modules) - set(lent)
+                    sys.modules[e.name] = part
+                    lent.append(e.name)
+        finally:
+            if lent:
+                _forget([m for m in sys.modules if m.startswith("solutions.") and m not in clean])
 
     builders = {"batch": _batch, "kv_cache_manager": _kv_cache_manager, "model_runner": _model_runner,
                 "scheduler": _scheduler, "engine": _engine}

@@ -182,7 +182,7 @@ def test_missing_reference_is_a_stand_in_that_names_the_exercise(course_copy: Pa
 def test_a_released_reference_engine_runs_where_no_exercise_gives_its_composites(course_copy: Path, tmp_path):
     """An edition with the solutions of 125-133 ships solutions/engine.py, which imports the KV-cache manager and the
     model runner: no exercise gives those, so the edition lacks them. The engine is assembled all the same (they are
-    lent as the course assembles them), and a StepError caused by a stand-in shows the cell's stored output."""
+    lent as the course assembles them), and the reference engine, which this copy cannot build, is NotInThisCopy."""
     root = tmp_path / "edition"
     for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
         shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -194,12 +194,16 @@ def test_a_released_reference_engine_runs_where_no_exercise_gives_its_composites
              "from mini_llm import load_transformer\n"
              "engine = course.use('engine').LLMEngine(load_transformer(), EngineConfig(num_blocks=64))\n"
              "out = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=3, ignore_eos=True))\n"
-             "print(len(out[0].outputs[0].token_ids))\n")
+             "print(len(out[0].outputs[0].token_ids))\n"
+             "try:\n    course.reference('solutions.engine').LLMEngine\n"
+             "except course.NotInThisCopy as e:\n    print(e.path)\n")
     env = dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"), COURSE_IMPL="practice")
     out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[-1] == "3"
+    # the reference engine itself is not in this copy: a chapter's reference trace is the stored one, never one
+    # computed on the parts lent to the engine above
+    assert out.stdout.splitlines()[-2:] == ["3", "solutions/kv_cache_manager.py"], out.stdout
 
 
 def test_a_stop_inside_an_engines_step_error_is_still_a_stop():
