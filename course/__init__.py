@@ -310,12 +310,25 @@ class _StandIn(ModuleType):
         if self._shell is not None and hasattr(self._shell, name):
             return getattr(self._shell, name)
         choice, module = self._choice, self._module
+        if (module, name) == ("preemption", "allocate_or_preempt"):
+            return _allocate_without_preempting(choice)
 
         def stop(*args, **kwargs):
             raise NotPassedYet(choice, name, module)
 
         return _StandInClass(name, (), {"__init__": stop, "_stand_in": (choice, module)}) if name[:1].isupper() \
             else stop
+
+
+def _allocate_without_preempting(choice: Choice) -> Callable:
+    """Exercise 131's allocate_or_preempt until it passes: the allocation, where the blocks are free (the
+    statement's first step); a step that would preempt stops the cell. Every scheduler allocates through it."""
+    def allocate_or_preempt(scheduler, request, num_new_tokens: int, out) -> bool:
+        if scheduler.kv.allocate_slots(request, num_new_tokens):
+            return True
+        raise NotPassedYet(choice, "allocate_or_preempt", "preemption")
+
+    return allocate_or_preempt
 
 
 class _StandInClass(type):

@@ -24,6 +24,7 @@ Outside IPython (a plain `python` process) `install` does nothing and NotPassedY
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
@@ -78,6 +79,7 @@ class ChapterSession:
         self.reason: str | None = None  # the last NotPassedYet line: later NameErrors come from its cell
         self.waiting_for: list = []  # what the last stopped cell waits for (`_waiting_for`): cells skipped for a
         # NameError after it wait for the same
+        self.unbound: dict[str, tuple[str, list]] = {}  # name a skipped cell would have bound -> (its line, waits)
         self.matched: dict[int, bool] = {}  # per code-cell index that ran your code: its output equalled the stored one
         self.ran: dict[int, set[str]] = {}  # per such index: which of your modules it ran
         self.skipped: dict[int, list] = {}  # per code-cell index that showed its stored output: what it waits for
@@ -154,11 +156,13 @@ class ChapterSession:
                     f"{them} (counted from 0: {cells})")
         if self.skipped:
             many, waits = len(self.skipped) > 1, set().union(*self.skipped.values())
-            latest = {w.exercise: w for cell in sorted(self.skipped) for w in self.skipped[cell]
-                      if not isinstance(w, str)}  # each exercise once, as the last cell saw it
-            exercises = sorted(latest.values(), key=lambda c: c.exercise)
+            latest = {w.module: w for cell in sorted(self.skipped) for w in self.skipped[cell]
+                      if not isinstance(w, str)}  # each module once, as the last cell saw it
+            exercises = sorted((w for w in latest.values() if w.exercise), key=lambda c: c.exercise)
+            unreleased = sorted(w.module for w in latest.values() if not w.exercise)
             files = sorted(w for w in waits if isinstance(w, str))  # "benchmarks/repetitive.py"
             needs = ([awaited(exercises, "{module} (exercise {exercise}{why})")] if exercises else []) + \
+                    ([f"{listed(unreleased)}, whose exercise this copy does not release"] if unreleased else []) + \
                     ([f"{listed(files)}, which your copy does not have"] if files else [])
             line += (f"; {len(self.skipped)} cell{'s' if many else ''} showed stored outputs: "
                      f"{'they need' if many else 'it needs'} {'; and '.join(needs)}")
@@ -170,6 +174,7 @@ class ChapterSession:
         found = self.stored(self.cell)
         if found is not None and self.waiting_for:
             self.skipped[found[0]] = self.waiting_for
+        self.unbound.update(dict.fromkeys(_bound_names(self.cell), (line, self.waiting_for)))
         namespace = self.shell.user_ns
         for name in [n for n in namespace if not n.startswith("_")]:
             if name not in self.names_before:
@@ -238,6 +243,29 @@ def _republish(outputs: list[dict]) -> None:
     sys.stdout.flush()
 
 
+def _bound_names(source: str) -> set[str]:
+    """The names a cell's code binds (assigned, defined, imported); none where it is not plain Python."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython's %magics
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _what_it_did(line: str) -> str:
+    """A skipped cell's line without its subject ("this cell runs X, ..." -> "runs X, ..."), for a later cell's;
+    a line that says the cell used a name from above keeps that cell's own reason."""
+    return line.split(" from a cell above that ", 1)[-1].removeprefix("this cell ")
+
+
 def _stop_in(error: BaseException, stops: tuple) -> BaseException | None:
     """The first of `stops` in the chain of causes of `error` (an engine's StepError wraps what its step raised)."""
     seen = set()
@@ -257,7 +285,8 @@ def _handler(session: ChapterSession):
             session.waiting_for = _waiting_for(stop)
             session.skip(session.reason)
         elif isinstance(value, NameError) and session.reason:
-            session.skip(f"this cell uses a name from a cell above that {session.reason.removeprefix('this cell ')}")
+            line, session.waiting_for = session.unbound.get(value.name, (session.reason, session.waiting_for))
+            session.skip(f"this cell uses a name from a cell above that {_what_it_did(line)}")
         else:
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
 
@@ -282,10 +311,10 @@ def awaited(missing: list, form: str) -> str:
 
 
 def _waiting_for(stop: Exception) -> list:
-    """What a stopped cell waits for: the exercises not passed yet (course.Choice), or a file this copy lacks,
-    "benchmarks/repetitive.py"; nothing for an exercise this copy does not release."""
+    """What a stopped cell waits for: the exercises not passed yet or not released here (course.Choice), or a file
+    this copy lacks, "benchmarks/repetitive.py"."""
     if hasattr(stop, "missing"):  # course.NotPassedYet; course.NotInThisCopy has a path instead
-        return stop.missing()
+        return stop.missing() or [stop.choice]  # none: a module whose exercise this copy does not release
     return [stop.path] if getattr(stop, "path", None) else []
 
 

@@ -294,3 +294,17 @@ def test_a_reference_this_copy_lacks_cannot_be_listed():
     stand_in = course.reference("solutions.not_in_any_copy")
     with pytest.raises(course.NotInThisCopy, match="solutions/not_in_any_copy.py"):
         dir(stand_in)
+
+
+def test_the_names_a_skipped_cell_would_have_bound():
+    """A later cell that fails on one of them is put down to that skipped cell's reason, not to the last one's."""
+    from course.notebook import _bound_names, _what_it_did
+
+    code = ("import numpy as np\nfrom a.b import c\nx, (y, z) = 1, (2, 3)\ndef f():\n    pass\nclass K:\n    pass\n"
+            "for i in []:\n    pass\n")
+    assert _bound_names(code) >= {"np", "c", "x", "y", "z", "f", "K", "i"}
+    assert _bound_names("%time x = 1") == set()
+    assert _what_it_did("this cell runs LLM, which needs engine (exercise 130)") == "runs LLM, which needs engine " \
+        "(exercise 130)"
+    assert _what_it_did("this cell uses a name from a cell above that needs docs/serving.json") == \
+        "needs docs/serving.json"
