@@ -9,6 +9,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import Collection
 
 from . import cache, sandbox
 from .drivers import model_problem
@@ -134,11 +135,13 @@ def write_csv(path: str, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
-def needs_cell(ex: Exercise) -> str:
+def needs_cell(ex: Exercise, among: Collection[int] | None = None) -> str:
     """The statement's "Needs" line in short, e.g. "125–129 (131, 132)": in brackets, the ones only for cases that
-    preempt or cache prefixes; "e2e:" where only its end-to-end case needs them."""
+    preempt or cache prefixes; "e2e:" where only its end-to-end case needs them. `among`: the exercises to name
+    (a student edition's released ones; default: every registered one)."""
     needed, optional = exercises_of([Path(ex.practice_file).stem])
-    needed, optional = [i for i in needed if i != ex.id], [i for i in optional if i != ex.id]
+    named = {i for i in (*needed, *optional) if i != ex.id and (among is None or i in among)}
+    needed, optional = [i for i in needed if i in named], [i for i in optional if i in named]
     cell = " ".join(part for part in (span(needed), f"({span(optional)})" if optional else "") if part)
     return "-" if not cell else f"e2e: {cell}" if ex.parts_run_by else cell
 

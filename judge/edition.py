@@ -104,8 +104,8 @@ def student_readme(released: list[Exercise], with_solutions: list[Exercise]) -> 
     """The edition's README: what the copy holds and the commands a student runs."""
     served = sorted({i for ids in exercises_of(["engine", "async_engine"]) for i in ids})
     later = [i for i in served if i not in {ex.id for ex in released}]
-    solved = {ex.id for ex in with_solutions}
-    rows = "\n".join(f"| {ex.id} | {ex.title} | `{ex.practice_file}` | `{ex.statement}` | {needs_cell(ex)} |"
+    solved, ids = {ex.id for ex in with_solutions}, {ex.id for ex in released}
+    rows = "\n".join(f"| {ex.id} | {ex.title} | `{ex.practice_file}` | `{ex.statement}` | {needs_cell(ex, ids)} |"
                       + (f" `{ex.reference.replace('.', '/')}.py` |" if ex.id in solved else " |")
                       for ex in released)
     return f"""# Build an LLM inference engine from scratch: your copy

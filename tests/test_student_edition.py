@@ -119,6 +119,8 @@ def test_the_edition_holds_what_students_receive_and_nothing_else(partial_editio
     readme = (out / "README.md").read_text()
     assert "| 128 |" in readme and "`solutions/block_pool.py`" in readme and "hidden tests" not in readme
     assert "Once exercises 125–133 pass" in readme and "Exercises 126, 127, 130–133 are not released" in readme
+    row129 = next(line for line in readme.splitlines() if line.startswith("| 129 |"))
+    assert row129.endswith(" | 125 | |"), row129  # what 129 runs besides the learner's code, among the released
     secret = (config / "mini-llm-judge" / "secret_seed").read_text().strip()
     assert len(secret) == 32 and not any(secret in (out / f).read_text(errors="replace") for f in files)
 
