@@ -188,12 +188,13 @@ def banner_line() -> str:
 
 def chapter_needs(chapter: str) -> str:
     """The line naming the exercises whose code the chapter's live cells run (from its `course.use` and
-    `course.needs` calls)."""
+    `course.needs` calls, and its `against_reference` traces, which run the whole engine with your part)."""
     path = ROOT / "chapters" / f"{chapter}.ipynb"
     cells = json.loads(path.read_text())["cells"] if path.is_file() else []
-    calls = re.findall(r"course\.(?:use|needs)\(([^)]*)\)", "\n".join(
-        "".join(c["source"]) for c in cells if c["cell_type"] == "code"))
-    text = needs_text(re.findall(r"[\"']([a-z_]+)[\"']", " ".join(calls)))
+    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    calls = re.findall(r"course\.(?:use|needs)\(([^)]*)\)", source)
+    traced = re.findall(r"against_reference\(\s*[\"']([a-z_]+)[\"']", source)
+    text = needs_text(re.findall(r"[\"']([a-z_]+)[\"']", " ".join(calls)) + traced + ["engine"] * bool(traced))
     return (f"this chapter's live cells run {text}: each on your code once it passed" if text else
             "this chapter's cells run no exercise's code")
 
