@@ -308,3 +308,21 @@ def test_the_names_a_skipped_cell_would_have_bound():
         "(exercise 130)"
     assert _what_it_did("this cell uses a name from a cell above that needs docs/serving.json") == \
         "needs docs/serving.json"
+
+
+def test_until_131_passes_its_stand_in_allocates_and_stops_only_a_preemption():
+    """Every scheduler allocates through allocate_or_preempt: the stand-in of exercise 131 allocates where the blocks
+    are free, so a chapter's cell that never preempts runs on the learner's 129; one that would preempt stops."""
+    from types import SimpleNamespace
+
+    import course
+
+    choice = course.Choice("preemption", 131, yours=False, has_reference=False)
+    stand_in = course._StandIn("preemption", choice)
+    free = SimpleNamespace(kv=SimpleNamespace(allocate_slots=lambda request, n: True))
+    full = SimpleNamespace(kv=SimpleNamespace(allocate_slots=lambda request, n: False))
+    assert stand_in.allocate_or_preempt(free, object(), 4, None) is True
+    with pytest.raises(course.NotPassedYet, match="allocate_or_preempt"):
+        stand_in.allocate_or_preempt(full, object(), 4, None)
+    with pytest.raises(course.NotPassedYet):
+        stand_in.preempt(full, object())
