@@ -40,6 +40,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
+from judge.practice_finder import forget
 from judge.registry import OPTIONAL, PARTS, exercises_of, needs_text, span  # noqa: F401  (the course's names)
 
 from .notebook import awaited
@@ -246,14 +247,6 @@ def reference(name: str) -> ModuleType:
         return _NotInThisCopy(name, e.name.replace(".", "/") + ".py")
 
 
-def _forget(modules: list[str]) -> None:
-    """Drop `modules` (solutions.*) from sys.modules and from their package."""
-    package = sys.modules.get("solutions")
-    for name in modules:
-        module = sys.modules.pop(name)
-        if getattr(package, name.rpartition(".")[2], None) is module:
-            delattr(package, name.rpartition(".")[2])
-
 
 def repository_file(path: str) -> Path:
     """The course repository's file `path` (e.g. "docs/serving.json"); NotInThisCopy where this copy lacks it."""
@@ -353,16 +346,16 @@ def _assembled(module: str, picked_items: tuple) -> ModuleType:
         if c.yours:
             return importlib.import_module(f"practice.{name}")
         if c.has_reference:
-            return reference(name)
+            return from_solutions(name)
         if name in OPTIONAL:
             return _StandIn(name, c)
         raise c.needed("this chapter")
 
-    def reference(name: str) -> ModuleType:
+    def from_solutions(name: str) -> ModuleType:
         """solutions/<name>.py. A module of the engine it imports that this edition does not ship (the reference
         engine imports the KV-cache manager and the model runner, which no exercise gives) is lent as chosen here:
-        yours, assembled, or ExerciseNeeded. What such an import brought in is then forgotten: `reference()` never
-        returns a reference built on lent parts."""
+        yours, assembled, or ExerciseNeeded. What such an import brought in is then forgotten: `course.reference()`
+        never returns a reference built on lent parts."""
         clean, lent = set(), []  # the modules there before each retry that imports lent parts; the lent names
         try:
             while True:
@@ -378,7 +371,7 @@ def _assembled(module: str, picked_items: tuple) -> ModuleType:
                     lent.append(e.name)
         finally:
             if lent:
-                _forget([m for m in sys.modules if m.startswith("solutions.") and m not in clean])
+                forget([m for m in sys.modules if m.startswith("solutions.") and m not in clean])
 
     builders = {"batch": _batch, "kv_cache_manager": _kv_cache_manager, "model_runner": _model_runner,
                 "scheduler": _scheduler, "engine": _engine}

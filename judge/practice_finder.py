@@ -31,9 +31,15 @@ class PracticeFinder:
         finders = [f for f in sys.meta_path if isinstance(f, PracticeFinder)]
         sys.meta_path[:] = [f for f in sys.meta_path if f not in finders]
         practice = {os.path.join(f.root, "practice") for f in finders}
-        package = sys.modules.get("solutions")
-        for name, module in list(sys.modules.items()):
-            if name.startswith("solutions.") and os.path.dirname(getattr(module, "__file__", None) or "") in practice:
-                del sys.modules[name]
-                if getattr(package, name.rpartition(".")[2], None) is module:
-                    delattr(package, name.rpartition(".")[2])
+        forget([name for name, module in sys.modules.items() if name.startswith("solutions.") and
+                os.path.dirname(getattr(module, "__file__", None) or "") in practice])
+
+
+def forget(modules: list[str]) -> None:
+    """Drop the modules `modules` (solutions.<name>) from sys.modules and from their package: the next import of
+    one finds it afresh, where it is."""
+    package = sys.modules.get("solutions")
+    for name in modules:
+        module = sys.modules.pop(name)
+        if getattr(package, name.rpartition(".")[2], None) is module:
+            delattr(package, name.rpartition(".")[2])

@@ -43,7 +43,7 @@ class Shape:
     hidden: int = 32
     intermediate: int = 48
     seed: int = 0
-    eps: float = 1e-6  # rms_norm_eps: one other than Qwen3's is read from cfg, not written in the code
+    eps: float = QWEN3_EPS  # rms_norm_eps: one other than Qwen3's is read from cfg, not written in the code
 
     def config(self) -> Qwen3Config:
         return Qwen3Config(vocab_size=16, hidden_size=self.hidden, intermediate_size=self.intermediate,
