@@ -154,9 +154,9 @@ def against_reference(part: str, make: Callable[[Any], Any], drive: Callable[[An
     ref_steps, ref_requests = reference
     where = f"practice/{part}.py"
     if course.IMPL != "practice":
-        print(f"COURSE_IMPL={course.IMPL}: the reference's trace, {len(ref_steps)} steps. With "
-              f"COURSE_IMPL=practice this cell runs your {where} on the same workload and shows the first step "
-              "where its plan differs from this one.")
+        print(f"The reference's trace, {len(ref_steps)} steps. Where your {where} runs (COURSE_IMPL=practice, a "
+              "student copy's default), this cell runs it on the same workload and shows the first step where its "
+              "plan differs from this one.")
         figures.step_timeline(ref_steps, ref_requests, f"{title}: the reference")
         return None
     try:

@@ -52,7 +52,7 @@ JOURNEY = [
     (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py", ["08_prefix_caching"]),
     (133, "async_engine", "online_loop/right_dedicated_thread.py", []),
     (134, "spec_decode", "spec_decode/right_loop_appending.py", ["11_speculative_decoding"]),
-    (135, "tensor_parallel", "tensor_parallel/right_functional.py", []),  # chapter 12 runs the reference's ranks
+    (135, "tensor_parallel", "tensor_parallel/right_functional.py", []),  # chapter 12: the student edition's test
     (136, "structured_output", "structured_output/right_collect_then_fill.py", ["13_structured_output"]),
 ]
 

@@ -241,12 +241,11 @@ STAGES = [
       (132, "prefix_cache", "prefix_caching/right_sha256_two_dicts.py")], ["05_scheduler"]),
     ([(130, "engine", "inference_loop/right_rows_by_index_streamed.py")],
      ["06_inference_loop", "07_preemption", "08_prefix_caching", "00_life_of_a_request", "09_performance"]),
-    # Chapter 12 is left out: what it runs on top of 135 (each rank's loader) is the reference's, not in the copy.
     ([(133, "async_engine", "online_loop/right_dedicated_thread.py"),
       (134, "spec_decode", "spec_decode/right_loop_appending.py"),
       (135, "tensor_parallel", "tensor_parallel/right_functional.py"),
       (136, "structured_output", "structured_output/right_collect_then_fill.py")],
-     ["10_serving", "11_speculative_decoding", "13_structured_output"]),
+     ["10_serving", "11_speculative_decoding", "12_tensor_parallel", "13_structured_output"]),
 ]
 # What a student keeps of a stub when filling it in, and a fixture (written for the judge's driver, which plugs the
 # rest in itself) lacks: the scheduler's link to preemption, used when the scheduler runs under the engine of 130;
