@@ -123,7 +123,7 @@ class Replay(Rounds):
         if "free" in effect:
             self.pool.num_free_blocks, self.pool.ref_cnt = effect["free"], list(effect["ref_cnt"])
         self.lookups = effect.get("lookups", self.lookups)
-        if "plan" in effect:
+        if "plan" in effect and effect["plan"] != plan(out):  # as the reference: a new list where it changed
             kept = {(id(s.request), s.num_new_tokens): s for s in out.scheduled}
             out.scheduled = [kept.get((id(self.requests[rid]), n)) or ScheduledRequest(self.requests[rid], n)
                              for rid, n in effect["plan"]["scheduled"]]

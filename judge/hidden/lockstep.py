@@ -108,7 +108,8 @@ FIELD_HINTS = {
     "num_cached_tokens": "an admitted request's num_cached_tokens = len(computed) * block_size (its prefix hits)",
     "num_computed_tokens": "schedule never changes num_computed_tokens itself: allocate_slots adds the prefix hits, "
                            "the engine adds the computed tokens after the forward pass",
-    "running": "self.running stays in admission order: append admitted requests at the end",
+    "running": "self.running stays in admission order: append admitted requests at the end, and do not sort it "
+               "(iterate over a sorted copy)",
     "waiting": "admitted requests leave self.waiting from the head (popleft); the others stay in order",
 }
 
@@ -435,6 +436,7 @@ def departure_failure(dep: dict, label: str, before: dict, c: Config, calls: lis
         return CaseFailure(message, field="call", expected="no call", got=describe(made), hint=tip)
     key = next((k for k in want["reads"] if want["reads"][k] != made["reads"].get(k)), None)
     if want["op"] == made["op"] and want["args"] == made["args"] and key:
+        tip = FIELD_HINTS.get(key, tip) if graded == "schedule" else tip
         return CaseFailure(message, field=key, expected=want["reads"][key], got=made["reads"][key], hint=tip)
     return CaseFailure(message, field="call", expected=describe(want), got=describe(made), hint=tip)
 

@@ -41,8 +41,19 @@ def hint_129(before: dict[str, Any], c: Config, exp: Plan, got: Plan, exp_pre: l
         return "decodes (one token left) go first, then running prompts still being prefilled"
     if "new" in got_kinds and any(k in ("decode", "chunk") for k in got_kinds[got_kinds.index("new"):]):
         return "running requests (decodes, then prompts still being prefilled) go before waiting ones"
+    ran = [rid for rid, _ in got if kind.get(rid) in ("decode", "chunk") and rid in before["running"]]
+    if ran != sorted(ran, key=lambda rid: (kind[rid] != "decode", before["running"].index(rid))):
+        return ("the running requests in order: decodes (exactly one token left to compute) first, then prompts still "
+                "being prefilled (request.is_prefilling), each group in the order of self.running")
     if exp_pre and any(rid not in dict(exp) for rid, _ in got):
         return "nothing is admitted in a step that preempted a request (not even the victim)"
+    if exp_pre and len(got) < len(exp) and all(x in exp for x in got):
+        return ("in a step that preempts: a preempted victim's tokens come back (budget left = token_budget - "
+                "out.num_scheduled_tokens, read after each call); a request whose allocate_or_preempt returned False "
+                "is skipped and the loop goes on with the next; and a preemption may put a new list in "
+                "out.scheduled: append to out.scheduled, not to a list you kept from before the call")
+    if any(n <= 0 and sum(m for _, m in got[:i]) >= c.token_budget for i, (_, n) in enumerate(got)):
+        return "no request is scheduled with 0 tokens: once the budget left is 0, stop (running and waiting alike)"
     if sorted(exp) == sorted(got):
         return "within decodes and within prefill chunks, keep admission order (the order of self.running)"
     new_exp = {rid: n for rid, n in exp if kind.get(rid) == "new"}
@@ -61,9 +72,13 @@ def hint_129(before: dict[str, Any], c: Config, exp: Plan, got: Plan, exp_pre: l
         return ("with chunked prefill a waiting prompt larger than the budget left is admitted with a chunk of "
                 "budget-left tokens")
     if not c.chunked and any(n < before["requests"][rid]["num_tokens"] for rid, n in new_got.items()):
-        return "without chunked prefill a prompt is admitted whole or not at all"
+        return ("without chunked prefill a prompt is admitted whole or not at all: all its num_tokens - "
+                "num_computed_tokens tokens (its outputs too, after a preemption), less its prefix hits")
     if len(new_got) < len(new_exp):
         return "keep admitting waiting requests while budget, max_num_seqs and blocks allow"
+    if any(new_got[rid] != new_exp[rid] for rid in set(new_exp) & set(new_got)):
+        return ("a waiting request's tokens to compute = request.num_tokens - request.num_computed_tokens - "
+                "len(computed) * block_size: num_tokens counts its output tokens too (a preempted request has some)")
     return ("each running request gets min(tokens it has left, budget left) tokens; the budget left is "
             "token_budget minus the tokens already in out.scheduled (a preempted victim's tokens come back)")
 
@@ -162,6 +177,9 @@ def _(impl):
         Workload(Config(5, 4, 6, 8), (spec_running("p", 12, 6, max_tokens=2, first=40),
                                       spec_running("q", 8, 2, max_tokens=2, first=20),
                                       spec_running("d", 4, 4, outputs=1, max_tokens=2, first=60))),
+        # the decode is its own victim: skipped, and the prompt after it gets the blocks it freed
+        Workload(Config(3, 4, 64, 8), (spec_running("p", 8, 4, max_tokens=2, first=40),
+                                      spec_running("d", 8, 8, outputs=1, max_tokens=3, first=60))),
     ])
 
 
