@@ -34,13 +34,13 @@ def _alone(model, prompt: tuple[int, ...], max_tokens: int, eos: int | None) -> 
 
 
 def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> list[int]:
-    """The greedy continuation of `prompt` generated alone, stopping as the engine must (at a stop string too,
-    when there is a tokenizer to see it)."""
+    """The greedy continuation of `prompt` generated alone, stopping as the engine must (at a token of
+    stop_token_ids, and at a stop string when there is a tokenizer to see it)."""
     tokens = list(_alone(model, tuple(prompt), params.max_tokens, None if params.ignore_eos else eos))
-    if params.stop and tokenizer is not None:
-        for n in range(1, len(tokens) + 1):
-            if any(stop in tokenizer.decode(tokens[:n]) for stop in params.stop):
-                return tokens[:n]
+    strings = params.stop if tokenizer is not None else []
+    for n in range(1, len(tokens) + 1):
+        if tokens[n - 1] in params.stop_token_ids or any(stop in tokenizer.decode(tokens[:n]) for stop in strings):
+            return tokens[:n]
     return tokens
 
 

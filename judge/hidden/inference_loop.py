@@ -214,10 +214,11 @@ def check_items(k: int, sched: list[dict], items: list[dict]) -> None:
 
 
 def expected_reason(tokens: list[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> str | None:
-    if tokens[-1] == eos and not params.ignore_eos:
-        return "stop"
-    if params.stop and tokenizer is not None and any(stop in tokenizer.decode(tokens) for stop in params.stop):
-        return "stop"
+    if len(tokens) > params.min_tokens:
+        if (tokens[-1] == eos and not params.ignore_eos) or tokens[-1] in params.stop_token_ids:
+            return "stop"
+        if params.stop and tokenizer is not None and any(stop in tokenizer.decode(tokens) for stop in params.stop):
+            return "stop"
     if len(tokens) >= params.max_tokens:
         return "length"
     return None
@@ -450,7 +451,12 @@ class Engine:
         why = "its last token is end-of-sequence" if reason == "stop" else f"it has max_tokens={limit} tokens"
         hint = ("when stop_reason(...) returns a reason call self.scheduler.finish(request, reason): it retires the "
                 "request and frees its blocks")
-        if reason == "stop" and tokens[-1] != self.eos:
+        if reason == "stop" and tokens[-1] in params.stop_token_ids:
+            why = f"its last token {tokens[-1]} is one of stop_token_ids={params.stop_token_ids}"
+            hint = ("stop_reason(request, self.eos_token_id, self.tokenizer) also stops at a token of "
+                    "sampling_params.stop_token_ids: call it after appending each token, and finish the request "
+                    "with the reason it gives")
+        elif reason == "stop" and tokens[-1] != self.eos:
             why = f"its text {self.tokenizer.decode(tokens)!r} contains a stop string of {params.stop}"
             hint = ("stop strings are seen through the tokenizer: call stop_reason(request, self.eos_token_id, "
                     "self.tokenizer), with all three arguments")
@@ -727,7 +733,7 @@ def _(impl):
                  token_budget=6, max_num_seqs=2)
 
 
-@CASES("stop strings (through the tokenizer)", timeout=60, public=True)
+@CASES("stop strings (through the tokenizer) and stop_token_ids", timeout=60, public=True)
 def _(impl):
     model = load_model()
     tokenizer = BracketTokenizer()
@@ -736,7 +742,8 @@ def _(impl):
     stop = tokenizer.decode(free[2:4])[1:-1]  # spans two tokens: the whole text must be decoded, not the last token
     params = [SamplingParams(max_tokens=10, ignore_eos=True, stop=[stop]),
               SamplingParams(max_tokens=6, ignore_eos=True, stop=["<no such token>"]),
-              SamplingParams(max_tokens=10, ignore_eos=True, stop=[stop])]
-    engine, outs, state = run_generate(impl, model, prompts[:2] + [list(prompts[0])], params, tokenizer=tokenizer,
-                                       num_blocks=64, block_size=4)
+              SamplingParams(max_tokens=10, ignore_eos=True, stop=[stop]),
+              SamplingParams(max_tokens=10, ignore_eos=True, stop_token_ids=[free[2]])]
+    engine, outs, state = run_generate(impl, model, prompts[:2] + [list(prompts[0])] * 2, params,
+                                       tokenizer=tokenizer, num_blocks=64, block_size=4)
     check_reasons(engine, outs, state)
