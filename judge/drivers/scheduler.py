@@ -10,16 +10,18 @@ or its result; `answer` resumes it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields as dataclass_fields
 from types import ModuleType, SimpleNamespace
 from typing import Any
+
+import torch
 
 from judge.crossing import learner_error
 from judge.harness import short
 from judge.drivers import keep, kept
 from judge.wire import WorkerLost
-from judge.drivers.fakes import (FakeKVCacheManager, FakePreemption, Replay, describe as describe_call, fields, ids,
-                                 plan, set_fields)
+from judge.drivers.fakes import (FIELD_NAMES, FakeKVCacheManager, FakePreemption, Replay, describe as describe_call,
+                                 fields, ids, plan, set_fields)
 from judge.drivers.fakes import departure_message  # noqa: F401 - judge/public.py's words for a departure
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
@@ -291,6 +293,7 @@ def preemption_call(impl: ModuleType, config: dict, state: dict, fn: str, rid: s
         shared = params.setdefault(rec["max_tokens"], SamplingParams(max_tokens=rec["max_tokens"], ignore_eos=True))
         r = Request(list(rec["prompt"]), shared, request_id=rec["rid"])
         set_fields(r, rec)
+        r.generator = torch.Generator()  # a field preemption leaves as it is, not None: replacing it shows
         world.requests[r.request_id] = r
     out = SchedulerOutput()
     replay.apply({key: state[key] for key in ("running", "waiting", "free", "ref_cnt", "plan")}, out)
@@ -301,6 +304,7 @@ def preemption_result(impl: ModuleType, fn: str, world: Any, rid: str, n: int, o
                       running: list[str]) -> dict[str, Any]:
     """`preemption_call`'s result, from the learner's call run here (`running`: the queue it was called on)."""
     replay, sched = world.kv.replay, world.sched
+    kept_before = {rid: others(r) for rid, r in world.requests.items()}
     try:
         ret = call_preemption(impl, fn, sched, world.requests[rid], n, out)
     except BaseException as exc:  # noqa: BLE001
@@ -312,7 +316,23 @@ def preemption_result(impl: ModuleType, fn: str, world: Any, rid: str, n: int, o
     return {"returned": ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200], "plan": scheduled,
             "preempted": preempted, "consumed": replay.consumed,
             "state": {rid: fields(r) for rid, r in world.requests.items()}, "running": ids(sched.running),
-            "waiting": ids(sched.waiting), "after": snapshot(world), "blocks": blocks(world)}
+            "waiting": ids(sched.waiting), "after": snapshot(world), "blocks": blocks(world),
+            "others changed": {rid: names for rid, r in world.requests.items()
+                               if (names := changed(kept_before[rid], others(r)))}}
+
+
+COMPARED = {*FIELD_NAMES, "request_id"}  # the fields `fields` reports, compared with the reference's
+
+
+def others(r: Request) -> dict[str, tuple]:
+    """A request's fields that neither part changes (its generator, logprobs, sampling_params, ...): each one's
+    identity and, for a list, a copy of its items."""
+    return {f.name: (id(v), list(v) if isinstance(v, list) else None)
+            for f in dataclass_fields(Request) if f.name not in COMPARED for v in [getattr(r, f.name, None)]}
+
+
+def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    return sorted(name for name in before if after.get(name) != before[name])
 
 
 def world_state(scheduler: Any, out: SchedulerOutput) -> dict[str, Any]:
