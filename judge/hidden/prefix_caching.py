@@ -9,6 +9,7 @@ with the number of cached prompt tokens the prefix hits predict.
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -46,34 +47,101 @@ def reported(got: dict[str, Any], text: str) -> dict[str, Any]:
     return got
 
 
+QWEN3_VOCAB = 151_936  # Qwen3-0.6B's token ids are 0 .. 151,935: a hash must take each id whole
+TOKENS = [5, 17, 2, 9]
+# Blocks hashed from NONE_HASH beside TOKENS, each different from every other: reordered, shortened, ids that agree
+# with TOKENS' in their low 16 bits (and low byte: 9 + 65536, 2 + 131072, both in Qwen3's vocabulary), and blocks
+# of 16 (vLLM's default size) and of 32 tokens (the statement fixes no block size) that differ in their last token.
+VARIANTS = [[5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2], [5, 17, 2, 9 + 65536], [5, 17, 2 + 131072, 9],
+            [*range(40, 55), 1], [*range(40, 55), 2], [*range(40, 71), 1], [*range(40, 71), 2]]
+A7 = [7, 7, 7, 7]
+# h0 = hash_block(NONE_HASH, TOKENS); h1 the same again; h2 = p1 = hash_block(NONE_HASH, A7); h3 = p2 =
+# hash_block(p1, A7); h4 = hash_block(p1, TOKENS) (the prefix [A7, TOKENS]); h5 = hash_block(p2, TOKENS); then
+# each variant from NONE_HASH; last, hash_block(h0, A7): the prefix [TOKENS, A7], the same blocks in another order.
+HASH_CALLS = [[NONE_HASH, TOKENS], [NONE_HASH, list(TOKENS)], [NONE_HASH, A7], [["call", 2], A7],
+              [["call", 2], TOKENS], [["call", 3], TOKENS]] + [[NONE_HASH, v] for v in VARIANTS] + [[["call", 0], A7]]
+FIRST_VARIANT, SWAPPED = 6, 6 + len(VARIANTS)
+PARENT_HINT = ("chain the parent's hash in: equal hashes must mean equal PREFIXES, e.g. hash((parent_hash, "
+               "tuple(token_ids)))")
+ORDER_HINT = ("chain the parent's hash in a way that depends on the order: parent_hash + hash(block) or "
+              "parent_hash ^ hash(block) gives [A, B] and [B, A] one hash; hash the pair instead, e.g. "
+              "hash((parent_hash, tuple(token_ids)))")
+EVERY_TOKEN = "hash every token, in order"
+
+
+def low_bits_shared(a: list[int], b: list[int]) -> int:
+    """How many low bits the differing token ids of two blocks of one length agree in, at the least (0 if the
+    blocks differ in length or are equal)."""
+    pairs = [x ^ y for x, y in zip(a, b) if x != y]
+    return min(((d & -d).bit_length() - 1 for d in pairs), default=0) if len(a) == len(b) else 0
+
+
+def block_collision(a: list[int], b: list[int]) -> tuple[str, str]:
+    """Why two different blocks must not share a hash, and the hint for a hash_block that gives them one."""
+    bits = low_bits_shared(a, b)
+    if bits >= 8:
+        ids = " and ".join(f"{x} and {y}" for x, y in zip(a, b) if x != y)
+        return (f"token ids {ids} differ (Qwen3's ids go up to {QWEN3_VOCAB - 1:,}) but agree in their low {bits} "
+                "bits",
+                f"{EVERY_TOKEN}, each id whole: never cut to 8 or 16 bits (numpy uint16, a byte per token); pack it "
+                "as an 8-byte integer (struct 'q', numpy int64) or hash the ints themselves")
+    differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(a) == len(b) and differ and differ[0] >= 16:
+        where = f"in token {differ[0]}" if len(differ) == 1 else f"from token {differ[0]} on"
+        return (f"blocks of {len(a)} tokens that differ only {where} (counting from 0)",
+                f"{EVERY_TOKEN}, whatever the block size: a block may hold more than 16 tokens")
+    return "", EVERY_TOKEN
+
+
 @CASES("hash_block: an int, deterministic, depends on the parent and on the tokens in order", public=True)
 def _(impl):
-    tokens = [5, 17, 2, 9]
-    # the last three: a block of 16 (vLLM's default size) and one that differs from it in its last token only
-    variants = [[5, 17, 2, 8], [9, 2, 17, 5], [17, 5, 2, 9], [5, 17, 2], [*range(40, 55), 1], [*range(40, 55), 2]]
-    calls = [[NONE_HASH, tokens], [NONE_HASH, list(tokens)], [NONE_HASH, [7, 7, 7, 7]], [["call", 2], [7, 7, 7, 7]],
-             [["call", 2], tokens], [["call", 3], tokens]] + [[NONE_HASH, v] for v in variants]
-    text = (f"h = hash_block({NONE_HASH}, {tokens}); p1 = hash_block({NONE_HASH}, [7, 7, 7, 7]); "
-            f"p2 = hash_block(p1, [7, 7, 7, 7]); hash_block(p1, {tokens}); hash_block(p2, {tokens}); "
-            + "; ".join(f"hash_block({NONE_HASH}, {v})" for v in variants))
-    same = reported(Driver(impl, "prefix_cache").hash_calls(calls), text)["same_as"]
+    text = describe("hash_calls", HASH_CALLS)
+    same = reported(Driver(impl, "prefix_cache").hash_calls(HASH_CALLS), text)["same_as"]
     if same[1] != 0:
         raise CaseFailure("hash_block gave two different hashes for the same arguments",
-                          input=f"hash_block({NONE_HASH}, {tokens})", hint="the hash must be deterministic")
+                          input=f"hash_block({NONE_HASH}, {TOKENS})", hint="the hash must be deterministic")
     labels = {0: "NONE_HASH", 4: "p1 = hash_block(NONE_HASH, [7, 7, 7, 7])", 5: "hash_block(p1, [7, 7, 7, 7])"}
     for i, j in ((4, 0), (5, 0), (5, 4)):
         if same[i] == same[j]:
-            raise CaseFailure(f"hash_block(parent, {tokens}) is the same for parents {labels[j]} and {labels[i]}",
-                              input=text, hint="chain the parent's hash in: equal hashes must mean equal PREFIXES, "
-                                               "e.g. hash((parent_hash, tuple(token_ids)))")
-    blocks = [tokens] + variants
-    checked = [0, *range(6, 6 + len(variants))]
+            raise CaseFailure(f"hash_block(parent, {TOKENS}) is the same for parents {labels[j]} and {labels[i]}",
+                              input=text, hint=PARENT_HINT)
+    blocks = [TOKENS] + VARIANTS
+    checked = [0, *range(FIRST_VARIANT, FIRST_VARIANT + len(VARIANTS))]
     for i, call_i in enumerate(checked):
         for j, call_j in enumerate(checked[:i]):
             if same[call_i] == same[call_j]:
-                raise CaseFailure(f"hash_block gives the same hash to blocks {blocks[j]} and {blocks[i]}",
+                why, hint = block_collision(blocks[j], blocks[i])
+                raise CaseFailure(f"hash_block gives the same hash to blocks {blocks[j]} and {blocks[i]}"
+                                  + (f": {why}" if why else ""),
                                   input=f"hash_block({NONE_HASH}, {blocks[j]}) == hash_block({NONE_HASH}, "
-                                        f"{blocks[i]})", hint="hash every token, in order")
+                                        f"{blocks[i]})", hint=hint)
+    if same[SWAPPED] == same[4]:
+        raise CaseFailure(f"prefixes [{A7}, {TOKENS}] and [{TOKENS}, {A7}] got the same hash: the same blocks in "
+                          "another order are another prefix (equal hashes must mean equal prefixes)",
+                          input=f"hash_block(hash_block({NONE_HASH}, {A7}), {TOKENS}) == "
+                                f"hash_block(hash_block({NONE_HASH}, {TOKENS}), {A7})", hint=ORDER_HINT)
+
+
+def hash_call_hints(calls: list) -> list[tuple[str, Any, str]]:
+    """The hints of the public case's hash_calls: for each call, a wrong same_as there (another call's hash; None:
+    any) and the rule it breaks, as the case's own failures say it."""
+    if calls != HASH_CALLS:
+        return []
+    hints: list[tuple[str, Any, str]] = [("['same_as'][1]", None, "the hash must be deterministic")]
+    hints += [(f"['same_as'][{i}]", None, PARENT_HINT) for i in (3, 4, 5)]
+    blocks = {0: TOKENS, **{FIRST_VARIANT + k: v for k, v in enumerate(VARIANTS)}}
+    for i, block in blocks.items():
+        for j, other in blocks.items():
+            if j < i:
+                why, hint = block_collision(other, block)
+                hints.append((f"['same_as'][{i}]", j, f"{other} and {block} got the same hash"
+                                                      + (f"; {why}" if why else "") + f": {hint}"))
+        if i:
+            hints.append((f"['same_as'][{i}]", None, EVERY_TOKEN))
+    hints.append((f"['same_as'][{SWAPPED}]", 4, f"prefixes [{A7}, {TOKENS}] and [{TOKENS}, {A7}] got the same hash: "
+                                                f"{ORDER_HINT}"))
+    hints.append((f"['same_as'][{SWAPPED}]", None, PARENT_HINT))
+    return hints
 
 
 def check_block_hashes(impl, tokens: list[int], block_size: int) -> CaseFailure | None:
@@ -181,6 +249,68 @@ def _(impl):
                               "block 2)", input=text, field=f"hashes[{i}]", expected="different hashes", got=ha[i],
                               hint="chain each block's hash with its parent's: hashes[i] = hash_block(hashes[i-1], "
                                    "block i), so a block's hash names its whole prefix")
+    for seqs, block_size in prefix_families(1032):
+        check_prefixes(impl, seqs, block_size)
+
+
+def prefix_families(seed: int) -> list[tuple[list[list[int]], int]]:
+    """Token sequences, each family in blocks of one size, whose prefixes differ only where a careless hash sees no
+    difference: the same three blocks in every order; one token id swapped for another that agrees with it in its
+    low 8 to 17 bits (both in Qwen3's vocabulary); blocks of 17 to 64 tokens that differ only after their 16th."""
+    rng = seeded(seed)
+
+    def block(n: int) -> list[int]:
+        return [rng.randrange(QWEN3_VOCAB) for _ in range(n)]
+
+    out = []
+    for _ in range(4):
+        bs = rng.choice([1, 2, 4, 16])
+        blocks = [block(bs) for _ in range(3)]
+        out.append(([sum(order, []) for order in itertools.permutations(blocks)], bs))
+    for _ in range(6):
+        bs, step = rng.choice([1, 4, 16]), 1 << rng.randint(8, 17)
+        low = rng.randrange(min(step, QWEN3_VOCAB - step))
+        m, n = rng.sample(range((QWEN3_VOCAB - 1 - low) // step + 1), 2)
+        a, pos = block(bs), rng.randrange(bs)
+        b = list(a)
+        a[pos], b[pos] = low + m * step, low + n * step
+        head, tail = block(bs * rng.randint(0, 1)), block(bs + rng.randrange(bs))
+        out.append(([head + a + tail, head + b + tail], bs))
+    for _ in range(4):
+        bs = rng.randint(17, 64)
+        a, pos = block(bs), rng.randrange(16, bs)
+        b = list(a)
+        b[pos] = (a[pos] + rng.randrange(1, QWEN3_VOCAB)) % QWEN3_VOCAB
+        tail = block(bs)
+        out.append(([a + tail, b + tail], bs))
+    return out
+
+
+def check_prefixes(impl, seqs: list[list[int]], bs: int) -> None:
+    """Equal hashes iff equal prefixes: hashes[k] of two sequences agree exactly when their first k + 1 blocks do."""
+    got = [learner_hashes(impl, s, bs) for s in seqs]
+    for s, h in zip(seqs, got):
+        if len(h) != len(s) // bs:
+            raise CaseFailure(f"block_hashes returned {len(h)} hashes for {len(s)} tokens in blocks of {bs}; expected "
+                              f"{len(s) // bs} (one per FULL block)", input=f"block_hashes({s}, {bs})")
+    for i, j in itertools.combinations(range(len(seqs)), 2):
+        for k in range(len(seqs[i]) // bs):
+            x, y = seqs[i][: (k + 1) * bs], seqs[j][: (k + 1) * bs]
+            text = f"block_hashes({x}, {bs})[{k}] vs block_hashes({y}, {bs})[{k}]"
+            if x == y and got[i][k] != got[j][k]:
+                raise CaseFailure(f"equal prefixes got different hashes ({got[i][k]} and {got[j][k]})", input=text,
+                                  hint="the hash must be deterministic and depend on the tokens and the parent only")
+            if x != y and got[i][k] == got[j][k]:
+                bx, by = ([z[b: b + bs] for b in range(0, len(z), bs)] for z in (x, y))
+                if sorted(bx) == sorted(by):
+                    raise CaseFailure(f"prefixes {bx} and {by} hold the same blocks in another order, yet got the "
+                                      "same hash: equal hashes must mean equal prefixes", input=text, hint=ORDER_HINT)
+                d = next(b for b in range(len(bx)) if bx[b] != by[b])
+                why, hint = block_collision(bx[d], by[d])
+                raise CaseFailure(f"two prefixes that differ in block {d} got the same hash (hashes[{k}])"
+                                  + (f": {why}" if why else "") + "; equal hashes must mean equal prefixes",
+                                  input=text, hint=hint if why else "chain each block's hash with its parent's and "
+                                                                   f"{EVERY_TOKEN}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -229,8 +359,11 @@ def mistaken_lookups(ops: list[tuple], skips_misses: bool = False, overwrites: b
 
 
 def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
-    """The hints of a public case's cache calls, recorded with the reference's answer (judge/edition.py): the
-    lookups each mistake gives, where they differ from the reference's."""
+    """The hints of a public case's calls, recorded with the reference's answer (judge/edition.py): the
+    lookups each mistake gives, where they differ from the reference's; and of the hash calls, the rule each
+    collision breaks."""
+    if (driver, fn) == ("prefix_cache", "hash_calls"):
+        return hash_call_hints(args[0])
     if (driver, fn) != ("prefix_cache", "cache_ops") or "lookups" not in value:
         return []
     ops = [tuple(op) for op in args[0]]
