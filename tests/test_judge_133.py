@@ -60,3 +60,15 @@ def test_wrong_version_is_rejected(path, model_dir):
 def test_correct_version_is_accepted(path, model_dir):
     report = judge.grade_inprocess(133, load_file(path), options={"model": model_dir})
     assert report.ok, report.text()
+
+
+def test_a_request_whose_failed_step_came_before_its_abort_ends_with_error():
+    """Aborting a finished request does nothing: a request that a failing step ended before its abort reached the
+    engine is expected to end with 'error', whatever the schedule meant to abort (a loop that lags a few steps
+    behind the schedule under load is still right). The order is the one of the worker's engine calls."""
+    run = online_loop.Run.__new__(online_loop.Run)
+    run.steps = [{"scheduled": ["a", "b"], "failed": False}, {"scheduled": ["b"], "failed": True}]
+    run.log = [["add", "a"], ["add", "b"], ["step"], ["step"], ["abort", ["b"], "abort"]]
+    assert run.failed_before_abort("b") and not run.failed_before_abort("a")
+    run.log = [["add", "a"], ["add", "b"], ["step"], ["abort", ["b"], "abort"], ["step"]]
+    assert not run.failed_before_abort("b")

@@ -137,7 +137,8 @@ class Run:
             if name in self.reply["refused"]:
                 raise CaseFailure(f"add_request refused request {name}: {self.reply['refused'][name]}",
                                   input=self.input)
-            expect = "abort" if name in aborted else "error" if name in failed else "complete"
+            failed_first = name in failed and (name not in aborted or self.failed_before_abort(name))
+            expect = "error" if failed_first else "abort" if name in aborted else "complete"
             self.check_stream(name, prompt, params, expect, aborted.get(name))
         if self.reply["unfinished"] or self.reply["free"] != self.reply["num_blocks"]:
             left = [n for n, r in self.reply["requests"].items() if not r["finished"]]
@@ -146,6 +147,18 @@ class Run:
                               hint="an aborted request is finished in the engine: "
                                    "self.engine.abort_requests([request], 'abort') frees its blocks")
         self.check_log()
+
+    def failed_before_abort(self, name: str) -> bool:
+        """Whether a step that failed ran `name` before its abort reached the engine (the worker's log of engine
+        calls, which check_log replays): aborting a finished request does nothing, so it ends with 'error'."""
+        steps = iter(self.steps)
+        for op, *args in self.log:
+            if op == "abort" and name in args[0]:
+                return False
+            if op not in ("add", "abort") and (step := next(steps, None)) and step["failed"] \
+                    and name in step["scheduled"]:
+                return True
+        return False
 
     def check_idle(self) -> None:
         """In every idle period of the schedule: no engine call, little CPU, no polling."""
