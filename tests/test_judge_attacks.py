@@ -183,7 +183,7 @@ def test_exercise_130_attacks_score_zero(path, model_dir):
 
 
 DRIVER_FORGERIES = {"forge_132_lookups": (132, 10, []), "forge_136_empty_rows": (136, 13, []),
-                    "forge_134_no_runs": (134, 12, ["greedy: no drafts, one token"])}  # what that code does right
+                    "forge_134_no_runs": (134, 13, ["greedy: no drafts, one token"])}  # what that code does right
 
 
 @pytest.mark.parametrize("stem", sorted(DRIVER_FORGERIES))

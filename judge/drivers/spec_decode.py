@@ -8,7 +8,13 @@ distribution of logits row i, A_i = p_0(x_0) ... p_{i-1}(x_{i-1}), x_k: draft k)
 that is not its draft. So the number K of n calls whose token at position i is t (a "cell") is Binomial(n, A_i
 p_i(t)). A cell fails when K lies in a tail of probability at most a on either side (computed exactly), which a
 correct sampler does with probability at most 2a; with C cells and a = alpha / (2 C), the union bound keeps the
-false rejection probability of the whole test below alpha, the cells' dependence notwithstanding."""
+false rejection probability of the whole test below alpha, the cells' dependence notwithstanding.
+
+A stop ends a run early: after a draft whose appending makes `stop_reason` say the request is done (end of sequence,
+max_tokens), the call ends on that draft, and no later position is reached (its cells' probability is 0). Whatever the
+random numbers, each call's request also shows what the statement fixes (`bookkeeping_failure`): the tokens returned
+are the ones appended to `output_token_ids`, `num_computed_tokens` grew by their number, and the run ends at its first
+stop, with that reason."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from typing import Any
 
 import torch
 
+from framework.engine import stop_reason
 from framework.request import Request
 from framework.sampling import SamplingParams, make_generator, sampling_probs
 from judge.crossing import learner_error
@@ -58,15 +65,82 @@ def distribution(impl: ModuleType, case: dict[str, Any], trials: int, repeats: i
     the same generator, which each call moves on: the calls of one request's steps."""
     shared = make_generator(SamplingParams(**case["params"] | {"seed": 0}), torch.device("cpu")) if one_generator \
         else None
-    runs = []
+    runs, states = [], []
     for seed in [*range(trials), *range(repeats)]:
         result = _call(impl, case, 0 if one_generator else seed, generator=shared)
         if "error" in result:
             return result
-        runs.append(result["returned"])
+        runs.append(result.pop("returned"))
+        states.append(result)
     runs, again = runs[:trials], runs[trials:]
-    failure = sampling_failure(case, runs) or repeat_failure(runs, again)
-    return {"problem": failure and f"{failure['message']}\nhint: {failure['hint']}", "_runs": runs, "_again": again}
+    failure = calls_failure(case, runs, again, states, one_generator)
+    return {"problem": failure and f"{failure['message']}\nhint: {failure['hint']}", "_runs": runs, "_again": again,
+            "_states": states}
+
+
+def calls_failure(case: dict[str, Any], runs: list[list[int]], again: list[list[int]], states: list[dict[str, Any]],
+                  one_generator: bool = False) -> dict[str, str] | None:
+    """What the loop's calls show wrong (message, hint), or None: the requests' state after each call (`states`, for
+    the calls `runs` then `again`), then the tokens' distribution, then the repeated calls' tokens."""
+    return bookkeeping_failure(case, [*runs, *again], states) or sampling_failure(case, runs, one_generator) or \
+        repeat_failure(runs, again)
+
+
+def _stops(case: dict[str, Any], run: list[int]) -> list[str | None]:
+    """stop_reason (no tokenizer, as the loop's calls get none) after each token of `run`, appended one at a time to
+    a fresh request of the case."""
+    request = Request(list(case["prompt"]), SamplingParams(**case["params"]), output_token_ids=list(case["outputs"]))
+    reasons = []
+    for token in run:
+        request.output_token_ids.append(token)
+        reasons.append(stop_reason(request, case["eos"], None))
+    return reasons
+
+
+def draft_stops(case: dict[str, Any]) -> list[bool]:
+    """For k = 0 .. d: whether the request is done once drafts 0 .. k - 1 are appended (False for k = 0)."""
+    return [False, *(reason is not None for reason in _stops(case, case["drafts"]))]
+
+
+def bookkeeping_failure(case: dict[str, Any], runs: list[list[int]], states: list[Any]) -> dict[str, str] | None:
+    """The first call whose request breaks what the statement fixes whatever the random numbers (message, hint), or
+    None: the tokens returned are those appended to output_token_ids, in order; num_computed_tokens grew by their
+    number; the run ends at the first token after which stop_reason gives a reason, and returns that reason."""
+    outputs, start = list(case["outputs"]), len(case["prompt"]) + len(case["outputs"]) - 1
+    stops: dict[tuple[int, ...], list[str | None]] = {}
+    for call, (run, state) in enumerate(zip(runs, states)):
+        if not isinstance(state, dict) or not isinstance(run, list) or any(type(t) is not int for t in run):
+            return {"message": f"the judge's driver reported {run!r}, {state!r} for call {call}: this report is not "
+                               "the public driver's", "hint": "is judge/drivers/ replaced or changed by your code?"}
+        appended = state.get("output_token_ids")
+        if appended != outputs + run:
+            return {"message": f"call {call} of the loop returned {run}, but request.output_token_ids went from "
+                               f"{outputs} to {appended}: the tokens returned are not those appended",
+                    "hint": "append each token you emit to request.output_token_ids, one at a time, and return the "
+                            "tokens appended in this call, in order"}
+        if tuple(run) not in stops:
+            stops[tuple(run)] = _stops(case, run)
+        reasons = stops[tuple(run)]
+        first = next((i for i, reason in enumerate(reasons) if reason), None)
+        if first is not None and first < len(run) - 1:
+            return {"message": f"call {call} of the loop emitted {run}: after token {run[first]} at position {first} "
+                               f"stop_reason says {reasons[first]!r}, yet it appended {len(run) - first - 1} more",
+                    "hint": "the request emitted past its stop: append the tokens one at a time, call "
+                            "stop_reason(request, eos_token_id, tokenizer) after each, and stop appending at the "
+                            "first reason"}
+        want = reasons[-1] if run else None
+        if state.get("reason") != want:
+            return {"message": f"call {call} of the loop emitted {run} and returned the finish reason "
+                               f"{state.get('reason')!r}: stop_reason after its last token says {want!r}",
+                    "hint": "call stop_reason(request, eos_token_id, tokenizer) after each appended token and return "
+                            "the first reason (None when the request goes on)"}
+        if state.get("num_computed_tokens") != start + len(run):
+            return {"message": f"call {call} of the loop appended {len(run)} token(s) with {len(case['drafts'])} "
+                               f"draft(s), and num_computed_tokens went from {start} to "
+                               f"{state.get('num_computed_tokens')}, not {start + len(run)}",
+                    "hint": "advance num_computed_tokens by the number of tokens appended (the last token and the "
+                            "accepted drafts are now cached), not by 1 + d"}
+    return None
 
 
 def repeat_failure(runs: list[list[int]], again: list[list[int]]) -> dict[str, str] | None:
@@ -92,15 +166,20 @@ def _accepted(run: list[int], drafts: list[int]) -> int:
     return next((i for i, (t, d) in enumerate(zip(run, drafts)) if t != d), min(len(run), len(drafts)))
 
 
-def _shape_failure(runs: list[list[int]], drafts: list[int]) -> dict[str, str] | None:
+def _shape_failure(runs: list[list[int]], drafts: list[int], stops: list[bool]) -> dict[str, str] | None:
     """Why a call's tokens cannot come from the rule whatever its random numbers: a call emits its accepted drafts
-    and then exactly one token that is not the next draft (the bonus token after all of them)."""
+    and then exactly one token that is not the next draft (the bonus token after all of them), unless the request
+    is done after n accepted drafts (`stops[n]`): then the call ends on draft n - 1."""
     bonus_seen = any(len(run) == len(drafts) + 1 and _accepted(run, drafts) == len(drafts) for run in runs)
     for call, run in enumerate(runs):
         n = _accepted(run, drafts)
-        if len(run) == n + 1:
+        cut = next((k for k in range(1, n + 1) if stops[k]), None)  # drafts accepted when the request is done
+        if len(run) == (n + 1 if cut is None else cut):
             continue
-        if not run:
+        if cut is not None:
+            why = f"went on after draft {cut - 1} (token {drafts[cut - 1]}), after which the request is done"
+            hint = "append the tokens one at a time, call stop_reason after each, and stop at the first reason"
+        elif not run:
             why, hint = "emitted no token", "every call emits at least one token"
         elif len(run) > n + 1:
             why = f"went on after token {run[n]} at position {n}, which is not draft {drafts[n]}" \
@@ -130,7 +209,8 @@ def _binomial_range(n: int, prob: float, tail: float) -> tuple[int, int]:
 def _cell_hint(position: int, token: int, drafts: list[int], too_many: bool) -> str:
     if position == len(drafts):
         return ("the bonus token is not distributed as p of row d: after all d drafts are accepted, sample it with "
-                "sample_token(logits[d], params, request.generator)")
+                "sample_token(logits[d], params, request.generator)" +
+                ("; with no drafts (d = 0) it is the call's one token, sampled from row 0" if not drafts else ""))
     if token == drafts[position]:
         return (f"draft {position} is accepted too {'often' if too_many else 'rarely'}: accept draft x with "
                 "probability p(x): torch.rand((), generator=request.generator) < p[x]")
@@ -138,19 +218,21 @@ def _cell_hint(position: int, token: int, drafts: list[int], too_many: bool) -> 
             "from p with p[x] set to 0, renormalised")
 
 
-def sampling_failure(case: dict[str, Any], runs: list[list[int]]) -> dict[str, str] | None:
+def sampling_failure(case: dict[str, Any], runs: list[list[int]], one_generator: bool = False
+                     ) -> dict[str, str] | None:
     """What the calls' tokens `runs` (in the loop's order) show wrong, or None: a call whose tokens no random numbers
-    could give, else the first position with a cell out of range, with a table of its cells (message, hint)."""
-    drafts = case["drafts"]
-    failure = _shape_failure(runs, drafts)
+    could give, else the first position with a cell out of range, with a table of its cells (message, hint).
+    `one_generator`: the calls' requests held one generator (every call seeded 0)."""
+    drafts, stops = case["drafts"], draft_stops(case)
+    failure = _shape_failure(runs, drafts, stops)
     if failure:
         return failure
     probs, n = row_probs(case), len(runs)
     cells = [(i, t) for i in range(len(drafts) + 1) for t in range(len(probs[i]))]
     tail = FALSE_REJECTION / (2 * len(cells))
     reach, bad = [1.0], []
-    for i, x in enumerate(drafts):
-        reach.append(reach[-1] * probs[i][x])
+    for i, x in enumerate(drafts):  # position i + 1 is reached after draft i is accepted, unless the request is done
+        reach.append(0.0 if stops[i + 1] else reach[-1] * probs[i][x])
     rows = {}
     for i, t in cells:
         expected = reach[i] * probs[i][t]
@@ -165,12 +247,17 @@ def sampling_failure(case: dict[str, Any], runs: list[list[int]]) -> dict[str, s
     table = "\n".join([f"position {i}: token, P(emitted there), expected count, got, a correct sampler's range"] + [
         f"  {tok:>5}  {e:>8.4f}  {e * n:>8.1f}  {c:>6}  [{lo}, {hi}]{'  <- out of range' if not lo <= c <= hi else ''}"
         for tok, e, c, lo, hi in rows[i]])
+    hint = _cell_hint(i, t, drafts, too_many)
+    if len({tuple(run) for run in runs}) == 1 and one_generator:
+        hint = (f"all {n} calls emitted {runs[0]}: they drew the same random numbers. Draw them with the request's "
+                "generator, torch.rand((), generator=request.generator), which every call moves on: a generator made "
+                "from the seed at each call draws the same numbers every time")
+    elif len({tuple(run) for run in runs}) == 1:
+        hint = (f"all {n} calls, on requests seeded 0 to {n - 1}, emitted {runs[0]}: with temperature > 0 the tokens "
+                f"are sampled with the request's generator, never taken as an argmax. {hint[:1].upper()}{hint[1:]}")
     return {"message": f"over {n} calls, token {t} came at position {i} {'more' if too_many else 'less'} often "
                        f"than a correct sampler gives it, except with probability below {FALSE_REJECTION:g}:\n{table}",
-            "hint": _cell_hint(i, t, drafts, too_many) if len({tuple(run) for run in runs}) > 1 else
-            f"all {n} calls emitted {runs[0]}: they drew the same random numbers. Draw them with the request's "
-            "generator, torch.rand((), generator=request.generator), which every call moves on: a generator made "
-            "from the seed at each call draws the same numbers every time"}
+            "hint": hint}
 
 
 def _logits_text(logits: Any) -> str:

@@ -4,9 +4,10 @@ The learner's function runs in the worker on requests the driver builds (judge/d
 and stop cases compare one call with the reference's on the same request: what it returned, then the request's
 `output_token_ids` and `num_computed_tokens`. Random cases test the tokens of many seeded calls against the
 distribution the rule gives, cell by cell, with a false-rejection probability below 1e-6 for any correct sampler
-(judge/drivers/spec_decode.py; never the learner's random numbers). The last case runs
-the speculating engine with the learner's function on the embedded model: greedy, its tokens must equal the
-engine's without speculation.
+(judge/drivers/spec_decode.py; never the learner's random numbers), and the request after each call against what
+rules 3 and 4 fix whatever the random numbers (the tokens returned appended, num_computed_tokens, the stops). The
+last case runs the speculating engine with the learner's function on the embedded model: greedy, its tokens must
+equal the engine's without speculation.
 """
 
 from __future__ import annotations
@@ -160,19 +161,23 @@ STEPS = 500  # calls of one request's steps (one generator): the same numbers at
 
 
 def check_distribution(impl, logits: list[list[float]], drafts: list[int], temperature: float, repeats: int = 0,
-                       one_generator: bool = False, **cut: Any) -> None:
+                       one_generator: bool = False, eos: int | None = None, outputs: tuple[int, ...] = (),
+                       max_tokens: int = 64, **cut: Any) -> None:
     """TRIALS seeded calls against the distribution, then the first `repeats` of them again; with `one_generator`,
-    STEPS calls whose requests hold one generator, as the calls of one request's steps do."""
+    STEPS calls whose requests hold one generator, as the calls of one request's steps do. After every call, the
+    request's state too: the tokens returned appended, num_computed_tokens grown by their number, the run ended at
+    its first stop (`eos`, or `max_tokens` counting the request's `outputs`)."""
     trials = STEPS if one_generator else TRIALS
-    case = {"prompt": [1, 2, 3], "outputs": [], "drafts": drafts, "logits": logits, "eos": None,
-            "params": {"max_tokens": 64, "temperature": temperature, **cut}}
+    case = {"prompt": [1, 2, 3], "outputs": list(outputs), "drafts": drafts, "logits": logits, "eos": eos,
+            "params": {"max_tokens": max_tokens, "temperature": temperature, **cut}}
     text = spec_driver.describe("distribution", case, trials, repeats, one_generator)
     got = Driver(impl, "spec_decode").distribution(case, trials, repeats, one_generator)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
     # tested here, never trusting the worker's verdict
-    runs, again = whole(got["_runs"], trials, "calls"), whole(got["_again"], repeats, "repeated calls")
-    failure = spec_driver.sampling_failure(case, runs) or spec_driver.repeat_failure(runs, again)
+    runs, again = whole(got.get("_runs"), trials, "calls"), whole(got.get("_again"), repeats, "repeated calls")
+    states = whole(got.get("_states"), trials + repeats, "requests' states")
+    failure = spec_driver.calls_failure(case, runs, again, states, one_generator)
     if failure:
         raise CaseFailure(failure["message"], input=text, hint=failure["hint"])
 
@@ -210,6 +215,15 @@ def _(impl):
     check_distribution(impl, logits, [int(np.argmin(logits[0]))], temperature=0.8)
     check_distribution(impl, logits, [int(np.argsort(logits[0])[-2])], temperature=1.0, top_k=3)
     check_distribution(impl, logits, [int(np.argsort(logits[0])[-3])], temperature=1.0, top_p=0.7)
+
+
+@CASES("random: a stop inside the run, and no drafts")
+def _(impl):
+    logits = probs_logits([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.6, 0.2], [0.25, 0.25, 0.25, 0.25]])
+    check_distribution(impl, logits, [0, 2], temperature=1.0, eos=2)  # draft 1 is the end of sequence: the run ends
+    check_distribution(impl, logits, [0, 2], temperature=1.0, outputs=(5, 6), max_tokens=4)  # room for two tokens
+    check_distribution(impl, probs_logits([[0.1, 0.35, 0.3, 0.2, 0.05]]), [], temperature=1.0, top_k=4)  # the bonus
+    # token alone, sampled: an argmax or a constant gives every call the same token
 
 
 # ----------------------------------------------------------------------------------------------------------
