@@ -131,7 +131,7 @@ class JudgeAutograde(_Base):
 
 def _graded(ex: Exercise, nb: Any) -> Report:
     """The report of the notebook's solution cell, graded isolated unless JUDGE_UNISOLATED=1."""
-    from .runner import IsolationUnavailable, grade
+    from .runner import IsolationUnavailable, grade, joined_cells
 
     solutions = [c for c in nb.cells if c.cell_type == "code" and _grade_id(c) == "solution"]
     report = Report(ex.id, ex.slug, ex.title, "the submitted notebook")
@@ -145,7 +145,8 @@ def _graded(ex: Exercise, nb: Any) -> Report:
         raise RuntimeError(f"refusing to autograde: JUDGE_MODEL={model}: the end-to-end cases cannot load this "
                            f"checkpoint ({problem})")
     try:
-        return grade(ex, source=solutions[0].source, isolated=isolated, **options_from_env())
+        source = joined_cells([c.source for c in solutions])
+        return grade(ex, source=source, isolated=isolated, **options_from_env())
     except IsolationUnavailable as exc:
         advice = "" if sandbox.install_problem() else \
             " (JUDGE_UNISOLATED=1 grades without bubblewrap, for code you trust.)"

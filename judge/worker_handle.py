@@ -26,6 +26,7 @@ KEEP_OUTPUT = 1500  # bytes kept from the start and from the end of the learner'
 GRADER_MEMORY_MB = 768  # growth of the grader's resident memory one submission may cause
 ENDS_SUBMISSION = ("protocol", "grader memory")  # verdicts after which the submission's other cases are not run
 WALL_FACTOR = 4  # a case's wall-clock bound, in multiples of its CPU limit (a loop that sleeps or blocks uses none)
+MAX_LOAD = 8.0  # the most the load per core stretches that bound: code that floods the machine cannot stretch it more
 _POLL = 0.05  # seconds between checks of the deadline and of the process while nothing arrives
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -209,10 +210,10 @@ class WorkerHandle(Session):
 
     def set_deadline(self, seconds: float, cap: float = math.inf) -> None:
         """From now on: at most `seconds` of the worker's CPU time, and of waiting for it WALL_FACTOR times that,
-        times the machine's load per core (never past `cap`). Only the grader's waits count, not its own work in
-        between, so that neither the grader nor a loaded machine counts against the learner; code that sleeps is
-        still stopped."""
-        self.limit, self.load = seconds, max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+        times the machine's load per core up to MAX_LOAD (never past `cap`). Only the grader's waits count, not its
+        own work in between, so that neither the grader nor a loaded machine counts against the learner; code that
+        sleeps is still stopped."""
+        self.limit, self.load = seconds, min(max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1)), MAX_LOAD)
         self.cpu_deadline = cpu_seconds(self.proc.pid) + seconds
         self.wall, self.waited, self.cap = WALL_FACTOR * seconds * self.load, 0.0, cap
 
@@ -324,8 +325,9 @@ class WorkerHandle(Session):
         else:
             spent = cpu_seconds(self.proc.pid) - (self.cpu_deadline or 0) + self.limit
             load = f" times {self.load:.1f}, this machine's load per core," if self.load > 1 else ","
-            used = (f"no result after {self.wall:.3g}s of wall-clock time, {WALL_FACTOR}x the limit of "
-                    f"{self.limit:g}s of CPU time{load} of which it used {max(spent, 0):.1f}s")
+            used = (f"no result after {min(self.wall, self.waited):.3g}s of wall-clock time (at most {WALL_FACTOR}x "
+                    f"the limit of {self.limit:g}s of CPU time{load} or the submission's time left), of which it "
+                    f"used {max(spent, 0):.1f}s")
         if self.phase == "import":
             return f"time limit exceeded while importing your module ({used}): code at module level loops or waits?"
         why = ("an infinite loop? a very slow implementation?" if cpu else

@@ -223,11 +223,14 @@ def test_cli_grades_a_folder_of_files_and_notebooks_into_one_csv(tmp_path):
                                      metadata={"nbgrader": {"grade_id": "solution", "solution": True}})
     nbformat.write(nbformat.v4.new_notebook(cells=[cell]), subs / "carol" / "ex129-scheduler" / "x.ipynb")
     nbformat.write(nbformat.v4.new_notebook(cells=[cell]), subs / "dave.ipynb")
+    stub = nbformat.v4.new_code_cell((ROOT / "practice" / "scheduler.py").read_text().replace(
+        "from . import", "from practice import"), metadata=cell.metadata)  # erin wrote hers in a copy of the cell
+    nbformat.write(nbformat.v4.new_notebook(cells=[stub, cell]), subs / "erin.ipynb")
     out = tmp_path / "grades.csv"
     p = cli("129", "--impl", str(subs), "--csv", str(out), "--case", "one request")
     assert out.read_text().splitlines() == ["student,exercise,passed,failed,score", "alice,129,1,0,100.0",
-                                            "bob,129,0,1,0.0", "dave,129,1,0,100.0", "carol,129,1,0,100.0"], \
-        p.stdout[-3000:] + p.stderr
+                                            "bob,129,0,1,0.0", "dave,129,1,0,100.0", "erin,129,1,0,100.0",
+                                            "carol,129,1,0,100.0"], p.stdout[-3000:] + p.stderr
 
 
 def test_cli_refuses_to_grade_a_class_unisolated(monkeypatch):
