@@ -346,10 +346,12 @@ def build_engine(impl: str, model: str | None, dtype=None, device=None, **engine
     missing = sorted((picked[m] for m in modules if not picked[m].yours and not picked[m].has_reference),
                      key=lambda c: c.exercise or 0)
     if missing:
-        needed = sorted(picked[m].exercise for m in modules if picked[m].exercise)
-        _refuse(f"serving your engine needs exercises {course.span(needed)}; not passed yet: "
-                + ", ".join(f"{c.exercise} ({c.module})" if c.exercise else f"{c.module} (not released to you)"
-                            for c in missing)
+        needed = course.span(sorted(picked[m].exercise for m in modules if picked[m].exercise))
+        unreleased = [c.module for c in missing if not c.exercise]
+        pending = ", ".join(f"{c.exercise} ({c.module})" for c in missing if c.exercise)
+        _refuse(f"serving your engine needs exercises {needed}"
+                + (f" and {', '.join(unreleased)}, whose exercise this copy does not release yet" if unreleased else "")
+                + (f"; not passed yet: {pending}" if pending else "")
                 + ". `python practice/judge.py ID` grades one, `python practice/judge.py list` shows where you are")
     llm = course.use("engine").LLM(model, dtype=dtype, device=device, **engine_config)
     return llm, course.use("async_engine").AsyncLLM(llm.engine)
