@@ -49,8 +49,8 @@ def _public_frames(traceback: str) -> str:
 def _private(text: str) -> str:
     """`text` without the grader's folders (the course checkout, the home folder)."""
     for path, shown in ((str(ROOT), "<course>"), (os.path.expanduser("~"), "~")):
-        if len(path) > 1:
-            text = text.replace(path, shown)
+        if len(path) > 1:  # a whole path only: a student named root keeps .../submitted/root/...
+            text = re.sub(rf"(?<![\w./-]){re.escape(path)}(?![\w.-])", shown, text)
     return text
 
 

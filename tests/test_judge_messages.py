@@ -132,3 +132,12 @@ def test_135s_public_messages_name_what_each_rank_passed_to_all_reduce():
     message = public.replay(InProcess(ex, {"impl": str(wrong)}), rec.log)
     assert message.startswith("the tensors rank 0 passed to all_reduce, one per call: 2 items expected, got 0"), message
     assert "sent" not in message, message
+
+
+def test_a_report_hides_the_graders_folders_but_not_a_student_named_like_one(monkeypatch):
+    """The home folder is shown as ~ where it is a whole path; a student whose login is root keeps their folder."""
+    from judge import report
+
+    monkeypatch.setenv("HOME", "/root")
+    text = report._private(f"grading /srv/submitted/root/ex125/ex125.ipynb, {report.ROOT}/judge/x.py, /root/.cache")
+    assert text == "grading /srv/submitted/root/ex125/ex125.ipynb, <course>/judge/x.py, ~/.cache", text
