@@ -247,12 +247,12 @@ def sampling_failure(case: dict[str, Any], runs: list[list[int]], one_generator:
     table = "\n".join([f"position {i}: token, P(emitted there), expected count, got, a correct sampler's range"] + [
         f"  {tok:>5}  {e:>8.4f}  {e * n:>8.1f}  {c:>6}  [{lo}, {hi}]{'  <- out of range' if not lo <= c <= hi else ''}"
         for tok, e, c, lo, hi in rows[i]])
-    hint = _cell_hint(i, t, drafts, too_many)
-    if len({tuple(run) for run in runs}) == 1 and one_generator:
+    hint, all_same = _cell_hint(i, t, drafts, too_many), len({tuple(run) for run in runs}) == 1
+    if all_same and one_generator:
         hint = (f"all {n} calls emitted {runs[0]}: they drew the same random numbers. Draw them with the request's "
                 "generator, torch.rand((), generator=request.generator), which every call moves on: a generator made "
                 "from the seed at each call draws the same numbers every time")
-    elif len({tuple(run) for run in runs}) == 1:
+    elif all_same:
         hint = (f"all {n} calls, on requests seeded 0 to {n - 1}, emitted {runs[0]}: with temperature > 0 the tokens "
                 f"are sampled with the request's generator, never taken as an argmax. {hint[:1].upper()}{hint[1:]}")
     return {"message": f"over {n} calls, token {t} came at position {i} {'more' if too_many else 'less'} often "

@@ -11,7 +11,9 @@ from typing import Any, Sequence
 
 import mini_llm
 import torch
+from framework.engine import stop_reason
 from framework.kv_cache_manager import blocks_needed
+from framework.request import Request
 from judge.drivers import load_model as load_checkpoint
 from judge.harness import CaseFailure, option, rng as seeded
 from judge.remote import Driver, learner_failure
@@ -34,14 +36,17 @@ def _alone(model, prompt: tuple[int, ...], max_tokens: int, eos: int | None) -> 
 
 
 def alone(model, prompt: Sequence[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> list[int]:
-    """The greedy continuation of `prompt` generated alone, stopping as the engine must (at a token of
-    stop_token_ids, and at a stop string when there is a tokenizer to see it)."""
+    """The greedy continuation of `prompt` generated alone, stopping as the engine must (`expected_reason`; a stop
+    string only when there is a tokenizer to see it)."""
     tokens = list(_alone(model, tuple(prompt), params.max_tokens, None if params.ignore_eos else eos))
-    strings = params.stop if tokenizer is not None else []
-    for n in range(1, len(tokens) + 1):
-        if tokens[n - 1] in params.stop_token_ids or any(stop in tokenizer.decode(tokens[:n]) for stop in strings):
-            return tokens[:n]
-    return tokens
+    end = next((n for n in range(1, len(tokens)) if expected_reason(tokens[:n], params, None, tokenizer)), len(tokens))
+    return tokens[:end]
+
+
+def expected_reason(tokens: list[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> str | None:
+    """Why a request whose output tokens are `tokens` is done, or None: framework.engine.stop_reason's answer, the
+    rule the statements tell the engine to call after each token."""
+    return stop_reason(Request([0], params, output_token_ids=list(tokens)), eos, tokenizer)
 
 
 def random_prompts(model, seed: int, lengths: Sequence[int]) -> list[list[int]]:

@@ -24,7 +24,7 @@ from judge.drivers.rounds import answered, departure_of, handling
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
 from judge.traces import StepLog, offer, row, step_record, with_table
-from judge.hidden.end_to_end import alone, load_model, random_prompts
+from judge.hidden.end_to_end import alone, expected_reason, load_model, random_prompts
 from judge.remote import Driver, learner_failure
 from solutions import engine as ref
 
@@ -211,17 +211,6 @@ def check_items(k: int, sched: list[dict], items: list[dict]) -> None:
                             "tokens this step computes, from the count the scheduler left")
                 raise _fail(k, f"wrong {name} in the item of request {s['rid']}", field=name, expected=e, got=g,
                             hint=hint)
-
-
-def expected_reason(tokens: list[int], params: SamplingParams, eos: int | None, tokenizer: Any = None) -> str | None:
-    if len(tokens) > params.min_tokens:
-        if (tokens[-1] == eos and not params.ignore_eos) or tokens[-1] in params.stop_token_ids:
-            return "stop"
-        if params.stop and tokenizer is not None and any(stop in tokenizer.decode(tokens) for stop in params.stop):
-            return "stop"
-    if len(tokens) >= params.max_tokens:
-        return "length"
-    return None
 
 
 def per_prompt(params: Any, n: int) -> list[SamplingParams]:

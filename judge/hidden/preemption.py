@@ -110,7 +110,8 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
                 "returns False" if exp_ret is False else "return True once scheduler.kv.allocate_slots succeeds")
         raise CaseFailure(f"allocate_or_preempt returned {ret!r}", input=text, field="return value",
                           expected=exp_ret, got=ret, hint=hint)
-    for rid, names in list(res["others changed"].items())[:1]:
+    if res["others changed"]:
+        rid, names = next(iter(res["others changed"].items()))
         raise CaseFailure(f"after the call, request {rid}'s {', '.join(names)} changed", input=text,
                           field=f"{rid}'s other fields", expected="left as they are", got=f"{', '.join(names)} changed",
                           hint="preemption changes a request's queue, blocks, num_computed_tokens, status and "
