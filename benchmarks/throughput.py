@@ -276,7 +276,8 @@ def run_benchmark(num_requests: int = 64, seed: int = 0, max_batch: int = 16, to
             if {"hf", "hf-cb", "hf-cb-defaults", "hf-lookup"} & set(systems) else None
         if workload_name == "repetitive":
             from mini_llm import load_tokenizer
-            workload = Workload(*repetitive_prompts(ours, load_tokenizer(folder), num_requests, seed, output_lens))
+            workload = Workload(*repetitive_prompts(ours, load_tokenizer(folder), num_requests, seed, output_lens,
+                                                      engine_cls=LLMEngine))
         else:
             workload = make_workload(num_requests, seed, vocab, prompt_lens, output_lens)
     speculative = speculative or SpeculativeConfig()

@@ -160,7 +160,7 @@ class ChapterSession:
                       if not isinstance(w, str)}  # each module once, as the last cell saw it
             exercises = sorted((w for w in latest.values() if w.exercise), key=lambda c: c.exercise)
             unreleased = sorted(w.module for w in latest.values() if not w.exercise)
-            files = sorted(w for w in waits if isinstance(w, str))  # "benchmarks/repetitive.py"
+            files = sorted(w for w in waits if isinstance(w, str))  # "benchmarks/throughput.py"
             needs = ([awaited(exercises, "{module} (exercise {exercise}{why})")] if exercises else []) + \
                     ([f"{listed(unreleased)}, whose exercise this copy does not release"] if unreleased else []) + \
                     ([f"{listed(files)}, which your copy does not have"] if files else [])
@@ -312,7 +312,7 @@ def awaited(missing: list, form: str) -> str:
 
 def _waiting_for(stop: Exception) -> list:
     """What a stopped cell waits for: the exercises not passed yet or not released here (course.Choice), or a file
-    this copy lacks, "benchmarks/repetitive.py"."""
+    this copy lacks, "benchmarks/throughput.py"."""
     if hasattr(stop, "missing"):  # course.NotPassedYet; course.NotInThisCopy has a path instead
         return stop.missing() or [stop.choice]  # none: a module whose exercise this copy does not release
     return [stop.path] if getattr(stop, "path", None) else []

@@ -31,7 +31,8 @@ NOT_ISOLATED = ("note: not isolated: your code runs in a plain subprocess with t
 # these (`course_binds`). The edition also writes, filtered, the chapters (which the worker never sees) and the
 # judge's `EDITION_JUDGE` folders (the released exercises' metadata and public cases, which hold no secret).
 STUDENT_FILES = ("pyproject.toml", "environment.yml", "practice", "framework", "mini_llm", "course", "docs/glossary.md",
-                 "scripts/train_tiny_model.py", "scripts/story_generator.py", "judge/*.py", "judge/drivers")
+                 "scripts/train_tiny_model.py", "scripts/story_generator.py", "benchmarks/repetitive.py", "judge/*.py",
+                 "judge/drivers")
 EDITION_JUDGE = ("judge/exercises", "judge/public")
 
 

@@ -89,7 +89,7 @@ def test_greedy_is_identical_on_the_benchmark_workloads(workload):
         w = make_workload(8, 0, list(range(model().cfg.vocab_size)), (16, 96), (8, 32))
         prompts, lens = w.prompts, w.output_lens
     else:
-        prompts, lens = repetitive_prompts(model(), mini_llm.load_tokenizer(), 8, 0, (8, 32))
+        prompts, lens = repetitive_prompts(model(), mini_llm.load_tokenizer(), 8, 0, (8, 32), engine_cls=LLMEngine)
     config = dict(num_blocks=256, token_budget=256, max_num_seqs=16)
     plain, plain_engine = run(LLMEngine, prompts, lens, **config)
     spec, engine = run(SpecDecodeEngine, prompts, lens, speculative=SpeculativeConfig(), **config)
@@ -177,7 +177,7 @@ def test_the_engines_first_drafted_token_is_distributed_as_p():
     one token), so each request's first step computes its last prompt token with 4 drafts, and emits its first
     token by rejection sampling. Its distribution is p, the model's own (mini_llm's forward pass, temperature 2,
     where p(draft) is near one half)."""
-    prompt = repetitive_prompts(model(), mini_llm.load_tokenizer(), 1, 0, (8, 8))[0][0]
+    prompt = repetitive_prompts(model(), mini_llm.load_tokenizer(), 1, 0, (8, 8), engine_cls=LLMEngine)[0][0]
     engine = SpecDecodeEngine(model(), EngineConfig(num_blocks=len(prompt) + 600 * 5, block_size=1,
                                                     token_budget=600 * 5, max_num_seqs=600,
                                                     enable_prefix_caching=True, speculative=SpeculativeConfig(4, 1, 4)))

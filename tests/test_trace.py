@@ -19,7 +19,7 @@ from framework.spec_decode import SpeculativeConfig
 from framework.trace import StepTracer, load_trace, step_cost, tracing
 from mini_llm.settings import EMBEDDED_MODEL
 from solutions import spec_decode
-from solutions.engine import LLM
+from solutions.engine import LLM, LLMEngine
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -77,7 +77,7 @@ def test_speculation_with_preemption_and_prefix_hits(tmp_path):
     config = dict(dtype=torch.float32, num_blocks=24, token_budget=64, enable_prefix_caching=True,
                   speculative=SpeculativeConfig())
     plain = spec_decode.LLM(**config)
-    prompts, lens = repetitive_prompts(plain.model, plain.tokenizer, 6, 0, (8, 24))
+    prompts, lens = repetitive_prompts(plain.model, plain.tokenizer, 6, 0, (8, 24), engine_cls=LLMEngine)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in lens]
     want = [o.outputs[0].token_ids for o in plain.engine.generate(prompts, params)]
     path = tmp_path / "spec.json"

@@ -155,7 +155,8 @@ def test_reference_trace_stored_for_a_copy_without_the_reference(model, monkeypa
 def test_speculation_drafts_in_the_comparison(model):
     """With speculation on, the rows carry the drafts: the same workload with and without it first differs at the
     first step that drafted, and its table has a drafts column."""
-    prompts, _ = repetitive_prompts(model, mini_llm.load_tokenizer(), 2, 0, (8, 12))  # text that repeats itself
+    prompts, _ = repetitive_prompts(model, mini_llm.load_tokenizer(), 2, 0, (8, 12),
+                              engine_cls=solutions.engine.LLMEngine)  # text that repeats itself
     params = SamplingParams(max_tokens=8, ignore_eos=True)
     config = dict(token_budget=64, block_size=4, num_blocks=64)
     plain, _ = traces.traced(solutions.engine.LLMEngine(model, EngineConfig(**config)),
