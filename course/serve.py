@@ -70,6 +70,9 @@ SIMPLE_CHAT_TEMPLATE = "{role}: {content}\n"  # per message, then "assistant:" (
 PREFIX = "mini_llm:"
 MAX_N = 16  # completions per request
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; each one is searched for after every token)
+# characters per stop string: after every token, the text held back is the longest tail that begins one, a search
+# quadratic in its length (framework/request.py's OutputText) that runs on the event loop, beside every stream
+MAX_STOP_CHARS = 64
 SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's
@@ -188,8 +191,15 @@ def sampling_params(req: SamplingFields, max_tokens: int | None, named_as: dict[
     refuse_unsupported(req)
     if not 1 <= req.n <= MAX_N:
         raise BadRequest(f"n must be in [1, {MAX_N}] (completions per request), got {req.n}", "n")
-    if isinstance(req.stop, list) and len(req.stop) > MAX_STOP:  # each is searched for at every token
-        raise BadRequest(f"stop: at most {MAX_STOP} stop strings, got {len(req.stop)}", "stop")
+    stops = [req.stop] if isinstance(req.stop, str) else req.stop or []
+    if len(stops) > MAX_STOP:  # each is searched for at every token
+        raise BadRequest(f"stop: at most {MAX_STOP} stop strings, got {len(stops)}", "stop")
+    if longest := max((s for s in stops if len(s) > MAX_STOP_CHARS), key=len, default=None):
+        raise BadRequest(f"stop: a stop string has at most {MAX_STOP_CHARS} characters, got one of {len(longest)} "
+                         f"({longest[:20]!r}...)", "stop")
+    if req.seed is not None and req.seed + req.n > 2**64:  # child i samples with seed + i
+        raise BadRequest(f"seed: child i of the n = {req.n} completions samples with seed + i, which must stay below "
+                         f"2**64: give a seed of at most {2**64 - req.n}", "seed")
     names = ("temperature", "top_p", "top_k", "stop", "seed", "presence_penalty", "frequency_penalty",
              "stop_token_ids", "min_tokens", "min_p", "repetition_penalty")
     given = {name: getattr(req, name) for name in names} | {"max_tokens": max_tokens} | extra
@@ -698,7 +708,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         params = sampling_params(req, 1 if echo_only else req.max_tokens,
                                  logprobs=None if echo_only else req.logprobs,
                                  prompt_logprobs=req.logprobs if req.echo else None)
-        check_room(len(prompt_ids), params.max_tokens, "prompt", "max_tokens" if req.max_tokens is not None else None)
+        check_room(len(prompt_ids), params.max_tokens, "prompt", "max_tokens")  # given, or the default 16
         await compile_grammar(params, req)
         gens = await start(prompt_ids, params, req.n)
         echo = None
@@ -734,7 +744,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
 
     @app.get("/v1/models")
     async def models() -> dict:
-        limit = llm.engine.model.cfg.max_position_embeddings
+        limit = context_limit()[0]
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
                                             "owned_by": "mini-llm-course", "max_model_len": limit}]}
 
@@ -763,7 +773,7 @@ def parse_body(model: type[BaseModel], body: bytes) -> Any:
         raise BadRequest(f"the body is not valid JSON (JSON decode error: {error.msg} at character {error.pos}): "
                          "send one JSON object") from error
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)  # "3" or true is not an int: OpenAI's API refuses both
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from error
 

@@ -105,7 +105,7 @@ class OutputText:
         if not finished:
             end = min(end, len(text.rstrip("\ufffd")))
             if self.end is None and not params.include_stop_str_in_output:
-                end -= max((k for s in params.stop for k in range(1, len(s)) if text[:end].endswith(s[:k])),
+                end -= max((k for s in params.stop for k in range(1, len(s)) if text.endswith(s[:k], 0, end)),
                            default=0)
         delta = text[self.num_sent:end] if end > self.num_sent else ""
         self.num_sent += len(delta)

@@ -199,6 +199,14 @@ BAD = [  # (endpoint, body, words of the 400 message)
     ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      "messages.0.content"),
     ("completions", {"prompt": "Hi", "stop": [f"s{i}" for i in range(17)]}, "at most 16 stop strings, got 17"),
+    ("completions", {"prompt": "Hi", "stop": ["\n", "ab" * 33]}, "at most 64 characters, got one of 66"),
+    ("completions", {"prompt": "Hi", "n": 2, "seed": 2**64 - 1}, "give a seed of at most 18446744073709551614"),
+    ("completions", {"prompt": "Hi", "max_tokens": True}, "max_tokens: Input should be a valid integer"),
+    ("completions", {"prompt": "Hi", "max_tokens": "3"}, "max_tokens: Input should be a valid integer"),
+    ("completions", {"prompt": "Hi", "stream": "yes"}, "stream: Input should be a valid boolean"),
+    ("completions", {"prompt": "Hi", "temperature": "0.5"}, "temperature: Input should be a valid number"),
+    ("completions", {"prompt": [10] * 1590}, "max_tokens (16) plus the prompt (1590 tokens) exceeds this server's "
+                                             "KV cache (1600 tokens: num_blocks x block_size): ask for at most 10"),
     ("completions", {"prompt": "Hi", "response_format": "json"}, "response_format must be an object"),
     ("completions", {"prompt": "Hi", "stream_options": {"include_usage": True}},
      "stream_options is only allowed with stream: true"),
@@ -269,6 +277,7 @@ def test_the_openai_clients_message_shapes_and_the_model_card(server):
 
     (mine, theirs), card = asyncio.run(run())
     assert mine == theirs and card.id == "tiny-qwen3"
+    assert card.max_model_len == 1600  # the KV cache (100 blocks of 16), smaller than the model's 2048 positions
     r = httpx.get(f"{base}/models/gpt-4")
     assert r.status_code == 404 and r.json()["error"]["param"] == "model", r.text
 
