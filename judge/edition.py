@@ -292,12 +292,25 @@ def note_missing_files(nb: dict, out: Path) -> None:
                               "the course's repository.")
 
 
+def shipped_references(with_solutions: list[Exercise]) -> list[Path]:
+    """The released references, and each reference module that only assembles them (the KV-cache manager on 125
+    and 132, the model runner on 126-128) where every module it imports ships: `solutions.engine` then imports."""
+    answers = {ex.reference_path for ex in load_exercises().values()}
+    shipped = {ex.reference_path for ex in with_solutions}
+    for module in sorted(set((ROOT / "solutions").glob("*.py")) - answers - {ROOT / "solutions" / "__init__.py"}):
+        imported = {ROOT / "solutions" / f"{node.module}.py" for node in ast.walk(ast.parse(module.read_text()))
+                    if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module}
+        if imported <= shipped:
+            shipped.add(module)
+    return sorted(p.relative_to(ROOT) for p in shipped)
+
+
 def write_edition(out: Path, released: list[Exercise], with_solutions: list[Exercise]) -> list[str]:
     """Write the edition into `out` (which must not exist); return its files, relative to out."""
     ids = {ex.id for ex in released}
     metadata = [p.relative_to(ROOT) for p in sorted((ROOT / "judge" / "exercises").glob("ex*.py"))
                 if int(p.name[2:5]) in ids]
-    references = [ex.reference_path.relative_to(ROOT) for ex in with_solutions]
+    references = shipped_references(with_solutions)
     out.mkdir(parents=True)
     (out / "README.md").write_text(student_readme(released, with_solutions))
     for rel in [*student_files(), "judge/exercises/__init__.py", *metadata, "solutions/__init__.py", *references]:

@@ -530,3 +530,23 @@ def test_the_edition_command_takes_ranges_and_says_what_is_wrong(tmp_path, capsy
     assert edition.main([str(tmp_path / "e"), "--released", "126", "--with-solutions", "125"]) == 2
     assert "add [125] to --released" in capsys.readouterr().err
     assert not (tmp_path / "e").exists()
+
+
+def test_the_modules_that_assemble_released_references_ship_with_them(tmp_path):
+    """With 125-132's solutions, the KV-cache manager and the model runner ship too, and the reference engine
+    imports from what the edition holds; with some of their parts only, neither ships."""
+    from judge import load_exercises
+    from judge.edition import shipped_references
+
+    exercises = load_exercises()
+    shipped = shipped_references([exercises[i] for i in range(125, 133)])
+    assert {"solutions/kv_cache_manager.py", "solutions/model_runner.py"} <= {str(p) for p in shipped}
+    partial = {p.name for p in shipped_references([exercises[i] for i in (125, 126, 127)])}
+    assert partial == {"block_pool.py", "paged_kv_cache.py", "paged_attention.py"}, partial
+    for rel in [Path("solutions/__init__.py"), *shipped]:
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    code = SITECUSTOMIZE + "import solutions.engine\nprint(solutions.engine.__file__)"
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}"))
+    assert p.returncode == 0 and p.stdout.startswith(str(tmp_path)), p.stdout + p.stderr
