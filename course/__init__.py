@@ -43,6 +43,7 @@ from typing import Callable
 from judge.practice_finder import forget
 from judge.registry import OPTIONAL, PARTS, exercises_of, needs_text, span  # noqa: F401  (the course's names)
 
+from . import notebook
 from .notebook import awaited
 
 IMPLEMENTATIONS = ("solutions", "practice")
@@ -212,7 +213,9 @@ def use(module: str) -> ModuleType:
         return importlib.import_module(f"framework.{module}")
     if IMPL == "solutions" and all(c.has_reference for c in picked.values()):
         return importlib.import_module(f"solutions.{module}")
-    USED_YOURS.update(name for name in PARTS.get(module, (module,)) if name in picked and picked[name].yours)
+    yours = {name for name in PARTS.get(module, (module,)) if name in picked and picked[name].yours}
+    USED_YOURS.update(yours)
+    notebook.using(yours)
     try:
         return _assembled(module, tuple(sorted(picked.items())))
     except ExerciseNeeded as e:
@@ -456,7 +459,5 @@ def start(chapter: str) -> None:
     """A chapter's first call: print the banner and, in Jupyter, let cells that meet a module not passed yet show
     their stored outputs instead of failing (course/notebook.py)."""
     print(start_text(chapter))
-    from . import notebook
-
     USED_YOURS.clear()
     notebook.install(chapter, USED_YOURS, (NotPassedYet, NotInThisCopy))

@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
+PRACTICE = CHAPTERS.parent / "practice"
 MARK = "(stored output: "
 TIMING_TAG, VARIES_TAG = "timing", "varies"  # output that varies run to run (tests/test_notebooks.py reads these)
 UNCOMPARED_TAGS = (TIMING_TAG, VARIES_TAG, "unchecked")
@@ -112,7 +113,7 @@ class ChapterSession:
         self.tee = _Tee(sys.stdout)
         sys.stdout = self.tee
         found = self.stored(self.cell)
-        if self.yours and found is not None and _checked(found[1]):
+        if found is not None and _checked(found[1]):
             self.watch = _Watch(self.yours)
 
     def post_run_cell(self, result) -> None:
@@ -201,13 +202,18 @@ def _checked(cell: dict) -> bool:
 class _Watch:
     """Which of your exercise modules (practice/<module>.py) run while a cell runs: a profile hook, in this thread
     and in threads the cell starts, that notes each call of a function of theirs, and removes itself once it has
-    seen them all (it costs nothing after that)."""
+    seen them all (it costs nothing after that). A module the cell's own `course.use` returns is added then."""
 
     def __init__(self, modules: set[str]) -> None:
-        files = {getattr(sys.modules.get(f"practice.{m}"), "__file__", None): m for m in modules}
-        self.files = {f: m for f, m in files.items() if f}
+        self.files: dict[str, str] = {}
         self.seen: set[str] = set()
-        if self.files:
+        self.add(modules)
+
+    def add(self, modules: set[str]) -> None:
+        new = {getattr(sys.modules.get(f"practice.{m}"), "__file__", None) or str(PRACTICE / f"{m}.py"): m
+               for m in modules - set(self.files.values())}
+        if new:
+            self.files.update(new)
             sys.setprofile(self.hook)
             threading.setprofile(self.hook)
 
@@ -316,6 +322,12 @@ def _waiting_for(stop: Exception) -> list:
     if hasattr(stop, "missing"):  # course.NotPassedYet; course.NotInThisCopy has a path instead
         return stop.missing() or [stop.choice]  # none: a module whose exercise this copy does not release
     return [stop.path] if getattr(stop, "path", None) else []
+
+
+def using(modules: set[str]) -> None:
+    """Your modules that a `course.use` call has just returned: the cell being watched watches them too."""
+    if _active is not None and _active.watch is not None:
+        _active.watch.add(modules)
 
 
 def install(chapter: str, yours: set[str], stops: tuple[type[Exception], ...]) -> ChapterSession | None:

@@ -174,3 +174,18 @@ def test_chapter_reproduces_its_outputs(path: Path):
             f"varies from run to run (timings), tag the cell '{TIMING_TAG}': its numbers are then masked.\n"
             f"--- source\n{source}\n--- stored\n{want}\n--- fresh run\n{got}"
         )
+
+
+def test_a_cell_watches_your_module_that_its_own_course_use_returns():
+    """A chapter's verdict names, for each checked cell, your modules that ran in it. A module the cell itself first
+    gets from `course.use` (chapter 13's drafting cell and spec_decode) is watched from then on, loaded or not."""
+    from course import notebook
+
+    watch = notebook._Watch(set())  # the cell starts with none of your modules in use
+    sys.modules.pop("practice.block_pool", None)
+    watch.add({"block_pool"})  # what course.use("block_pool") does, before it imports the module
+    try:
+        importlib.import_module("practice.block_pool").BlockPool(4)
+    except NotImplementedError:  # the untouched stub
+        pass
+    assert watch.stop() == {"block_pool"}
