@@ -24,7 +24,7 @@ def shard_layer(weights: dict[str, torch.Tensor], rank: int, world_size: int, nu
     o_proj and down_proj along their input features (dim 1); the four RMSNorm weights are whole on every rank.
 
     Returns a dict with the same keys. Raises ValueError when world_size does not divide num_heads, num_kv_heads
-    and the intermediate size. Does not modify `weights`.
+    or the intermediate size. Does not modify `weights`.
     """
     raise NotImplementedError("exercise 135: shard_layer is not implemented yet (practice/tensor_parallel.py)")
 
