@@ -206,7 +206,11 @@ def _binomial_range(n: int, prob: float, tail: float) -> tuple[int, int]:
     return int((below <= tail).sum()), n - int((above <= tail).sum())
 
 
-def _cell_hint(position: int, token: int, drafts: list[int], too_many: bool) -> str:
+def _cell_hint(position: int, token: int, drafts: list[int], too_many: bool, p: float) -> str:
+    """What a cell out of range says is wrong; `p`: the token's probability in its row, after temperature and cuts."""
+    if too_many and p == 0:
+        return (f"token {token} came at position {position}, where temperature and the cuts (top_k, top_p, min_p) "
+                "give it probability 0: take p from sampling_probs(logits[i], params), not a plain softmax")
     if position == len(drafts):
         return ("the bonus token is not distributed as p of row d: after all d drafts are accepted, sample it with "
                 "sample_token(logits[d], params, request.generator)" +
@@ -247,7 +251,7 @@ def sampling_failure(case: dict[str, Any], runs: list[list[int]], one_generator:
     table = "\n".join([f"position {i}: token, P(emitted there), expected count, got, a correct sampler's range"] + [
         f"  {tok:>5}  {e:>8.4f}  {e * n:>8.1f}  {c:>6}  [{lo}, {hi}]{'  <- out of range' if not lo <= c <= hi else ''}"
         for tok, e, c, lo, hi in rows[i]])
-    hint, all_same = _cell_hint(i, t, drafts, too_many), len({tuple(run) for run in runs}) == 1
+    hint, all_same = _cell_hint(i, t, drafts, too_many, probs[i][t]), len({tuple(run) for run in runs}) == 1
     if all_same and one_generator:
         hint = (f"all {n} calls emitted {runs[0]}: they drew the same random numbers. Draw them with the request's "
                 "generator, torch.rand((), generator=request.generator), which every call moves on: a generator made "

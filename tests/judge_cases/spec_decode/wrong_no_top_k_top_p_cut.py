@@ -1,7 +1,7 @@
 """Wrong: the drafts are verified against softmax(logits / temperature), without the top-k and top-p cuts of
 sampling_probs (the bonus token, through sample_token, has them).
 
-EXPECT: than a correct sampler gives it
+EXPECT: give it probability 0: take p from sampling_probs(logits[i], params)
 PUBLIC: caught
 """
 
