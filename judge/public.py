@@ -103,6 +103,9 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     long_lists = isinstance(expected, list) and isinstance(value, list) and len(repr(expected)) > LONG
     shown = f"{len(expected)} items expected, got {len(value)}" if long_lists else \
         f"expected {short(expected)}, got {short(value)}"
+    if _increasing(expected) and _increasing(value):  # a set of ids (tokens masked, blocks): what differs
+        shown = (f"{short(sorted(set(value) - set(expected)))} in yours only, "
+                 f"{short(sorted(set(expected) - set(value)))} missing from yours")
     return (f"{_named(req, where) or 'the result'}: {shown}\ninput: {what}{raised}"
             + (f"\nhint: {hint}" if hint else ""))
 
@@ -143,7 +146,13 @@ def _whole_list(want: Any, got: Any, where: str, expected: Any, value: Any) -> t
         return where, expected, value
     w, g = _at(want, outer), _at(got, outer)
     numbers = isinstance(w, list) and isinstance(g, list) and all(isinstance(x, (int, float)) for x in w)
-    return (outer, w, g) if numbers and len(w) <= 16 else (where, expected, value)
+    return (outer, w, g) if numbers and len(w) <= 16 or _increasing(w) and _increasing(g) else (where, expected, value)
+
+
+def _increasing(value: Any) -> bool:
+    """A list of more than 16 ints in increasing order: a set of ids, which is read by what one side lacks."""
+    return isinstance(value, list) and len(value) > 16 and all(type(x) is int for x in value) and \
+        all(a < b for a, b in zip(value, value[1:]))
 
 
 def _at(value: Any, where: str) -> Any:

@@ -154,3 +154,15 @@ def test_a_list_of_another_length_is_named_by_its_first_difference_or_its_length
     failures = public_failures(130, path, recorded[130], first_only=True)
     message = next(iter(failures.values()))
     assert re.search(r"steps: \d+ items expected, got \d+\n", message) and len(message.split("\n")[0]) < 120, message
+
+
+def test_a_set_of_ids_is_shown_by_what_differs(recorded: dict[int, dict[str, list]]) -> None:
+    """136's masks are the token ids at -inf, in increasing order: a wrong mask is named by its logits row and shown
+    by the tokens only one side masks, not by the first index where the two lists part ("masked[1][3]: expected 4,
+    got 3", a position read as a token id)."""
+    if 136 not in recorded:
+        recorded[136] = edition.record(judge.get_exercise(136))
+    path = CASES_DIR / "structured_output" / "wrong_drafts_not_advanced.py"
+    message = next(iter(public_failures(136, path, recorded[136], first_only=True).values()))
+    assert re.match(r"fail: the tokens set to -inf in logits row \d+: \[[\d, ]*\] in yours only, \[[\d, ]*\] "
+                    r"missing from yours\n", message), message

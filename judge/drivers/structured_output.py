@@ -8,6 +8,7 @@ swapped (`vocab(OTHER_EOS)`): what ends a request is the grammar's end, not toke
 from __future__ import annotations
 
 import functools
+import re
 from types import ModuleType
 from typing import Any
 
@@ -75,6 +76,14 @@ def mask(impl: ModuleType, rows: list[dict], logits: list[list[float]]) -> dict[
             "changed": [torch.nonzero(r).flatten().tolist() for r in other],
             "states": [state(r.grammar) for r in objects],
             "returned": None if returned is None else type(returned).__name__}
+
+
+def where(path: str, fn: str, *args: Any) -> str | None:
+    """A place in `mask`'s answer (`masked[1]`) in the learner's words: `the tokens set to -inf in logits row 1`."""
+    found = re.fullmatch(r"(masked|changed)\[(\d+)\]", path)
+    if fn != "mask" or found is None:
+        return None
+    return f"the tokens {'set to -inf' if found[1] == 'masked' else 'changed otherwise'} in logits row {found[2]}"
 
 
 def update(impl: ModuleType, spec: dict, accepted: list[int], drafts: list[int], token_ids: list[int],
