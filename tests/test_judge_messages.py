@@ -122,8 +122,8 @@ def test_a_failure_in_a_later_world_lists_that_worlds_calls():
 
 
 def test_135s_public_messages_name_what_each_rank_passed_to_all_reduce():
-    """The driver's answer lists what every rank passed to all_reduce; a replayed case names it in the learner's words
-    (rank, call), never as the driver's field `sent`."""
+    """The driver's answer lists what every rank passed to all_reduce, first; a replayed case names it in the learner's
+    words (rank, call), never as the driver's field `sent`."""
     ex = judge.get_exercise(135)
     case = next(c for c in judge.runner._case_list(ex, None) if "1, 2 and 4 ranks, two all-reduces" in c.name)
     rec = Recording(ex, {"impl_module": ex.reference})
@@ -132,6 +132,10 @@ def test_135s_public_messages_name_what_each_rank_passed_to_all_reduce():
     message = public.replay(InProcess(ex, {"impl": str(wrong)}), rec.log)
     assert message.startswith("the tensors rank 0 passed to all_reduce, one per call: 2 items expected, got 0"), message
     assert "sent" not in message, message
+    # the first sum that differs is named before the output it spoils: here the residual summed with o_proj's output
+    summed = ROOT / "tests" / "judge_cases" / "tensor_parallel" / "wrong_residual_reduced.py"
+    message = public.replay(InProcess(ex, {"impl": str(summed)}), rec.log)
+    assert message.startswith("the tensor rank 0 passed to all_reduce in its call 1, at "), message
 
 
 def test_a_report_hides_the_graders_folders_but_not_a_student_named_like_one(monkeypatch):

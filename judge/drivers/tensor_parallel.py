@@ -130,6 +130,7 @@ def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Te
         t.start()
     for t in threads:
         t.join()
-    return {"outputs": [o if isinstance(o, torch.Tensor) else None for o in outputs],
-            "returned": [type(o).__name__ for o in outputs], "errors": errors, "out_of_step": out_of_step,
-            "sent": group.sent}
+    # what the ranks passed to all_reduce first: a replayed case names the first sum that differs (a residual
+    # summed too, a head mapped wrong) before the output it spoils
+    return {"sent": group.sent, "outputs": [o if isinstance(o, torch.Tensor) else None for o in outputs],
+            "returned": [type(o).__name__ for o in outputs], "errors": errors, "out_of_step": out_of_step}
