@@ -132,7 +132,8 @@ python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e .
 "Runs the course's": the exercises whose code this exercise's cases run besides yours (in brackets: only in cases
 that preempt or cache prefixes; "e2e": only in the end-to-end case, which your instructor runs). The course's own
 code of them runs, or in your copy the answers recorded from it, so you need not pass them first; the chapters run
-yours of them once they pass. Each statement's "Needs" line says it in words.
+yours of them once they pass. Each statement's "Needs" line says it in words. A reference given is there to read
+(and the chapters run it for that module until yours passes): nothing needs copying into `practice/`.
 
 Check your work with `.venv/bin/python practice/judge.py ID` (e.g. `{released[0].id if released else 128}`): it runs
 the public cases of the exercise (its statement's worked examples and at least four cases over the whole contract;
