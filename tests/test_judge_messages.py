@@ -145,3 +145,16 @@ def test_a_report_hides_the_graders_folders_but_not_a_student_named_like_one(mon
     monkeypatch.setenv("HOME", "/root")
     text = report._private(f"grading /srv/submitted/root/ex125/ex125.ipynb, {report.ROOT}/judge/x.py, /root/.cache")
     assert text == "grading /srv/submitted/root/ex125/ex125.ipynb, <course>/judge/x.py, ~/.cache", text
+
+
+def test_133s_public_messages_read_as_the_schedule_and_the_loop():
+    """A replayed case of 133 gives its input as the schedule a learner can rerun (not a driver call cut at 200
+    characters) and names what differs in the loop's words, as the hidden cases do."""
+    ex = judge.get_exercise(133)
+    case = next(c for c in judge.runner._case_list(ex, None) if c.name in ex.public_cases)
+    rec = Recording(ex, {"impl_module": ex.reference})
+    assert harness.run_case(case, RemoteModule(rec)).passed
+    wrong = ROOT / "tests" / "judge_cases" / "online_loop" / "wrong_step_on_loop_thread.py"
+    message = public.replay(InProcess(ex, {"impl": str(wrong)}), rec.log)
+    assert message.startswith("engine step 1 ran on the event loop's thread"), message
+    assert re.search(r"\ninput: add a \(\[[\d, ]+\], max_tokens=\d+\); .*\(EngineConfig\(\{.*\}\)\)$", message), message

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 import selectors
 import threading
 import time
@@ -326,6 +327,44 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
         await asyncio.wait_for(shutdown(), READ_TIMEOUT)
     return {"streams": {name: c.plain() for name, c in consumers.items()}, "idle": idle, "aborts": aborts,
             "refused": refused}
+
+
+def schedule_text(config: dict, events: list[dict]) -> str:
+    """A schedule of `run_schedule` as the learner can read it."""
+    parts = []
+    for e in events:
+        if e["op"] == "add":
+            how = "" if e["read"] is None else f", read {e['read']} output(s) then {e['close']}"
+            params = f", max_tokens={e['params']['max_tokens']}" if e["params"] else ""
+            params += f", stop={e['params']['stop']}" if e["params"] and e["params"]["stop"] else ""
+            parts.append(f"add {e['name']} ({short(e['prompt'])}{params}{how})")
+        elif e["op"] == "wait":
+            parts.append(f"wait until {e['name']} has {e['outputs']} output(s)")
+        elif e["op"] == "idle":
+            parts.append(f"wait for every stream, then stay idle {e['seconds']} s")
+        else:
+            parts.append(f"{e['op']} {e.get('name', '')}".strip())
+    return "; ".join(parts) + f" (EngineConfig({config}))"
+
+
+def describe(fn: str, config: dict, events: list[dict], fail_at: int | None = None, *rest: Any) -> str | None:
+    """A replayed case's input in the learner's words (judge/public.py), as the hidden cases give it."""
+    if fn != "run_schedule":
+        return None
+    return schedule_text(config, events) + (f", forward pass {fail_at} raises" if fail_at else "")
+
+
+def where(path: str, fn: str, *args: Any) -> str | None:
+    """A place in `run_schedule`'s answer (`steps[0].on_loop_thread`) in the learner's words."""
+    if fn != "run_schedule":
+        return None
+    if found := re.fullmatch(r"steps\[(\d+)\]\.on_loop_thread", path):
+        return f"engine step {int(found[1]) + 1} ran on the event loop's thread (step() blocks: call it in a thread)"
+    if path == "loop_frozen_at_step":
+        return "the engine step during which the event loop stopped answering (None: never)"
+    if found := re.fullmatch(r"streams\.(\w+)\.(\w+)(.*)", path):
+        return f"stream {found[1]}'s {found[2]}{found[3]}"
+    return None
 
 
 def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: int | None = None,

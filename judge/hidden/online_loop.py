@@ -15,7 +15,7 @@ from typing import Any
 
 from framework.engine import EngineConfig, StepError
 from framework.sampling import SamplingParams
-from judge.drivers.async_engine import FROZEN_AFTER, TIMELINE, ScriptedEngine, SplitCharTokenizer
+from judge.drivers.async_engine import FROZEN_AFTER, TIMELINE, ScriptedEngine, SplitCharTokenizer, describe
 from judge.drivers.engine import plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
@@ -68,23 +68,6 @@ class Schedule:
     def idle(self, seconds: float) -> None:
         self.events.append({"op": "idle", "seconds": seconds})
 
-    def text(self) -> str:
-        """The schedule as the learner can read it."""
-        parts = []
-        for e in self.events:
-            if e["op"] == "add":
-                how = "" if e["read"] is None else f", read {e['read']} output(s) then {e['close']}"
-                params = f", max_tokens={e['params']['max_tokens']}" if e["params"] else ""
-                params += f", stop={e['params']['stop']}" if e["params"] and e["params"]["stop"] else ""
-                parts.append(f"add {e['name']} ({short(e['prompt'])}{params}{how})")
-            elif e["op"] == "wait":
-                parts.append(f"wait until {e['name']} has {e['outputs']} output(s)")
-            elif e["op"] == "idle":
-                parts.append(f"wait for every stream, then stay idle {e['seconds']} s")
-            else:
-                parts.append(f"{e['op']} {e.get('name', '')}".strip())
-        return "; ".join(parts) + f" (EngineConfig({self.config}))"
-
     def script(self) -> dict[str, list]:
         """What the reference engine generates for each request of the schedule, all added at once: [its tokens,
         its finish reason] by name, the script the engine around the learner's loop replays."""
@@ -106,7 +89,7 @@ class Run:
 
     def __init__(self, schedule: Schedule, reply: dict, fail_at: int | None, script: dict[str, list]) -> None:
         self.schedule, self.reply, self.fail_at, self.script = schedule, reply, fail_at, script
-        self.input = schedule.text() + (f", forward pass {fail_at} raises" if fail_at else "")
+        self.input = describe("run_schedule", schedule.config, schedule.events, fail_at)
         if "problem" in reply:
             raise CaseFailure(reply["problem"], hint="keep `class AsyncLLM:` with the methods of the starter file")
         if "error" in reply:  # a MemoryError stays one (raised_failure), for the "memory" verdict
