@@ -329,8 +329,11 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
             "refused": refused}
 
 
-def schedule_text(config: dict, events: list[dict]) -> str:
-    """A schedule of `run_schedule` as the learner can read it."""
+def describe(fn: str, config: dict, events: list[dict], fail_at: int | None = None, *rest: Any) -> str | None:
+    """A schedule of `run_schedule` as the learner can read it: a replayed case's input (judge/public.py), and the
+    hidden cases' too."""
+    if fn != "run_schedule":
+        return None
     parts = []
     for e in events:
         if e["op"] == "add":
@@ -344,14 +347,7 @@ def schedule_text(config: dict, events: list[dict]) -> str:
             parts.append(f"wait for every stream, then stay idle {e['seconds']} s")
         else:
             parts.append(f"{e['op']} {e.get('name', '')}".strip())
-    return "; ".join(parts) + f" (EngineConfig({config}))"
-
-
-def describe(fn: str, config: dict, events: list[dict], fail_at: int | None = None, *rest: Any) -> str | None:
-    """A replayed case's input in the learner's words (judge/public.py), as the hidden cases give it."""
-    if fn != "run_schedule":
-        return None
-    return schedule_text(config, events) + (f", forward pass {fail_at} raises" if fail_at else "")
+    return "; ".join(parts) + f" (EngineConfig({config}))" + (f", forward pass {fail_at} raises" if fail_at else "")
 
 
 def where(path: str, fn: str, *args: Any) -> str | None:
