@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import contextlib
 import dataclasses
+import functools
 import importlib
 import json
 import sys
@@ -546,23 +548,21 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
     def token_text(token_id: int) -> str:
         return llm.tokenizer.decode([token_id])
 
-    def completion_logprobs(pairs: list[tuple[int, TokenLogprobs | None]], offset: int = 0) -> dict:
+    def completion_logprobs(pairs: list[tuple[int, TokenLogprobs | None]], offsets: TextOffsets | None = None) -> dict:
         """OpenAI's completions format; as vLLM's, a position's top_logprobs also hold the chosen token."""
+        offsets = offsets or TextOffsets(llm.tokenizer)
         out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for token, lp in pairs:
-            text = token_text(token)
-            out["tokens"].append(text)
+            out["tokens"].append(token_text(token))
             out["token_logprobs"].append(None if lp is None else lp.logprob)
             out["top_logprobs"].append(None if lp is None else
                                        {token_text(t): v for t, v in [*lp.top, (token, lp.logprob)]})
-            out["text_offset"].append(offset)
-            offset += len(text)
+            out["text_offset"].append(offsets.take(token))
         return out
 
     def chat_logprobs(entries: list[TokenLogprobs]) -> dict:
         def one(token: int, logprob: float) -> dict:
-            text = token_text(token)
-            return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", "replace"))}
+            return {"token": token_text(token), "logprob": logprob, "bytes": token_bytes(llm.tokenizer, token)}
 
         return {"content": [one(lp.token_id, lp.logprob) | {"top_logprobs": [one(t, v) for t, v in lp.top]}
                             for lp in entries]}
@@ -575,11 +575,11 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         params = gens[0].output.params
         want_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
 
-        def logprobs_of(entries: list[TokenLogprobs], offset: int) -> dict | None:
+        def logprobs_of(entries: list[TokenLogprobs], offsets: TextOffsets | None = None) -> dict | None:
             if not want_logprobs:
                 return None
             return chat_logprobs(entries) if chat else completion_logprobs([(e.token_id, e) for e in entries],
-                                                                           offset)
+                                                                           offsets)
 
         def choice(index: int, text: str, reason: str | None, logprobs: dict | None = None,
                    first: bool = False) -> dict:
@@ -598,14 +598,13 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
                 if chat:
                     for index in range(len(gens)):
                         yield chunk([choice(index, "", None, first=True)])
-                offsets = [0] * len(gens)
+                offsets = [TextOffsets(llm.tokenizer) for _ in gens]
                 options = req.stream_options
                 continuous = options is not None and options.include_usage and options.continuous_usage_stats
                 async for index, text, logprobs in merged(gens):
                     if text or logprobs:
                         extra = {"usage": usage(gens)} if continuous else {}
                         yield chunk([choice(index, text, None, logprobs_of(logprobs, offsets[index]))], **extra)
-                        offsets[index] += sum(len(token_text(e.token_id)) for e in logprobs)
                 error = next((g.error for g in gens if g.error is not None), None)
                 if error is not None:
                     yield f"data: {json.dumps(error_body(error, 'server_error', 500))}\n\n"
@@ -628,10 +627,10 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
         for index, gen in enumerate(gens):
             if chat:
                 choices.append({"index": index, "message": {"role": "assistant", "content": gen.text},
-                                "logprobs": logprobs_of(gen.logprobs, 0), "finish_reason": gen.finish_reason})
+                                "logprobs": logprobs_of(gen.logprobs), "finish_reason": gen.finish_reason})
                 continue
             text, entries = gen.text, gen.logprobs
-            logprobs = logprobs_of(entries, 0)
+            logprobs = logprobs_of(entries)
             if echo is not None:
                 prompt_text, prompt_ids, drop_output = echo
                 text, entries = (prompt_text, []) if drop_output else (prompt_text + text, entries)
@@ -786,6 +785,43 @@ def encode_text(tokenizer: Any, text: str, param: str, add_special_tokens: bool 
         raise BadRequest(f"{param} is not valid Unicode: a lone surrogate (U+{ord(text[error.start]):04X}) at "
                          f"character {error.start}; send text whose surrogates come in pairs", param) from error
     return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+
+@functools.cache
+def _byte_of_char() -> dict[str, int]:
+    """Byte-level BPE spells each byte as one printable character (GPT-2's table, which Qwen's vocabulary uses)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
+
+
+def token_bytes(tokenizer: Any, token_id: int) -> list[int]:
+    """The token's own bytes (OpenAI's `bytes`): a character split across tokens, each of which decodes alone to
+    U+FFFD, is whole again when their bytes are joined. A byte-level BPE vocabulary holds them; other tokenizers,
+    and added tokens (<|im_end|>), give the UTF-8 of their text."""
+    from tokenizers.decoders import ByteLevel
+
+    piece, table = tokenizer.convert_ids_to_tokens(token_id), _byte_of_char()
+    byte_level = isinstance(getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None), ByteLevel)
+    if byte_level and token_id not in tokenizer.added_tokens_decoder and all(c in table for c in piece):
+        return [table[c] for c in piece]
+    return list(tokenizer.decode([token_id]).encode("utf-8", "replace"))
+
+
+class TextOffsets:
+    """Completions' `text_offset`: where each token's text begins in the choice's text, counted in characters. The
+    tokens that hold parts of one character begin where it does (vLLM adds each token's text decoded alone, one
+    U+FFFD per part, and drifts)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer, self.offset = tokenizer, 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def take(self, token_id: int) -> int:
+        """The offset of this token, the next of the text."""
+        at = self.offset
+        self.offset += len(self.decoder.decode(bytes(token_bytes(self.tokenizer, token_id))))
+        return at
 
 
 async def collect(stream: AsyncIterator[Any]) -> None:

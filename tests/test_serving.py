@@ -8,6 +8,7 @@ local-completions model pointed at the server. Bounded in count and time (about 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import threading
 import time
@@ -450,6 +451,28 @@ def test_echo_with_max_tokens_0_gives_the_prompts_logprobs(server32):
     assert lp.token_logprobs[0] is None and len(lp.token_logprobs) == len(prompt)
     want = [float(ref[i, t]) for i, t in enumerate(prompt[1:])]
     assert max(abs(a - b) for a, b in zip(lp.token_logprobs[1:], want)) < 1e-4
+
+
+def test_tokens_that_split_a_character_give_its_bytes_and_its_offset(server32):
+    """A character split across tokens (each decodes alone to U+FFFD): chat's `bytes` are each token's own, which
+    join into the character's UTF-8, and completions' `text_offset` points every part at the character."""
+    from course.serve import token_bytes
+
+    state, base = server32
+    tokenizer, text = state.llm.tokenizer, "Tom said: héllo 你好 😀, then left."
+    prompt = tokenizer.encode(text)
+    assert any(tokenizer.decode([t]) == "\ufffd" for t in prompt)  # the tiny vocabulary splits these characters
+    assert b"".join(bytes(token_bytes(tokenizer, t)) for t in prompt).decode() == text
+    r = sync_client(base).completions.create(model="tiny-qwen3", prompt=text, max_tokens=0, echo=True, logprobs=1)
+    sizes = [len(token_bytes(tokenizer, t)) for t in prompt]
+    starts = itertools.accumulate(sizes[:-1], initial=0)  # where each token's first byte is in the text's UTF-8
+    # the characters wholly before it: those of the bytes before it, less a character it completes
+    assert r.choices[0].logprobs.text_offset == [len(text.encode()[:s].decode("utf-8", "ignore")) for s in starts]
+    assert r.choices[0].text == text
+    chat = sync_client(base).chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "Hi"}],
+                                                     max_tokens=6, logprobs=True)
+    content = chat.choices[0].logprobs.content
+    assert b"".join(bytes(x.bytes) for x in content).decode() == chat.choices[0].message.content
 
 
 def test_n_3_with_a_seed_equals_three_single_requests_sharing_the_prompts_blocks(server32):
