@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from . import wire
-from .compare import difference, plain
+from .compare import TOL, difference, plain
 from .drivers.rounds import handling
 from .harness import short
 from .registry import Exercise, public_path
@@ -84,7 +84,7 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
             return _another_stub(driver_err, what) or \
                 f"not implemented yet: {driver_err.get('message') or what + ' raises NotImplementedError'}"
         return f"{what}: {_raised(driver_err)}"
-    d = difference(w, g)
+    d = difference(w, g, tol=getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "TOLERANCE", TOL))
     if d is None:
         return None
     hint = _recorded_hint(want.get("hints"), d[0], g)

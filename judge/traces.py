@@ -113,20 +113,40 @@ def allocations(departure: dict, calls: list[dict]) -> list[dict]:
 
 def departed_step(index: int, res: dict[str, Any], calls: list[dict], w: Workload) -> StepRecord:
     """129: your step `index` as far as your schedule() got when it departed from the script (`res`: the driver's
-    result, with its "before" and "departure"): each allocation as the row it gives once made."""
+    result, with its "before" and "departure"; `calls`: the reference's calls of that step, of which the first
+    `departure["consumed"]` matched, each with its effect): each allocation answered as the row it gave, less the
+    requests preempted since, then the one your code was making as the row it would give once made."""
+    c, departure = w.config, res["departure"]
+    state = {rid: dict(s) for rid, s in res["before"]["requests"].items()}
+    rows: dict[str, dict] = {}
+    free, preempted = res["before"]["free blocks"], []
+    for call in calls[:departure["consumed"]]:
+        effect = call.get("effect") or {}
+        for rid, values in effect.get("requests", {}).items():  # a victim: its tokens and blocks gone
+            state[rid].update({k: v for k, v in values.items() if k == "num_computed_tokens"})
+            if "block_table" in values:
+                state[rid]["blocks held"] = len(values["block_table"])
+        preempted = effect.get("plan", {}).get("preempted", preempted)
+        rows = {rid: x for rid, x in rows.items() if rid not in preempted}
+        free = effect.get("free", free)
+        if call["op"] in ALLOCATIONS and call["value"]:
+            rows[call["args"][0]] = _allocated(call, state, c)[0]
+    if departure["made"]["op"] in ALLOCATIONS:
+        made, new_blocks = _allocated(departure["made"], state, c)
+        rows[made["request_id"]], free = made, free - new_blocks
+    return step_record(index, list(rows.values()), c.token_budget, c.num_blocks - free, free, preempted)
+
+
+def _allocated(call: dict, state: dict[str, dict], c: Any) -> tuple[dict, int]:
+    """The row an allocation (args: request id, tokens, then the computed blocks) gives its request, and the blocks
+    it takes from the free ones, given the requests' `state` before it."""
     from framework.kv_cache_manager import blocks_needed
 
-    c, before = w.config, res["before"]
-    rows, free = [], before["free blocks"]
-    for call in allocations(res["departure"], calls):
-        rid, n, *rest = call["args"]
-        state = before["requests"][rid]
-        hits = len(rest[0]) if call["op"] == "allocate_slots" and rest else 0  # prefix hits: blocks shared
-        computed = state["num_computed_tokens"] + hits * c.block_size
-        blocks = blocks_needed(computed + n, c.block_size)
-        free -= max(0, blocks - state["blocks held"] - hits)
-        rows.append(row(rid, computed, state["num_tokens"], n, blocks))
-    return step_record(index, rows, c.token_budget, c.num_blocks - free, free)
+    rid, n, *rest = call["args"]
+    hits = len(rest[0]) if call["op"] == "allocate_slots" and rest else 0  # prefix hits: blocks shared
+    computed = state[rid]["num_computed_tokens"] + hits * c.block_size
+    blocks = blocks_needed(computed + n, c.block_size)
+    return row(rid, computed, state[rid]["num_tokens"], n, blocks), max(0, blocks - state[rid]["blocks held"] - hits)
 
 
 def scheduler_log(w: Workload) -> StepLog:

@@ -132,3 +132,21 @@ def test_a_replayed_case_of_several_worlds_tables_the_world_that_departed():
     assert "the plans of engine steps 1..1 matched" in message
     rows = {words[0]: words[1:] for words in map(str.split, message.splitlines()) if words[:1] in (["n1"], ["n2"])}
     assert rows == {"n1": ["-", "prefill", "3", "1", "<"], "n2": ["prefill", "2", "1", "-", "<"]}, message
+
+
+def test_a_departed_step_drops_the_requests_preempted_in_it():
+    """A scheduler that goes on to allocate for a request preempted earlier in the same step: your step's table
+    shows the victim's blocks freed and its tokens recomputed from 0 (one block for 2 tokens), never more blocks in
+    use than the cache has; it showed the victim still holding its blocks (5 of 3 used) and no preemption."""
+    ex = judge.get_exercise(129)
+    case = next(c for c in judge.runner._case_list(ex, None) if c.name.startswith("preemption:"))
+    recording = Recording(ex, {"impl_module": ex.reference})
+    assert harness.run_case(case, RemoteModule(recording)).passed
+    wrong = RemoteModule(InProcess(ex, {"impl": str(CASES / "scheduler" / "wrong_preempted_not_skipped.py")}))
+    with harness.grading(harness.Context(options={}, exercise=ex)):
+        with pytest.raises(harness.CaseFailure) as failed:
+            judge.runner._replayed(recording.log, wrong)
+    message = str(failed.value)
+    rows = {words[0]: words[1:] for words in map(str.split, message.splitlines()) if words[:1] in (["a"], ["b"])}
+    assert rows == {"a": ["decode", "1", "2", "decode", "1", "2"], "b": ["prefill", "2", "1", "-", "<"]}, message
+    assert "KV blocks used: yours 3, reference 2\n" in message and "preempted:" not in message, message

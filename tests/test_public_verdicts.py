@@ -141,6 +141,22 @@ def test_a_public_case_gives_the_hidden_cases_hint(ex_id: int, stem: str, record
     assert any("hint: " in why and expect in why for why in failures.values()), failures
 
 
+SAID = [(126, "wrong_float_slots"), (127, "wrong_output_float64")]
+
+
+@pytest.mark.parametrize("ex_id,stem", SAID, ids=[f"{e}/{s}" for e, s in SAID])
+def test_a_public_case_says_what_the_statement_requires_of_a_results_type(
+        ex_id: int, stem: str, recorded: dict[int, dict[str, list]]) -> None:
+    """What the statement requires of a result besides its values: 126's slots are integers, 127's output has the
+    query's dtype. A public case fails them in the hidden cases' words (the fixture's EXPECT); the values alone, as
+    numbers, would have passed."""
+    if ex_id not in recorded:
+        recorded[ex_id] = edition.record(judge.get_exercise(ex_id))
+    path = CASES_DIR / FOLDERS[ex_id] / f"{stem}.py"
+    failures = public_failures(ex_id, path, recorded[ex_id], first_only=True)
+    assert any(expect_of(path) in why for why in failures.values()), failures
+
+
 def test_a_list_of_another_length_is_named_by_its_first_difference_or_its_length(
         recorded: dict[int, dict[str, list]]) -> None:
     """A generate loop that steps once more after every request finished: the public replay says how many steps

@@ -51,6 +51,7 @@ def query_start_loc(s: Spec) -> list[int]:
     return list(itertools.accumulate((r.t for r in s.reqs), initial=0))
 
 
+TOLERANCE = 1e-5  # the statement's, float32: |got - expected| <= TOLERANCE + TOLERANCE * |expected| (public cases too)
 EXAMPLE_VALUES = [[10.0, 20.0], [3.0, 4.0], [30.0, 999.0], [1.0, 2.0]]  # the worked example's value cache, by block
 
 
@@ -89,8 +90,9 @@ def show(s: Spec) -> str:
 
 
 def run(impl: ModuleType, spec: dict) -> dict[str, Any]:
-    """paged_attention on the inputs of `spec`: {"output": tensor} or {"returned": type name, "repr": ...}, with
-    "inputs changed" (the tensors it wrote into, the lists it changed), or {"error": the learner's exception}."""
+    """paged_attention on the inputs of `spec`: {"dtype": name, "output": tensor} or {"returned": type name, "repr":
+    ...}, with "inputs changed" (the tensors it wrote into, the lists it changed), or {"error": the learner's
+    exception}."""
     inp = make_inputs(Spec.from_plain(spec))
     saved = make_inputs(Spec.from_plain(spec))
     try:
@@ -102,8 +104,9 @@ def run(impl: ModuleType, spec: dict) -> dict[str, Any]:
         return {"error": learner_error(exc)}
     changed = [k for k, v in saved.items()
                if not (torch.equal(inp[k], v) if isinstance(v, torch.Tensor) else inp[k] == v)]
-    if isinstance(out, torch.Tensor):
-        return {"output": out.detach().as_subclass(torch.Tensor), "inputs changed": changed}  # a subclass too
+    if isinstance(out, torch.Tensor):  # a subclass too; the dtype first, so that a public case names it first
+        return {"dtype": str(out.dtype).removeprefix("torch."), "output": out.detach().as_subclass(torch.Tensor),
+                "inputs changed": changed}
     return {"returned": type(out).__name__, "repr": short(out), "inputs changed": changed}
 
 
@@ -123,6 +126,11 @@ def attend_layer(impl: ModuleType, query: torch.Tensor, key_caches: torch.Tensor
         return {"error": learner_error(TypeError(f"paged_attention returned {type(out).__name__} {short(out)}; it "
                                                  "must return the output tensor"))}
     return {"output": out.detach().as_subclass(torch.Tensor)}
+
+
+def where(path: str, fn: str, *args: Any) -> str | None:
+    """A place in `run`'s answer in the statement's words."""
+    return "the output's dtype (the output must have the query's dtype)" if path == "dtype" else None
 
 
 def describe(fn: str, *args: Any) -> str | None:

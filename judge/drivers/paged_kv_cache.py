@@ -19,13 +19,17 @@ def raised(exc: BaseException) -> dict[str, Any]:
 
 
 def slots(impl: ModuleType, table: list[int], start: int, end: int, block_size: int) -> dict[str, Any]:
-    """compute_slot_mapping(table, start, end, block_size): {"returned": ints} or {"raised": name}."""
+    """compute_slot_mapping(table, start, end, block_size): {"returned": ints}, {"raised": name} or {"problem": what
+    it returned instead of integers}."""
     try:
         out = impl.compute_slot_mapping(list(table), start, end, block_size)
     except Exception as exc:  # noqa: BLE001
         return raised(exc)
     got = int_values(out)
-    return {"returned": got} if got is not None else {"not a list of ints": f"{str(out)[:200]} ({type(out).__name__})"}
+    if got is None:
+        return {"problem": f"compute_slot_mapping returned {str(out)[:200]} ({type(out).__name__}); expected a list "
+                           "of integers"}
+    return {"returned": got}
 
 
 def write_inputs(spec: list) -> dict[str, Any]:

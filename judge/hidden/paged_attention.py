@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from judge.drivers.paged_attention import Req, Spec, make_inputs, query_start_loc, show
+from judge.drivers.paged_attention import TOLERANCE, Req, Spec, make_inputs, query_start_loc, show
 from judge.hidden.end_to_end import end_to_end
 from judge.remote import Driver, learner_failure
 from framework.kv_cache_manager import blocks_needed
@@ -23,7 +23,7 @@ from judge.secret import rng as seeded  # random cases drawn with the instructor
 from judge.harness import CaseFailure, Cases, check_each
 
 CASES = Cases()
-ATOL, RTOL = 1e-5, 1e-5  # float32 against a float64 reference; contexts are at most ~400 keys
+ATOL = RTOL = TOLERANCE  # float32 against a float64 reference; contexts are at most ~400 keys
 LOW_PRECISION_TOL = 2e-2  # bfloat16 inputs: compared with the float64 reference of the same rounded inputs
 
 

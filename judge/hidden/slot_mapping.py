@@ -84,12 +84,11 @@ def slot_diff(table: list[int], start: int, end: int, bs: int, impl) -> CaseFail
         return CaseFailure(f"end={end} is past the {len(table) * bs} slots of the table (positions up to {end - 1} "
                            f"need {blocks_needed(end, bs)} blocks, the table has {len(table)}): expected ValueError",
                            input=text, field="raises", expected="ValueError",
-                           got=got.get("returned", got.get("not a list of ints")),
+                           got=got.get("returned", got.get("problem")),
                            hint="check end <= len(block_table) * block_size before computing anything, even when "
                                 "start == end")
-    if "not a list of ints" in got:
-        return CaseFailure(f"compute_slot_mapping returned {got['not a list of ints']}; expected a list of integers",
-                           input=text, hint="return one int per position, e.g. a list")
+    if "problem" in got:
+        return CaseFailure(got["problem"], input=text, hint="return one int per position, e.g. a list")
     got = got["returned"]
     if got != exp:
         msg = "wrong slots" + (f" (expected {len(exp)} values, got {len(got)})" if len(got) != len(exp) else "")
