@@ -60,7 +60,7 @@ def _earlier(calls: list[tuple[Any, str]]) -> str:
     start = max(i for i, (fn, _) in enumerate(calls) if fn == calls[0][0])
     texts = [text for _, text in calls[start:]]
     shown = texts if len(texts) <= 6 else texts[:1] + [f"... {len(texts) - 5} more calls"] + texts[-4:]
-    skipped = f"({start} calls of this case before, for other inputs, passed too)\n" if start else ""
+    skipped = f"({start} call{'s' * (start > 1)} of this case before, for other inputs, passed too)\n" if start else ""
     return "\nearlier calls of this case (they passed):\n" + skipped + "\n".join(shown)
 
 
@@ -99,6 +99,8 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return _another_stub(unexpected, what) or f"not implemented yet: {unexpected.get('message') or what}"
     if unexpected and value is None:  # nothing to compare there: the student's code raised before making it
         return f"{what}: {_raised(unexpected)}"
+    if where == "['raised']" and value is None:  # a driver's answer names the exception raised, if any
+        return f"{what}: expected {expected} to be raised, but it returned" + (f"\nhint: {hint}" if hint else "")
     raised = f"\n{_raised(unexpected)}" if unexpected else ""
     long_lists = isinstance(expected, list) and isinstance(value, list) and len(repr(expected)) > LONG
     shown = f"{len(expected)} items expected, got {len(value)}" if long_lists else \
