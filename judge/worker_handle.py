@@ -204,8 +204,8 @@ class WorkerHandle(Session):
     def violation(self, what: str) -> WorkerLost:
         """Stop the worker for breaking the protocol; the exception to raise."""
         if not self.lost:
-            self._stop("protocol", f"the grading process broke the judge's protocol: {what}. Your code wrote on "
-                                   "the judge's descriptors? (the rest of this submission is not run)")
+            self._stop("protocol", f"the process running your code broke the judge's protocol: {what}. Your code "
+                                   "wrote on the judge's descriptors? (the rest of this submission is not run)")
         return WorkerLost(self.lost[1])
 
     def set_deadline(self, seconds: float, cap: float = math.inf) -> None:
@@ -340,17 +340,18 @@ class WorkerHandle(Session):
         where = {"start": "before the tests started", "import": "while importing your module"}.get(
             self.phase, "during this case")
         if rc == 0:
-            return "exit", (f"the grading process exited (code 0) {where}: your code must return its result, not "
-                            "call os._exit() or sys.exit()")
+            return "exit", (f"the process running your code exited (code 0) {where}: your code must return its "
+                            "result, not call os._exit() or sys.exit()")
         # bubblewrap reports a signal of its child as 128 + signal (and its own memory use, not the child's)
         sig = -rc if rc < 0 else rc - 128 if 128 < rc < 128 + 65 else None
         if sig is None:
-            return "exit", f"the grading process exited with code {rc} {where} (os._exit()? a crash in C code?)"
+            return "exit", (f"the process running your code exited with code {rc} {where} (os._exit()? a crash in C "
+                            "code?)")
         if sig == signal.SIGKILL or rc < 0 and self.memory_mb and maxrss_mb > 0.8 * self.memory_mb:
             used = f"; it used {maxrss_mb:.0f} MB" if rc < 0 else ""
             return "memory", (f"killed by {_signal_name(sig)} {where}{used}: memory limit ({self.memory_mb} MB) "
                               "exceeded, or your code killed its own process?")
-        return "crash", f"the grading process crashed with {_signal_name(sig)} {where}"
+        return "crash", f"the process running your code crashed with {_signal_name(sig)} {where}"
 
     def _stop(self, verdict: str, message: str) -> None:
         self.lost = (verdict, message)

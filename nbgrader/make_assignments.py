@@ -244,7 +244,9 @@ def _helper_lines(fn: ast.FunctionDef, ref_lines: list[str], ref_bindings: dict[
     first = min([d.lineno for d in fn.decorator_list] + [fn.lineno]) - 1
     indent = " " * fn.body[0].col_offset
     header = ref_lines[first:fn.body[0].lineno - 1]
-    doc = ref_lines[fn.body[0].lineno - 1:_docstring_end(fn)] if _docstring_end(fn) else [indent + HELPER_DOC]
+    doc = [indent + HELPER_DOC]  # the reference's docstring, if any, after it: what the helper does there
+    if _docstring_end(fn):
+        doc = [indent + "# " + HELPER_DOC.strip('"'), *ref_lines[fn.body[0].lineno - 1:_docstring_end(fn)]]
     region = [indent + BEGIN, *(indent + i for i in _needed_imports([fn], ref_bindings, stub_names)),
               *_body_lines(fn, ref_lines, indent), indent + END]
     return [*header, *doc, *region]
