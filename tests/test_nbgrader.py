@@ -185,6 +185,7 @@ def graded_course(tmp_path_factory, model_dir, copy_generated_course) -> Path:
             nbformat.write(nb, path)
     run = _nbgrader(["autograde", "*"], course, env)  # every assignment, in one run
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Warning" not in run.stderr, run.stderr[-3000:]  # nothing for an instructor to worry about
     return course
 
 
