@@ -244,10 +244,21 @@ def reference(name: str) -> ModuleType:
         return _NotInThisCopy(name)
     try:
         return importlib.import_module(name)
-    except ModuleNotFoundError as e:  # a reference it imports is not shipped (the reference engine's scheduler)
-        if not (e.name or "").startswith("solutions.") or _shipped(e.name):
+    except ImportError as e:  # a reference it imports is not shipped (the reference engine's scheduler)
+        missing = _missing_module(e)
+        if not missing.startswith("solutions.") or _shipped(missing):
             raise
-        return _NotInThisCopy(name, e.name.replace(".", "/") + ".py")
+        return _NotInThisCopy(name, missing.replace(".", "/") + ".py")
+
+
+def _missing_module(e: ImportError) -> str:
+    """The module whose absence `e` reports, or "": `import a.b` and `from .b import x` raise ModuleNotFoundError
+    naming it, `from . import b` (129's reference imports 131's so) a plain ImportError, "cannot import name 'b' from
+    'a'", which is also what a missing name of a module that is there raises (then `a.b` is no module here)."""
+    if isinstance(e, ModuleNotFoundError):
+        return e.name or ""
+    found = re.match(r"cannot import name '(\w+)' from '([\w.]+)'", str(e))
+    return f"{found[2]}.{found[1]}" if found and importlib.util.find_spec(found[2]) is not None else ""
 
 
 
@@ -364,14 +375,16 @@ def _assembled(module: str, picked_items: tuple) -> ModuleType:
             while True:
                 try:
                     return importlib.import_module(f"solutions.{name}")
-                except ModuleNotFoundError as e:
-                    sibling = (e.name or "").removeprefix("solutions.")
-                    if e.name in sys.modules or e.name != f"solutions.{sibling}" or sibling not in {*picked, *builders}:
+                except ImportError as e:
+                    missing = _missing_module(e)
+                    sibling = missing.removeprefix("solutions.")
+                    lendable = missing == f"solutions.{sibling}" and sibling in {*picked, *builders}
+                    if missing in sys.modules or not lendable:
                         raise
                     part = _assembled(sibling, picked_items)
                     clean |= set(sys.modules) - set(lent)
-                    sys.modules[e.name] = part
-                    lent.append(e.name)
+                    sys.modules[missing] = part
+                    lent.append(missing)
         finally:
             if lent:
                 forget([m for m in sys.modules if m.startswith("solutions.") and m not in clean])

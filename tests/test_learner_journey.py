@@ -201,6 +201,28 @@ def test_a_released_reference_engine_runs_where_no_exercise_gives_its_composites
     assert out.stdout.splitlines()[-2:] == ["3", "solutions/kv_cache_manager.py"], out.stdout
 
 
+def test_a_released_reference_that_imports_an_unreleased_one_runs_on_what_is_lent(course_copy: Path, tmp_path):
+    """An edition with the solutions of 125-129 ships 129's reference scheduler, whose `from . import preemption` (a
+    plain ImportError, not ModuleNotFoundError) finds no 131 reference: the scheduler is assembled with 131 as
+    chosen (here its stand-in), and the reference itself, which this copy cannot build, is NotInThisCopy. Chapters
+    00 and 05-08 stopped at their first cell on it."""
+    root = tmp_path / "edition"
+    for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
+        shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("preemption", "prefix_cache", "engine", "kv_cache_manager"):
+        (root / "solutions" / f"{name}.py").unlink()
+    probe = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
+             "if not getattr(f, '__module__', '').startswith('__editable__')]\n"
+             "import course\nprint(course.use('scheduler').Scheduler.__name__)\n"
+             "try:\n    course.reference('solutions.scheduler').Scheduler\n"
+             "except course.NotInThisCopy as e:\n    print(e.path)\n")
+    env = dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["Scheduler", "solutions/preemption.py"], out.stdout
+
+
 def test_a_stop_inside_an_engines_step_error_is_still_a_stop():
     """The engine's step wraps what it raised (a stand-in's NotPassedYet) in a StepError: the chapter's handler finds
     the stop in the chain of causes."""
