@@ -77,6 +77,7 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return None if raised_as(err, want["error"]) else \
             f"{what}: expected {want['error']['type']}, got {err.get('type')}"
     w, g = wire.decode(want.get("value")), wire.decode(got.get("value"))
+    w, g = (_driver_says(req, "compared", v) or v for v in (w, g))  # what the driver compares of its answers
     # the learner's exception as a driver reported it ({"error": ...}) where the reference's answer had none
     driver_err = g.get("error") if isinstance(g, dict) and not (isinstance(w, dict) and "error" in w) else None
     if isinstance(driver_err, dict):
@@ -171,9 +172,9 @@ def _named(req: dict, where: str) -> str:
     return _driver_says(req, "where", path) or path
 
 
-def _driver_says(req: dict, hook: str, *first: Any) -> str | None:
-    """What the driver of request `req` says of it through its function `hook` (describe, where), given `first`,
-    the request's function and its arguments; None where the driver has no such function."""
+def _driver_says(req: dict, hook: str, *first: Any) -> Any:
+    """What the driver of request `req` says of it through its function `hook` (describe, where, compared), given
+    `first`, the request's function and its arguments; None where the driver has no such function."""
     fn = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), hook, None)
     return fn(*first, req.get("attr"), *[wire.decode(a) for a in req.get("args", [])]) if fn else None
 

@@ -116,8 +116,8 @@ def test_a_failure_in_a_later_world_lists_that_worlds_calls():
     wrong = ROOT / "tests" / "judge_cases" / "scheduler" / "wrong_later_prompts_overtake.py"
     message = public.replay(InProcess(ex, {"impl": str(wrong)}), rec.log)
     _, _, earlier = message.partition("\nearlier calls of this case (they passed):\n")
-    assert re.match(r"\(\d+ calls? of this case before, for other inputs, passed too\)\nkv = KVCacheManager", earlier), \
-        message
+    before = r"\(\d+ calls? of this case before, for other inputs, passed too\)\nkv = KVCacheManager"
+    assert re.match(before, earlier), message
     assert "request_id='c'" in earlier and "request_id='d0'" not in earlier, message
 
 

@@ -157,19 +157,17 @@ def test_a_public_case_says_what_the_statement_requires_of_a_results_type(
     assert any(expect_of(path) in why for why in failures.values()), failures
 
 
-def test_a_list_of_another_length_is_named_by_its_first_difference_or_its_length(
-        recorded: dict[int, dict[str, list]]) -> None:
-    """A generate loop that steps once more after every request finished: the public replay says how many steps
-    each ran, not two dumps of every step's record cut at 2,000 characters; an item that differs is named first."""
+def test_a_list_of_another_length_is_named_by_its_first_difference_or_its_length() -> None:
+    """Two long lists of different lengths (a loop's step records, a slot mapping) are named by their lengths, not
+    shown as two dumps cut at 2,000 characters; an item that differs is named first."""
     from judge.compare import difference
 
     assert difference([1, 2, 3], [1, 5]) == ("[1]", 2, 5) and difference([1, 2, 3], [1, 2]) == ("", [1, 2, 3], [1, 2])
-    if 130 not in recorded:
-        recorded[130] = edition.record(judge.get_exercise(130))
-    path = CASES_DIR / "inference_loop" / "wrong_generate_stops_on_empty_step.py"
-    failures = public_failures(130, path, recorded[130], first_only=True)
-    message = next(iter(failures.values()))
-    assert re.search(r"steps: \d+ items expected, got \d+\n", message) and len(message.split("\n")[0]) < 120, message
+    want = [i % 7 for i in range(80)]
+    req = {"driver": "paged_kv_cache", "attr": "slots", "args": [[7, 2], 2, 6, 4]}
+    answers = [{"ok": True, "value": {"returned": slots}} for slots in (want, want + [3])]
+    message = public._problem(*answers, "compute_slot_mapping([7, 2], 2, 6, 4)", req)
+    assert message.startswith("returned: 80 items expected, got 81\n"), message
 
 
 def test_a_set_of_ids_is_shown_by_what_differs(recorded: dict[int, dict[str, list]]) -> None:

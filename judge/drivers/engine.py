@@ -394,6 +394,15 @@ def step(impl: ModuleType, name: str) -> Any:
     return run.rounds(stepped)
 
 
+def compared(answer: Any, fn: str, *args: Any) -> Any:
+    """What a public case compares of an answer, as the hidden cases do: of generate's (the reply to `generate`, or
+    to the `answer` that ended its rounds), the steps that scheduled something, so that a loop that steps once more
+    after its last request finished is right; None: all of it."""
+    if isinstance(answer, dict) and isinstance(answer.get("steps"), list):
+        return {**answer, "steps": [r for r in answer["steps"] if not isinstance(r, dict) or r.get("sched")]}
+    return None
+
+
 def generate(impl: ModuleType, name: str, prompts: list[list[int]], params: Any) -> Any:
     """One call of the learner's generate: the records of the steps it took, and what it returned (or raised).
     `params`: None, one SamplingParams as a dict, or a list of them."""

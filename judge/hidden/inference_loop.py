@@ -713,7 +713,7 @@ def _(impl):
                  step_limit=300)
 
 
-@CASES("generate: a long prompt with a small token budget (steps that return no outputs)", timeout=60)
+@CASES("generate: a long prompt with a small token budget (steps that return no outputs)", timeout=60, public=True)
 def _(impl):
     model = load_model()
     prompts = random_prompts(model, 13, [30, 26])
