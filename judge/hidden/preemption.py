@@ -10,6 +10,7 @@ that request alone, and preemptions must have happened.
 from __future__ import annotations
 
 from dataclasses import asdict
+from collections.abc import Iterator
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
@@ -78,6 +79,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
     with the script of the reference KV-cache manager's calls), the reference's on a twin scheduler here, and
     compare everything."""
     want = reference_world(w)[0]
+    want.arrive(0)  # the requests waiting before any step (a new request of arrival 0)
     before = snapshot(want)
     out = SchedulerOutput()
     for other in scheduled:  # requests already scheduled in this step, one token each
@@ -125,6 +127,17 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
     check_blocks(res["blocks"], w.config.num_blocks, "after the call", input=text)
 
 
+def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
+    """The hints of a public case's answers, recorded with the reference's (judge/edition.py): each field that
+    preemption changes or leaves as it is, wherever a scheduler's answer holds it, with its FIELD_HINTS line."""
+    def fields(v: Any, path: str) -> Iterator[tuple[str, Any, str]]:
+        for key, inner in v.items() if isinstance(v, dict) else ():
+            where = f"{path}[{key!r}]"
+            yield from [(where, None, FIELD_HINTS[key])] if key in FIELD_HINTS else fields(inner, where)
+
+    return list(fields(value, "")) if driver == "scheduler" else []
+
+
 def check_131(impl, workloads: list[Workload]) -> None:
     check_workloads(workloads, impl, "preemption", hint_131, FIELD_HINTS, LEARNER_FNS)
 
@@ -142,7 +155,7 @@ THREE = Workload(Config(4, 4, 64, 8), (spec_running("a", 4, 4, outputs=1, max_to
 def _(impl):
     check_call(impl, TWO, "preempt", "b")
     check_call(impl, THREE, "preempt", "b")  # a request with output tokens, from the middle of running
-    w = Workload(THREE.config, THREE.requests + (spec_new("w", 3),))
+    w = Workload(THREE.config, THREE.requests + (spec_new("w", 3, arrival=0),))
     check_call(impl, w, "preempt", "c")  # ahead of a request already waiting
 
 
