@@ -254,11 +254,12 @@ def reference(name: str) -> ModuleType:
 def _missing_module(e: ImportError) -> str:
     """The module whose absence `e` reports, or "": `import a.b` and `from .b import x` raise ModuleNotFoundError
     naming it, `from . import b` (129's reference imports 131's so) a plain ImportError, "cannot import name 'b' from
-    'a'", which is also what a missing name of a module that is there raises (then `a.b` is no module here)."""
+    'a'", which a missing name of a module raises too: only from a package can `b` be a module."""
     if isinstance(e, ModuleNotFoundError):
         return e.name or ""
     found = re.match(r"cannot import name '(\w+)' from '([\w.]+)'", str(e))
-    return f"{found[2]}.{found[1]}" if found and importlib.util.find_spec(found[2]) is not None else ""
+    spec = importlib.util.find_spec(found[2]) if found else None
+    return f"{found[2]}.{found[1]}" if spec is not None and spec.submodule_search_locations is not None else ""
 
 
 
