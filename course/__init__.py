@@ -89,18 +89,23 @@ class NotPassedYet(ExerciseNeeded):
         super().__init__(choice, name)
         self.name, self.module = name, module
 
+    def current(self) -> Choice:
+        """The stand-in's choice as it is now: a cell above may have graded its exercise since (and failed it)."""
+        now = choices().get(self.choice.module, self.choice)
+        return self.choice if now.yours else now
+
     def missing(self) -> list[Choice]:
         """Every released exercise the cell needs that has not passed yet, in order (none: not released here)."""
         if not self.choice.exercise:
             return []
         picked = choices()
         parts = [picked[m] for m in PARTS.get(self.module, (self.module,)) if m in picked and m not in OPTIONAL]
-        now = {p.exercise: p for p in [self.choice, *parts] if p.exercise and not p.yours and not p.has_reference}
+        now = {p.exercise: p for p in [self.current(), *parts] if p.exercise and not p.yours and not p.has_reference}
         return sorted(now.values(), key=lambda m: m.exercise)  # an exercise once, as it is now
 
     def line(self) -> str:
         """The one line a chapter prints instead of failing: every exercise it needs that has not passed yet."""
-        c, missing = self.choice, self.missing()
+        c, missing = self.current(), self.missing()
         if not c.exercise:
             return f"this cell runs {self.name}, which needs {c.module}, whose exercise this copy does not release"
         if self.module == c.module and missing == [c]:

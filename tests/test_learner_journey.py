@@ -343,3 +343,15 @@ def test_until_131_passes_its_stand_in_allocates_and_stops_only_a_preemption():
         stand_in.allocate_or_preempt(full, object(), 4, None)
     with pytest.raises(course.NotPassedYet):
         stand_in.preempt(full, object())
+
+
+def test_a_stand_in_gives_the_reason_of_now_not_of_when_it_was_made(monkeypatch):
+    """A chapter takes its modules in its first cell; its grading cell may then fail a file that had passed before
+    and changed since. A later cell that stops on the stand-in says what is true now ("not passed yet"), not
+    "changed since it passed (grade it again)", which it had just been."""
+    import course
+
+    then = course.Choice("preemption", 131, yours=False, has_reference=False, changed=True)
+    monkeypatch.setattr(course, "choices", lambda: {"preemption": course.Choice("preemption", 131, False, False)})
+    stop = course.NotPassedYet(then, "allocate_or_preempt", "preemption")
+    assert stop.line() == "this cell runs allocate_or_preempt, exercise 131, which you have not passed yet"
