@@ -98,7 +98,8 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":
         return _another_stub(unexpected, what) or f"not implemented yet: {unexpected.get('message') or what}"
-    if unexpected and value is None:  # nothing to compare there: the student's code raised before making it
+    cut_short = isinstance(value, list) and isinstance(expected, list) and value == expected[:len(value)]
+    if unexpected and (value is None or cut_short):  # the student's code raised before making it (all of it)
         return f"{what}: {_raised(unexpected)}"
     if where == "['raised']" and value is None:  # a driver's answer names the exception raised, if any
         return f"{what}: expected {expected} to be raised, but it returned" + (f"\nhint: {hint}" if hint else "")

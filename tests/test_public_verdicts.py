@@ -180,3 +180,13 @@ def test_a_set_of_ids_is_shown_by_what_differs(recorded: dict[int, dict[str, lis
     message = next(iter(public_failures(136, path, recorded[136], first_only=True).values()))
     assert re.match(r"fail: the tokens set to -inf in logits row \d+: \[[\d, ]*\] in yours only, \[[\d, ]*\] "
                     r"missing from yours\n", message), message
+
+
+def test_an_answer_cut_short_by_an_exception_is_shown_as_the_exception(recorded: dict[int, dict[str, list]]) -> None:
+    """132's evict raising KeyError for a block the cache does not hold: the public case names the calls and the
+    exception, not first "lookups: expected [[]], got []" (the answer the exception cut short)."""
+    if 132 not in recorded:
+        recorded[132] = edition.record(judge.get_exercise(132))
+    path = CASES_DIR / "prefix_caching" / "wrong_evict_unknown_raises.py"
+    message = next(iter(public_failures(132, path, recorded[132], first_only=True).values()))
+    assert re.match(r"fail: c = PrefixCache\(\); c\.evict\(7\);.*: your code raised KeyError: 7\n", message), message
