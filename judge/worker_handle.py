@@ -125,6 +125,17 @@ class WorkerHandle(Session):
         self.next_id = 0
         self.pending: dict[int, dict | None] = {}  # ids sent -> their reply, None while not there
         self.tmp = sandbox.private_tmp("worker")
+        try:
+            self._start(ex, target, isolated, memory_mb, options)
+        except BaseException:  # a SIGTERM to the grader (KeyboardInterrupt) while it starts: leave nothing behind
+            with suppress(AttributeError, ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            sandbox.remove_tmp(self.tmp)
+            raise
+
+    def _start(self, ex: Exercise, target: dict[str, Any], isolated: bool, memory_mb: int | None,
+               options: dict[str, Any]) -> None:
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         submission = Path(target["impl"]) if target.get("impl") else None
