@@ -150,25 +150,31 @@ def test_learner_journey(course_copy: Path):
         pytest.xfail("known chapter bugs (KNOWN): " + "; ".join(known))
 
 
+def probe_without(course_copy: Path, tmp_path: Path, references: tuple[str, ...], code: str,
+                  **env: str) -> list[str]:
+    """The lines `code` prints in a copy of the course whose solutions/ lacks `references`, run as a student's
+    venv runs it: the import finder of an editable install of this checkout (pip install -e .), which would find
+    the deleted references here, is dropped first."""
+    root = tmp_path / "edition"
+    for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
+        shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in references:
+        (root / "solutions" / f"{name}.py").unlink()
+    code = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
+            "if not getattr(f, '__module__', '').startswith('__editable__')]\n" + code)
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                         env=dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"), **env))
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
 def test_missing_reference_is_a_stand_in_that_names_the_exercise(course_copy: Path, tmp_path):
     """A student edition ships without some references: a module that needs one is a stand-in whose classes raise
     NotPassedYet, with one line naming the exercise (a chapter shows its stored output under that line), and the
     banner says which modules are not passed yet."""
-    root = tmp_path / "edition"
-    for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
-        shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "solutions" / "scheduler.py").unlink()
-    # A student's venv holds the edition alone: drop the import finder of an editable install of this checkout
-    # (pip install -e .), which would find the deleted reference there.
-    probe = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
-             "if not getattr(f, '__module__', '').startswith('__editable__')]\n"
-             "import course\ncourse.banner()\ncourse.use('block_pool')\n"
-             "try:\n    course.use('engine').LLMEngine(None)\nexcept course.NotPassedYet as e:\n    print(e.line())\n")
-    env = dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    banner, message = out.stdout.splitlines()
+    banner, message = probe_without(course_copy, tmp_path, ("scheduler",), (
+        "import course\ncourse.banner()\ncourse.use('block_pool')\n"
+        "try:\n    course.use('engine').LLMEngine(None)\nexcept course.NotPassedYet as e:\n    print(e.line())\n"))
     assert "scheduler: stored outputs (129 not passed yet)" in banner
     assert "block_pool: reference (125 not passed yet)" in banner
     assert message == "this cell runs LLMEngine, which needs scheduler (exercise 129), which you have not passed yet"
@@ -178,27 +184,17 @@ def test_a_released_reference_engine_runs_where_no_exercise_gives_its_composites
     """An edition with the solutions of 125-133 ships solutions/engine.py, which imports the KV-cache manager and the
     model runner: no exercise gives those, so the edition lacks them. The engine is assembled all the same (they are
     lent as the course assembles them), and the reference engine, which this copy cannot build, is NotInThisCopy."""
-    root = tmp_path / "edition"
-    for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
-        shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("kv_cache_manager", "model_runner"):
-        (root / "solutions" / f"{name}.py").unlink()
-    probe = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
-             "if not getattr(f, '__module__', '').startswith('__editable__')]\n"
-             "import course\nfrom framework.engine import EngineConfig\nfrom framework.sampling import SamplingParams\n"
-             "from mini_llm import load_transformer\n"
-             "engine = course.use('engine').LLMEngine(load_transformer(), EngineConfig(num_blocks=64))\n"
-             "out = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=3, ignore_eos=True))\n"
-             "print(len(out[0].outputs[0].token_ids))\n"
-             "try:\n    course.reference('solutions.engine').LLMEngine\n"
-             "except course.NotInThisCopy as e:\n    print(e.path)\n")
-    env = dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"), COURSE_IMPL="practice")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
+    lines = probe_without(course_copy, tmp_path, ("kv_cache_manager", "model_runner"), (
+        "import course\nfrom framework.engine import EngineConfig\nfrom framework.sampling import SamplingParams\n"
+        "from mini_llm import load_transformer\n"
+        "engine = course.use('engine').LLMEngine(load_transformer(), EngineConfig(num_blocks=64))\n"
+        "out = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=3, ignore_eos=True))\n"
+        "print(len(out[0].outputs[0].token_ids))\n"
+        "try:\n    course.reference('solutions.engine').LLMEngine\n"
+        "except course.NotInThisCopy as e:\n    print(e.path)\n"), COURSE_IMPL="practice")
     # the reference engine itself is not in this copy: a chapter's reference trace is the stored one, never one
     # computed on the parts lent to the engine above
-    assert out.stdout.splitlines()[-2:] == ["3", "solutions/kv_cache_manager.py"], out.stdout
+    assert lines[-2:] == ["3", "solutions/kv_cache_manager.py"], lines
 
 
 def test_a_released_reference_that_imports_an_unreleased_one_runs_on_what_is_lent(course_copy: Path, tmp_path):
@@ -206,21 +202,11 @@ def test_a_released_reference_that_imports_an_unreleased_one_runs_on_what_is_len
     plain ImportError, not ModuleNotFoundError) finds no 131 reference: the scheduler is assembled with 131 as
     chosen (here its stand-in), and the reference itself, which this copy cannot build, is NotInThisCopy. Chapters
     00 and 05-08 stopped at their first cell on it."""
-    root = tmp_path / "edition"
-    for name in ("course", "framework", "judge", "mini_llm", "practice", "solutions"):
-        shutil.copytree(course_copy / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("preemption", "prefix_cache", "engine", "kv_cache_manager"):
-        (root / "solutions" / f"{name}.py").unlink()
-    probe = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
-             "if not getattr(f, '__module__', '').startswith('__editable__')]\n"
-             "import course\nprint(course.use('scheduler').Scheduler.__name__)\n"
-             "try:\n    course.reference('solutions.scheduler').Scheduler\n"
-             "except course.NotInThisCopy as e:\n    print(e.path)\n")
-    env = dict(env_for(root), JUDGE_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["Scheduler", "solutions/preemption.py"], out.stdout
+    lines = probe_without(course_copy, tmp_path, ("preemption", "prefix_cache", "engine", "kv_cache_manager"), (
+        "import course\nprint(course.use('scheduler').Scheduler.__name__)\n"
+        "try:\n    course.reference('solutions.scheduler').Scheduler\n"
+        "except course.NotInThisCopy as e:\n    print(e.path)\n"))
+    assert lines == ["Scheduler", "solutions/preemption.py"], lines
 
 
 def test_a_stop_inside_an_engines_step_error_is_still_a_stop():
