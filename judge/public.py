@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+from types import ModuleType
 from typing import Any
 
 from . import wire
@@ -85,7 +86,7 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
             return _another_stub(driver_err, what) or \
                 f"not implemented yet: {driver_err.get('message') or what + ' raises NotImplementedError'}"
         return f"{what}: {_raised(driver_err)}"
-    d = difference(w, g, tol=getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), "TOLERANCE", TOL))
+    d = difference(w, g, tol=getattr(_driver(req), "TOLERANCE", TOL))
     if d is None:
         return None
     hint = _recorded_hint(want.get("hints"), d[0], g)
@@ -137,7 +138,7 @@ def _departure(want: Any, got: Any, req: dict) -> str | None:
     reference's code did (not), in the words of the driver's `departure_message`; else None."""
     if not (_paused(want) or _paused(got)) or (_paused(want) and _paused(got) and got["call"] == want["call"]):
         return None
-    message = importlib.import_module(f"judge.drivers.{req['driver']}").departure_message
+    message = _driver(req).departure_message
     return message(got["call"] if _paused(got) else None, want["call"] if _paused(want) else None) + \
         (handling(got) if _paused(got) else "")
 
@@ -176,8 +177,13 @@ def _named(req: dict, where: str) -> str:
 def _driver_says(req: dict, hook: str, *first: Any) -> Any:
     """What the driver of request `req` says of it through its function `hook` (describe, where, compared), given
     `first`, the request's function and its arguments; None where the driver has no such function."""
-    fn = getattr(importlib.import_module(f"judge.drivers.{req['driver']}"), hook, None)
+    fn = getattr(_driver(req), hook, None)
     return fn(*first, req.get("attr"), *[wire.decode(a) for a in req.get("args", [])]) if fn else None
+
+
+def _driver(req: dict) -> ModuleType:
+    """The public driver module that request `req` calls (judge/drivers/<name>.py)."""
+    return importlib.import_module(f"judge.drivers.{req['driver']}")
 
 
 def raised_as(got: dict, want: dict) -> bool:

@@ -123,7 +123,8 @@ def departed_step(index: int, res: dict[str, Any], calls: list[dict], w: Workloa
     for call in calls[:departure["consumed"]]:
         effect = call.get("effect") or {}
         for rid, values in effect.get("requests", {}).items():  # a victim: its tokens and blocks gone
-            state[rid].update({k: v for k, v in values.items() if k == "num_computed_tokens"})
+            if "num_computed_tokens" in values:
+                state[rid]["num_computed_tokens"] = values["num_computed_tokens"]
             if "block_table" in values:
                 state[rid]["blocks held"] = len(values["block_table"])
         preempted = effect.get("plan", {}).get("preempted", preempted)

@@ -128,9 +128,11 @@ class WorkerHandle(Session):
         try:
             self._start(ex, target, isolated, memory_mb, options)
         except BaseException:  # a SIGTERM to the grader (KeyboardInterrupt) while it starts: leave nothing behind
-            with suppress(AttributeError, ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            proc = getattr(self, "proc", None)  # the worker, if it began
+            if proc is not None:
+                with suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             sandbox.remove_tmp(self.tmp)
             raise
 

@@ -394,12 +394,17 @@ def step(impl: ModuleType, name: str) -> Any:
     return run.rounds(stepped)
 
 
+def with_work(records: list) -> list:
+    """The step records of steps that scheduled something: what the grader compares with the reference's, so that a
+    loop that steps once more after its last request finished is right."""
+    return [r for r in records if not isinstance(r, dict) or r.get("sched")]
+
+
 def compared(answer: Any, fn: str, *args: Any) -> Any:
     """What a public case compares of an answer, as the hidden cases do: of generate's (the reply to `generate`, or
-    to the `answer` that ended its rounds), the steps that scheduled something, so that a loop that steps once more
-    after its last request finished is right; None: all of it."""
+    to the `answer` that ended its rounds), the steps `with_work`; None: all of it."""
     if isinstance(answer, dict) and isinstance(answer.get("steps"), list):
-        return {**answer, "steps": [r for r in answer["steps"] if not isinstance(r, dict) or r.get("sched")]}
+        return {**answer, "steps": with_work(answer["steps"])}
     return None
 
 

@@ -19,7 +19,7 @@ from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
 from framework.trace import StepRecord
 from judge.compare import difference
-from judge.drivers.engine import BracketTokenizer, departure_message, first_difference, plain_params
+from judge.drivers.engine import BracketTokenizer, departure_message, first_difference, plain_params, with_work
 from judge.drivers.rounds import answered, departure_of, handling
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
@@ -315,14 +315,14 @@ class Engine:
     def log_trace(self, got: list[dict], want: list[dict]) -> None:
         """Both engines' step records with work, to their traces (--trace): before any check, which may end the case."""
         config = EngineConfig(**self.config)
-        log_steps(self.trace, [r for r in got if r.get("sched")], self.trace.yours, config)
-        log_steps(self.trace, [r for r in want if r.get("sched")], self.trace.reference, config)
+        log_steps(self.trace, with_work(got), self.trace.yours, config)
+        log_steps(self.trace, with_work(want), self.trace.reference, config)
 
     def match(self, got: list[dict], want: list[dict], call: str) -> None:
         """Compare the learner's step records (already checked) with the twin's, steps that scheduled nothing left
         out. The first difference is raised at the end of the case: the case's own checks, run before, say more about
         what is wrong."""
-        got, want = [r for r in got if r.get("sched")], [r for r in want if r.get("sched")]
+        got, want = with_work(got), with_work(want)
         for i, (g, w) in enumerate(zip(got, want)):
             diff = difference(w, g, "record")
             if diff and self.unmatched is None:

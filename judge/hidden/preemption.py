@@ -133,7 +133,10 @@ def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str
     def fields(v: Any, path: str) -> Iterator[tuple[str, Any, str]]:
         for key, inner in v.items() if isinstance(v, dict) else ():
             where = f"{path}[{key!r}]"
-            yield from [(where, None, FIELD_HINTS[key])] if key in FIELD_HINTS else fields(inner, where)
+            if key in FIELD_HINTS:
+                yield where, None, FIELD_HINTS[key]
+            else:
+                yield from fields(inner, where)
 
     return list(fields(value, "")) if driver == "scheduler" else []
 
