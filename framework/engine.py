@@ -135,6 +135,10 @@ class LLMEngineBase:
             raise ValueError(f"prompt ({len(prompt_token_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
                              f"the model's max_position_embeddings ({limit}): shorten the prompt or lower max_tokens")
         prompt = self._checked_prompt(prompt_token_ids)
+        vocab_size = self.model.cfg.vocab_size
+        if outside := [t for t in params.stop_token_ids if not 0 <= t < vocab_size]:  # they index the logits row
+            raise ValueError(f"stop_token_ids holds {outside[0]}, not a token id: ids are ints in [0, {vocab_size}), "
+                             "the model's vocabulary")
         self._check_history_fields(params)
         if params.prompt_logprobs is not None and not self.model_is_whole:
             raise ValueError("prompt_logprobs is not supported with tensor parallelism: the engine holds one shard")

@@ -39,7 +39,8 @@ CONFIGS = [  # preemption and prefix caching; chunked prefill; whole prompts onl
 SAMPLING = [(0.0, None), (0.8, 1), (0.8, 2)]  # (temperature, seed): greedy, and two seeded samplers
 STOPS = [[], [], ["e"], [" t", "."]]
 BAD_PARAMS = [("top_k", -2), ("temperature", float("nan")), ("temperature", -1.0), ("top_p", 0.0), ("top_p", 1.5),
-              ("max_tokens", 0), ("max_tokens", 2.0), ("stop", [""]), ("seed", -1), ("ignore_eos", "yes")]
+              ("max_tokens", 0), ("max_tokens", 2.0), ("stop", [""]), ("seed", -1), ("ignore_eos", "yes"),
+              ("stop_token_ids", [10**6]), ("stop_token_ids", [-1])]
 FAILURES = ["before", "middle", "after"]
 
 

@@ -190,6 +190,8 @@ BAD = [  # (endpoint, body, words of the 400 message)
     ("completions", {"max_tokens": 5}, "prompt: Field required"),
     ("completions", {"prompt": ""}, "prompt is empty"),
     ("completions", {"prompt": [1, 10**9]}, "not a token id"),
+    ("completions", {"prompt": "Hi", "stop_token_ids": [5000], "min_tokens": 1}, "stop_token_ids holds 5000, not a"),
+    ("completions", {"prompt": "Hi", "stop_token_ids": [1, 10**30]}, "stop_token_ids holds 10000000000000000000000"),
     ("completions", {"prompt": ["a", "b"]}, "one prompt per request"),
     ("completions", {"prompt": "Hi", "max_tokens": 4000}, "ask for at most 1599"),
     ("completions", {"prompt": "Hi", "max_tokens": 1700}, "exceeds this server's KV cache (1600 tokens"),
@@ -219,6 +221,7 @@ PARAMS = [  # (chat body, the param the 400 names, words of its message): as the
     ({"messages": CHAT, "max_completion_tokens": 3, "max_tokens": -1}, "max_tokens", "at least 1, got -1"),
     ({"messages": CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "top_logprobs must be"),
     ({"messages": [{"role": "user", "content": "Hi " * 3000}]}, "messages", "which fills this server's KV cache"),
+    ({"messages": CHAT, "stop_token_ids": [-1], "min_tokens": 2}, "stop_token_ids", "holds -1, not a token id"),
     ({"messages": CHAT, "max_completion_tokens": 5000}, "max_completion_tokens",
      "max_completion_tokens (5000) plus the prompt"),
 ]
