@@ -44,6 +44,7 @@ import dataclasses
 import functools
 import importlib
 import json
+import os
 import sys
 import time
 import uuid
@@ -174,8 +175,9 @@ def refuse_unsupported(req: SamplingFields) -> None:
     """A 400 naming the first field this server does not implement, when it has a value."""
     for name, value in (req.model_extra or {}).items():
         if value is not None and name not in REQUEST_FIELDS:
-            raise BadRequest(f"{name} is not supported by this server: leave it out (chapter 10 of the course "
-                             "lists the fields it implements)", name)
+            known = sorted({*type(req).model_fields, *REQUEST_FIELDS})
+            raise BadRequest(f"{name} is not supported by this server: leave it out (the fields it implements: "
+                             f"{', '.join(known)})", name)
     if req.stream_options is not None and not req.stream:  # as OpenAI and vLLM
         raise BadRequest("stream_options is only allowed with stream: true", "stream_options")
     if req.stream and isinstance(req, CompletionRequest) and req.echo:
@@ -415,9 +417,12 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             where = ".".join(str(p) for p in e["loc"] if p != "body") or "the body"
             problems.append(f"{where}: {e['msg']}" + (f" (got {e['input']!r:.60})" if "input" in e and where !=
                                                        "the body" else ""))
-        first = exc.errors()[0]["loc"] if exc.errors() else ()
+        # the field at fault: where the first field's errors meet (each member of a union adds its type to the
+        # path: prompt.str, prompt.list[int].1)
+        paths = [[p for p in e["loc"] if p != "body"] for e in exc.errors()]
+        field = os.path.commonprefix([p for p in paths if p[:1] == paths[0][:1]]) if paths else []
         return JSONResponse(error_body("invalid request: " + "; ".join(problems[:3]), "invalid_request_error",
-                                       400, ".".join(str(p) for p in first if p != "body") or None), 400)
+                                       400, ".".join(map(str, field)) or None), 400)
 
     def check_model(name: str | None) -> None:
         if name is not None and name != state.model_name:

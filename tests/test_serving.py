@@ -222,6 +222,9 @@ PARAMS = [  # (chat body, the param the 400 names, words of its message): as the
     ({"messages": CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "top_logprobs must be"),
     ({"messages": [{"role": "user", "content": "Hi " * 3000}]}, "messages", "which fills this server's KV cache"),
     ({"messages": CHAT, "stop_token_ids": [-1], "min_tokens": 2}, "stop_token_ids", "holds -1, not a token id"),
+    ({"messages": CHAT, "stop": [1]}, "stop", "stop.list[str].0: Input should be a valid string"),  # a union's
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages.0.content",
+     "messages.0.content.str"),  # errors name each member; the param names the field
     ({"messages": CHAT, "max_completion_tokens": 5000}, "max_completion_tokens",
      "max_completion_tokens (5000) plus the prompt"),
 ]
@@ -519,6 +522,8 @@ def test_what_the_server_does_not_implement_gets_a_400_naming_the_field(server32
     r = httpx.post(f"{base}/{endpoint}", json={"model": "tiny-qwen3", **body, field: value}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
     assert f"{field} is not supported" in r.json()["error"]["message"]
+    assert ("temperature, top_k, top_logprobs, top_p" if "chat" in endpoint else "stop_token_ids, stream, ") in \
+        r.json()["error"]["message"]  # what it implements
 
 def test_logit_bias_and_tools_get_a_400_naming_the_field_through_the_openai_client(server32):
     _, base = server32
