@@ -41,6 +41,8 @@ STEP_START = 0.01  # of which before the step counts as started: what the event 
 # consumer woken by the last outputs, the abort it asks for) comes first, whatever the threads' timing
 IDLE_GRACE = 0.2  # seconds after the last stream ended before an idle period starts: the step that ended it returns,
 # and a loop's last check (a stepping thread's has_unfinished_requests) is made, however loaded the machine
+IDLE_CPU_SHARE = 0.25  # of an idle period's wall time; a loop that sleeps on an Event uses about none
+IDLE_WAKEUPS = 2  # times the event loop woke in one idle period; a loop that sleeps on an Event wakes none
 FROZEN_AFTER = 5.0  # seconds a step in another thread waits for the event loop to run one callback: a loop blocked
 # until the step returns (a thread joined, a blocking wait) never runs it, frozen as if it stepped itself
 
@@ -356,8 +358,16 @@ def where(path: str, fn: str, *args: Any) -> str | None:
         return None
     if found := re.fullmatch(r"steps\[(\d+)\]\.on_loop_thread", path):
         return f"engine step {int(found[1]) + 1} ran on the event loop's thread (step() blocks: call it in a thread)"
+    if path == "steps_on_loop_thread":
+        return "the engine steps run on the event loop's thread (step() blocks: await it in another thread)"
     if path == "loop_frozen_at_step":
-        return "the engine step during which the event loop stopped answering (None: never)"
+        return "the engine step (counted from 0) during which the event loop stopped answering (None: never)"
+    if found := re.fullmatch(r"idle_periods\[(\d+)\]\.(\w+)", path):
+        what = {"engine_calls": "the engine calls it made (the statement: none while idle)",
+                "polled": f"whether the event loop woke more than {IDLE_WAKEUPS} times (a loop that polls with "
+                          "asyncio.sleep does: await an asyncio.Event that add_request sets)",
+                "spun": f"whether it used more than {IDLE_CPU_SHARE:.0%} of the time in CPU (a loop that spins)"}
+        return f"idle period {int(found[1]) + 1}: {what.get(found[2], found[2])}"
     if found := re.fullmatch(r"streams\.(\w+)\.(\w+)(.*)", path):
         return f"stream {found[1]}'s {found[2]}{found[3]}"
     return None
@@ -389,8 +399,10 @@ def run_schedule(impl: ModuleType, config: dict, events: list[dict], fail_at: in
              "requests": requests, "free": engine.kv_cache_manager.num_free_blocks,
              "num_blocks": engine.config.num_blocks,
              "unfinished": bool(engine.scheduler.running or engine.scheduler.waiting)}
-    if not timeline:
+    if not timeline:  # what is the same for every right loop, in plain values
         reply["steps_on_loop_thread"] = sum(s["on_loop_thread"] for s in steps)
+        reply["idle_periods"] = [{"engine_calls": p["calls"], "polled": p["wakeups"] > IDLE_WAKEUPS,
+                                  "spun": p["cpu"] > IDLE_CPU_SHARE * p["wall"]} for p in played.get("idle", [])]
         for key in TIMELINE:
             if key in reply:
                 reply[f"_{key}"] = reply.pop(key)

@@ -15,7 +15,8 @@ from typing import Any
 
 from framework.engine import EngineConfig, StepError
 from framework.sampling import SamplingParams
-from judge.drivers.async_engine import FROZEN_AFTER, TIMELINE, ScriptedEngine, SplitCharTokenizer, describe
+from judge.drivers.async_engine import (FROZEN_AFTER, IDLE_CPU_SHARE, IDLE_WAKEUPS, TIMELINE, ScriptedEngine,
+                                       SplitCharTokenizer, describe)
 from judge.drivers.engine import plain_params
 from judge.harness import CaseFailure, Cases, short
 from judge.hidden.end_to_end import alone, load_model, random_prompts
@@ -25,8 +26,6 @@ from solutions import engine as ref
 CASES = Cases()
 CONFIG = {"num_blocks": 64, "block_size": 4, "token_budget": 32, "max_num_seqs": 4}
 TOKENIZER = SplitCharTokenizer()  # the scripted engine's: its texts can end in half a character
-IDLE_CPU_SHARE = 0.25  # of the idle period's wall time; a loop that sleeps on an Event uses about none
-IDLE_WAKEUPS = 2  # times the event loop woke in one idle period; a loop that sleeps on an Event wakes none
 # The statement's sentences the cases below check (practice/exercises/133-online-loop.md, "The contract")
 IDLE_RULE = ('the statement: "While idle (every stream has ended and nothing is queued), the loop makes no engine '
              'call at all: no step, no add_request, not even has_unfinished_requests"')

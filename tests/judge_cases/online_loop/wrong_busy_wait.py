@@ -1,6 +1,6 @@
 """Wrong: when idle, the loop polls the engine with asyncio.sleep(0) instead of waiting on an Event.
 EXPECT: the loop called the engine
-PUBLIC: hidden only (only the hidden concurrent schedules reach it: their streams depend on thread timing, so they are not replayed)
+PUBLIC: caught
 """
 
 import asyncio

@@ -2,7 +2,7 @@
 of awaiting the Event: little CPU, but engine calls while idle.
 
 EXPECT: not even has_unfinished_requests
-PUBLIC: hidden only (only the hidden idle case watches an idle period)
+PUBLIC: caught
 """
 
 import asyncio
