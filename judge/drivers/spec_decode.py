@@ -27,6 +27,7 @@ from framework.engine import stop_reason
 from framework.request import Request
 from framework.sampling import SamplingParams, make_generator, sampling_probs
 from judge.crossing import learner_error
+from judge.harness import short
 
 FALSE_REJECTION = 1e-6  # the test's false-rejection probability for a correct sampler (module docstring)
 
@@ -45,7 +46,11 @@ def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, token
         tokens = [int(t) for t in tokens]
     except Exception as exc:  # noqa: BLE001 - the learner's error, reported as data
         return {"error": learner_error(exc)}
-    return {"returned": tokens, "reason": reason, "output_token_ids": [int(t) for t in request.output_token_ids],
+    # the request's tokens are the engine's, its outputs' and a server's JSON: ints, as the engine appends them
+    if odd := [t for t in request.output_token_ids if not isinstance(t, int) or isinstance(t, bool)]:
+        return {"problem": f"request.output_token_ids holds {short(odd[0])} ({type(odd[0]).__name__}) after the call: "
+                           "token ids are Python ints", "hint": "append int(token) (or tensor.item()), not a tensor"}
+    return {"returned": tokens, "reason": reason, "output_token_ids": list(request.output_token_ids),
             "num_computed_tokens": int(request.num_computed_tokens)}
 
 
@@ -68,7 +73,7 @@ def distribution(impl: ModuleType, case: dict[str, Any], trials: int, repeats: i
     runs, states = [], []
     for seed in [*range(trials), *range(repeats)]:
         result = _call(impl, case, 0 if one_generator else seed, generator=shared)
-        if "error" in result:
+        if "error" in result or "problem" in result:
             return result
         runs.append(result.pop("returned"))
         states.append(result)

@@ -72,6 +72,8 @@ def check_call(impl, case: dict[str, Any]) -> dict[str, Any]:
     got = Driver(impl, "spec_decode").verify(case)
     if "error" in got:
         raise learner_failure(got["error"], NAME, describe(case))
+    if "problem" in got:
+        raise CaseFailure(got["problem"], input=describe(case), hint=got.get("hint"))
     want = Driver(ref, "spec_decode").verify(case)
     for field in ("returned", "output_token_ids", "num_computed_tokens", "reason"):
         if got[field] != want[field]:
@@ -174,6 +176,8 @@ def check_distribution(impl, logits: list[list[float]], drafts: list[int], tempe
     got = Driver(impl, "spec_decode").distribution(case, trials, repeats, one_generator)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
+    if "_runs" not in got and got.get("problem"):  # a call's tokens that are not ints
+        raise CaseFailure(got["problem"], input=text, hint=got.get("hint"))
     # tested here, never trusting the worker's verdict
     runs, again = whole(got.get("_runs"), trials, "calls"), whole(got.get("_again"), repeats, "repeated calls")
     states = whole(got.get("_states"), trials + repeats, "requests' states")
@@ -237,18 +241,20 @@ def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, 
     engine's step trace."""
     drv = Driver(impl, "spec_decode")
 
-    class Raised(Exception):
-        def __init__(self, record: dict) -> None:
-            super().__init__(str(record.get("message", "")))
-            self.record = record
+    class Failed(Exception):
+        """The worker's reply to a call that failed (the learner's error, or tokens that are not ints)."""
+
+        def __init__(self, reply: dict) -> None:
+            super().__init__(str(reply))
+            self.reply = reply
 
     def verify_and_update(request, drafts, logits, eos, tokenizer):
         case = {"params": plain_params(request.sampling_params), "prompt": list(request.prompt_token_ids),
                 "outputs": list(request.output_token_ids), "drafts": list(drafts), "eos": eos,
                 "logits": logits.float()}
         got = drv.verify(case)
-        if "error" in got:
-            raise Raised(got["error"])
+        if "error" in got or "problem" in got:
+            raise Failed(got)
         request.output_token_ids[:] = got["output_token_ids"]
         request.num_computed_tokens = got["num_computed_tokens"]
         return got["returned"], got["reason"]
@@ -259,8 +265,8 @@ def generate(impl, prompts: list[list[int]], max_tokens: int, config: dict[str, 
     try:
         outputs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     except Exception as exc:  # noqa: BLE001 - a StepError caused by the learner's function
-        if isinstance(exc.__cause__, Raised):
-            return {"error": exc.__cause__.record}, tracer
+        if isinstance(exc.__cause__, Failed):
+            return exc.__cause__.reply, tracer
         raise
     finally:
         tracer.close()
@@ -283,6 +289,8 @@ def _(impl):
     got, yours = generate(impl, prompts, 12, config, speculative)
     if "error" in got:
         raise learner_failure(got["error"], NAME, text)
+    if "problem" in got:
+        raise CaseFailure(got["problem"], input=text, hint=got.get("hint"))
     plain = LLMEngine(model, EngineConfig(**config))
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))]
     reference, theirs = generate(ref, prompts, 12, config, speculative)  # the same drafts, verified by the reference
