@@ -73,7 +73,12 @@ import judge.nbgrading
 _report = judge.nbgrading.notebook_report({id}, "")
 print(_report.text())
 """
-TRUSTED_CASE_CELL = "judge.nbgrading.case_check(_report, {name!r})\n"
+# A case cell reads the report itself: a notebook whose judge cell was deleted is graded all the same
+TRUSTED_CASE_CELL = """\
+import judge.nbgrading
+
+judge.nbgrading.case_check(judge.nbgrading.notebook_report({id}, ""), {name!r})
+"""
 
 
 def _exercise_of(assignment: str) -> int:
@@ -120,7 +125,7 @@ class JudgeAutograde(_Base):
             if gid == "judge":
                 cell.source = TRUSTED_JUDGE_CELL.format(id=ex.id)
             elif m and 1 <= int(m[1]) <= len(names):
-                cell.source = TRUSTED_CASE_CELL.format(name=names[int(m[1]) - 1])
+                cell.source = TRUSTED_CASE_CELL.format(id=ex.id, name=names[int(m[1]) - 1])
             else:  # the solution cell and anything a student added: never executed
                 cell.cell_type = "raw"
                 cell.pop("outputs", None)

@@ -29,7 +29,7 @@ import judge.sandbox
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "judge_cases"
 GRADED = (128, 130)
-STUDENTS = {128: ("correct", "wrong", "crash", "loop", "dies"), 130: ("correct", "wrong")}
+STUDENTS = {128: ("correct", "wrong", "crash", "loop", "dies", "no_judge_cell"), 130: ("correct", "wrong")}
 JUDGE_TIMEOUT = "10"  # seconds per case while grading here
 JUDGE_TOTAL_TIMEOUT = "25"  # seconds per submission: a loop submission times out twice, then the cap stops it
 
@@ -154,7 +154,8 @@ def _submissions(ex_id: int, solution: str) -> dict[str, str]:
         crash = "import ctypes\n\n\ndef build_batch(items, block_size):\n    return ctypes.string_at(0)\n"
         loop = "def build_batch(items, block_size):\n    while True:\n        pass\n"
         dies = "import os\n\nos._exit(1)\n"  # kills its process: it never runs in the kernel; the judge gives it 0
-        return {"correct": solution, "wrong": wrong, "crash": crash, "loop": loop, "dies": dies}
+        return {"correct": solution, "wrong": wrong, "crash": crash, "loop": loop, "dies": dies,
+                "no_judge_cell": solution}  # its notebook lacks the judge cell: the case cells still grade it
     return {"correct": solution, "wrong": (CASES / "inference_loop" / "wrong_max_tokens_off_by_one.py").read_text()}
 
 
@@ -180,6 +181,8 @@ def graded_course(tmp_path_factory, model_dir, copy_generated_course) -> Path:
         for student, code in _submissions(ex_id, solution).items():
             nb = nbformat.from_dict(released)
             _cell(nb, "solution").source = code
+            if student == "no_judge_cell":
+                nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "judge"]
             path = course / "submitted" / student / name / f"{name}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, path)
@@ -198,7 +201,7 @@ def test_autograded_scores(graded_course, ex_id):
         scores = {s: gb.find_submission(name, s).score for s in STUDENTS[ex_id]}
         max_score = gb.find_assignment(name).max_score
     assert max_score == len(gen.case_names(judge.get_exercise(ex_id)))
-    assert scores["correct"] == max_score, scores
+    assert scores["correct"] == max_score == scores.get("no_judge_cell", max_score), scores
     assert 0 <= scores["wrong"] < max_score, scores
     if ex_id == 128:
         assert scores["crash"] == 0 and scores["loop"] == 0 and scores["dies"] == 0, scores
