@@ -107,12 +107,17 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     raised = f"\n{_raised(unexpected)}" if unexpected else ""
     long_lists = isinstance(expected, list) and isinstance(value, list) and len(repr(expected)) > LONG
     shown = f"{len(expected)} items expected, got {len(value)}" if long_lists else \
-        f"expected {short(expected)}, got {short(value)}"
+        f"expected {_value(expected)}, got {_value(value)}"
     if _increasing(expected) and _increasing(value):  # a set of ids (tokens masked, blocks): what differs
         shown = (f"{short(sorted(set(value) - set(expected)))} in yours only, "
                  f"{short(sorted(set(expected) - set(value)))} missing from yours")
     return (f"{_named(req, where) or 'the result'}: {shown}\ninput: {what}{raised}"
             + (f"\nhint: {hint}" if hint else ""))
+
+
+def _value(v: Any) -> str:
+    """A value of an answer as the learner reads it: a string quoted (an empty one, a space, stop vs 'stop')."""
+    return repr(v) if isinstance(v, str) else short(v)
 
 
 def _recorded_hint(hints: Any, where: str, got: Any) -> str | None:
@@ -200,7 +205,7 @@ def _described(req: dict) -> str:
     if text:
         return text
     args = [wire.decode(a) for a in req.get("args", [])]
-    text = ", ".join(repr(a) if isinstance(a, str) else short(a) for a in args)
+    text = ", ".join(_value(a) for a in args)
     return f"{req.get('attr')}({text if len(text) < 200 else text[:200] + ' ...'})"
 
 

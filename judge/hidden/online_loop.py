@@ -35,6 +35,29 @@ IDLE_WAKE_RULE = ('the statement: "waking the event loop more than twice in a pe
 ABORT_IN_STEP_RULE = ('the statement: "An abort during a step: the request is in no step that starts after abort() '
                       'returned"')
 SHUTDOWN_RULE = 'the statement: "shutdown() returns within 3 s"'
+THREAD_HINT = "run the step in a worker thread: outputs = await asyncio.to_thread(self.engine.step)"
+FROZEN_HINT = ("await the step (outputs = await asyncio.to_thread(self.engine.step)); do not join a thread, take a "
+               "threading.Lock or wait in any other blocking way on the loop's thread")
+TEXT_HINT = "new_text = text_delta(output.outputs[0].text, characters sent so far, output.finished)"
+IDLE_HINTS = {  # by the fact of an idle period that is wrong (the driver's names)
+    "engine_calls": f"when the engine has no unfinished request, wait on an asyncio.Event that add_request sets: no "
+                    f"step, no polling ({IDLE_RULE})",
+    "spun": f"await an asyncio.Event instead of looping with asyncio.sleep(0) ({IDLE_CPU_RULE})",
+    "polled": f"await an asyncio.Event that add_request sets instead of sleeping in a loop ({IDLE_WAKE_RULE})"}
+
+
+def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
+    """The hidden cases' hints for what a public case's answer compares (judge/edition.py): each output's new_text,
+    the steps on the loop's thread, a frozen loop, the idle periods."""
+    if (driver, fn) != ("async_engine", "run_schedule") or not isinstance(value, dict):
+        return []
+    texts = [(f"['streams'][{name!r}]['outputs'][{i}]['new_text']", None, TEXT_HINT)
+             for name, stream in value.get("streams", {}).items() for i in range(len(stream.get("outputs", [])))]
+    threads = [(f"['steps'][{i}]['on_loop_thread']", None, THREAD_HINT) for i in range(len(value.get("steps", [])))]
+    idle = [(f"['idle_periods'][{i}][{fact!r}]", None, hint) for i in range(len(value.get("idle_periods", [])))
+            for fact, hint in IDLE_HINTS.items()]
+    return texts + threads + idle + [("['steps_on_loop_thread']", None, THREAD_HINT),
+                                     ("['loop_frozen_at_step']", None, FROZEN_HINT)]
 
 
 class Schedule:
@@ -148,18 +171,15 @@ class Run:
             if period["steps"] or period["calls"]:
                 raise CaseFailure(f"with no request to serve, the loop called the engine {period['calls']} times "
                                   f"({period['steps']} steps) in {period['wall']:.2f} s", input=self.input,
-                                  hint="when the engine has no unfinished request, wait on an asyncio.Event that "
-                                       f"add_request sets: no step, no polling ({IDLE_RULE})")
+                                  hint=IDLE_HINTS["engine_calls"])
             if period["cpu"] > IDLE_CPU_SHARE * period["wall"]:
                 raise CaseFailure(f"with no request to serve, the process used {period['cpu']:.2f} s of CPU in "
                                   f"{period['wall']:.2f} s: the loop spins", input=self.input,
-                                  hint="await an asyncio.Event instead of looping with asyncio.sleep(0) "
-                                       f"({IDLE_CPU_RULE})")
+                                  hint=IDLE_HINTS["spun"])
             if period["wakeups"] > IDLE_WAKEUPS:
                 raise CaseFailure(f"with no request to serve, the event loop woke {period['wakeups']} times in "
                                   f"{period['wall']:.2f} s: the loop polls", input=self.input,
-                                  hint="await an asyncio.Event that add_request sets instead of sleeping in a loop "
-                                       f"({IDLE_WAKE_RULE})")
+                                  hint=IDLE_HINTS["polled"])
 
     def check_log(self) -> None:
         """What the worker reported of its engine (its steps, its requests, its free blocks, each stream's tokens
@@ -204,17 +224,14 @@ class Run:
         if any(s["on_loop_thread"] for s in self.steps):
             raise CaseFailure("engine.step() ran on the event loop's thread: while it runs no other coroutine can "
                               "(new requests, streams, disconnects wait)", input=self.input,
-                              hint="run the step in a worker thread: outputs = await asyncio.to_thread(self.engine."
-                                   "step)")
+                              hint=THREAD_HINT)
         frozen = self.reply.get("loop_frozen_at_step")
         if frozen is not None:
             raise CaseFailure(f"while engine.step() ran in another thread (step {frozen + 1}), the event loop did not "
                               f"run the judge's callback within {FROZEN_AFTER:g} s (the judge's step waits for it): "
                               "the loop waited for the step, which freezes every coroutine as if it stepped itself",
                               input=self.input,
-                              hint="await the step (outputs = await asyncio.to_thread(self.engine.step)); do not "
-                                   "join a thread, take a threading.Lock or wait in any other blocking way on the "
-                                   "loop's thread")
+                              hint=FROZEN_HINT)
         touched = self.reply["touched_in_step"]
         if touched:
             raise CaseFailure(f"the engine was called ({', '.join(touched)}) while a step was running in another "
@@ -286,8 +303,7 @@ class Run:
         if text != full and not (expect in ("abort", "error") and text == full.rstrip("\ufffd")):
             raise CaseFailure(f"{where}: the new_text of its outputs, joined, is not the text of its tokens",
                               input=self.input, expected=full, got=short(text),
-                              hint="new_text = text_delta(output.outputs[0].text, characters sent so far, "
-                                   "output.finished)")
+                              hint=TEXT_HINT)
         if expect == "abort":
             self.check_freed(name, self.aborts[name], "abort(request_id)")
 
