@@ -285,8 +285,14 @@ def _checked_class(learner: type, parts: Parts, chunks_first: bool) -> type:
     return Checked
 
 
+def _token(t: Any) -> int | str:
+    """A sampled token as recorded: an int, or what it is instead (a tensor breaks hashing and a server's JSON)."""
+    return t if isinstance(t, int) and not isinstance(t, bool) else f"{short(t)} ({type(t).__name__})"
+
+
 def _state(engine: Any, r: Request) -> dict:
-    return {"num_computed": r.num_computed_tokens, "outputs": list(r.output_token_ids), "finished": r.is_finished,
+    return {"num_computed": r.num_computed_tokens, "outputs": [_token(t) for t in r.output_token_ids],
+            "finished": r.is_finished,
             "finish_reason": r.finish_reason, "status": r.status.value, "blocks": len(r.block_table),
             "in_running": any(x is r for x in engine.scheduler.running)}
 

@@ -410,6 +410,9 @@ class Engine:
             if len(new) != 1:
                 raise _fail(k, f"request {rid} completed its pending tokens but got {len(new)} new tokens ({new}); "
                                "exactly one is sampled", hint="append the sampled token to request.output_token_ids")
+            if isinstance(new[0], str):  # the driver's description of a token that is not an int
+                raise _fail(k, f"request {rid} got token {new[0]}: token ids are Python ints (prefix caching hashes "
+                               "them, a server writes them as JSON)", hint="append int(token) (or tensor.item())")
             if self.params_of(rid).temperature == 0 and row < len(argmax) and new[0] != argmax[row]:
                 raise _fail(k, f"request {rid} got token {new[0]}, but its row of the logits (row {row}: it is "
                                f"number {row} among this step's items that need logits) gives {argmax[row]}",
