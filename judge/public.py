@@ -94,7 +94,7 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
         return f"{g['problem']}\ninput: {what}"
     departure = _departure(w, g, req)
     if departure:
-        return f"{departure}\ninput: {what}"
+        return f"{departure}\ninput: {what}" + (f"\nhint: {hint}" if hint else "")
     where, expected, value = _whole_list(w, g, *d)
     unexpected = _unexpected_error(w, g)
     if unexpected and unexpected.get("type") == "NotImplementedError":

@@ -142,6 +142,22 @@ def test_a_public_case_gives_the_hidden_cases_hint(ex_id: int, stem: str, record
     assert any("hint: " in why and expect in why for why in failures.values()), failures
 
 
+HINTED_BY_PHRASE = [(130, "wrong_samples_prompt_chunks", "need_logits is true only when"),  # a departure
+                    (130, "wrong_num_computed_plus_one", "num_computed_tokens += num_new_tokens"),  # a step's record
+                    (130, "wrong_completion_order", "generate's final outputs are self.make_output(request, [])")]
+
+
+@pytest.mark.parametrize("ex_id,stem,phrase", HINTED_BY_PHRASE, ids=[f"{e}/{s}" for e, s, _ in HINTED_BY_PHRASE])
+def test_a_public_case_of_an_engine_gives_the_hint_of_its_difference(
+        ex_id: int, stem: str, phrase: str, recorded: dict[int, dict[str, list]]) -> None:
+    """130's public cases hint at what differs, as the hidden cases do: an item of the forward pass the engine
+    departed at, a request's field after a step, generate's final outputs."""
+    if ex_id not in recorded:
+        recorded[ex_id] = edition.record(judge.get_exercise(ex_id))
+    failures = public_failures(ex_id, CASES_DIR / FOLDERS[ex_id] / f"{stem}.py", recorded[ex_id], first_only=True)
+    assert any(phrase in why.split("\nhint: ", 1)[-1] and "\nhint: " in why for why in failures.values()), failures
+
+
 SAID = [(126, "wrong_float_slots"), (127, "wrong_output_float64")]
 
 

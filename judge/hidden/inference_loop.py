@@ -19,7 +19,8 @@ from framework.engine import EngineConfig
 from framework.sampling import SamplingParams
 from framework.trace import StepRecord
 from judge.compare import difference
-from judge.drivers.engine import BracketTokenizer, departure_message, first_difference, plain_params, with_work
+from judge.drivers.engine import (BracketTokenizer, compared, departure_message, first_difference, plain_params,
+                                  with_work)
 from judge.drivers.rounds import answered, departure_of, handling
 from judge.harness import CaseFailure, Cases, short
 from judge.secret import rng as seeded  # random cases drawn with the instructor's secret, if any
@@ -143,6 +144,35 @@ ITEM_HINTS = {
     "need_logits": "need_logits is true only when this step computes the request's last pending token "
                    "(ScheduledRequest.completes_prompt); a prompt chunk that is not the last needs no logits",
 }
+
+
+FINAL_HINT = ("new_token_ids are what one step produced; generate's final outputs are self.make_output(request, [])"
+              " (all tokens are in outputs[0].token_ids)")
+RETURN_HINT = ("one self.make_output(request, [token]) per request that received a token this step, in scheduled "
+               "order; none for a prompt chunk that sampled nothing")
+
+
+def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
+    """The hints of a public case's answers, recorded with the reference's (judge/edition.py), at the paths the
+    replay compares: each field of each item of a forward pass the engine is paused at (another call is a
+    departure: the order of a step's calls), and each step record's requests and outputs."""
+    if driver != "engine" or not isinstance(value, dict):
+        return []
+    call = value.get("call")
+    if isinstance(call, dict):
+        items = call["args"][0] if call.get("op") == "execute_model" else []
+        return [(f"['call']['args'][0][{i}][{j}]", None, ITEM_HINTS[f]) for i in range(len(items))
+                for j, f in enumerate(ITEM_FIELDS)] + [("['call']", None, ORDER_HINTS[None])]
+    value = compared(value, fn) or value
+    steps = value.get("steps") if isinstance(value.get("steps"), list) else [value]
+    hints = []
+    for i, step in enumerate(steps):
+        at = f"['steps'][{i}]" if "steps" in value else ""
+        for name in step.get("after", {}) if isinstance(step, dict) else ():
+            hints += [(f"{at}['after'][{name!r}]['num_computed']", None, FIELD_HINTS["num_computed_tokens"]),
+                      (f"{at}['after'][{name!r}]['outputs']", None, FIELD_HINTS["num_output_tokens"])]
+        hints.append((f"{at}['outputs']", None, RETURN_HINT))
+    return hints + [("['outputs']", None, FINAL_HINT)] * ("steps" in value)
 
 
 def _advance_hint(before: int, num_new: int, got: int) -> str:
@@ -470,8 +500,7 @@ class Engine:
         if got != expected:
             raise _fail(k, "wrong outputs returned by step", field="(request_id, new_token_ids, finished)",
                         expected=expected, got=got,
-                        hint="one self.make_output(request, [token]) per request that received a token this step, in "
-                             "scheduled order; none for a prompt chunk that sampled nothing")
+                        hint=RETURN_HINT)
         for o in outs:
             if o["token_ids"] != after[o["request_id"]]["outputs"]:
                 raise _fail(k, f"the output of request {o['request_id']} does not hold all its tokens so far",
@@ -512,8 +541,7 @@ def check_final(engine: Engine, prompts: list[list[int]], outs: list[dict], text
             raise CaseFailure(f"prompt {i}: its final output has new_token_ids {short(o['new_token_ids'])}; "
                               "a final output has none", input=text, field=f"outputs[{i}].new_token_ids",
                               expected=[], got=o["new_token_ids"],
-                              hint="new_token_ids are what one step produced; generate's final outputs are "
-                                   "self.make_output(request, []) (all tokens are in outputs[0].token_ids)")
+                              hint=FINAL_HINT)
     free, total = state["free"], engine.config["num_blocks"]
     if free != total:
         raise CaseFailure(f"after generate only {free} of {total} KV-cache blocks are free", input=text,
