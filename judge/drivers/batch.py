@@ -30,10 +30,20 @@ class Unreadable(Exception):
         self.problem, self.hint = problem, hint
 
 
+def _lists(value: Any) -> Any:
+    """`value` with every array.array in it, at any depth, a list: what the model runner reads of it
+    (framework.model_runner, _as_long)."""
+    if isinstance(value, array):
+        return list(value)
+    if not isinstance(value, (list, tuple)):
+        return value
+    items = [_lists(v) for v in value]
+    return items if isinstance(value, list) else tuple(items)
+
+
 def _sendable(value: Any) -> Any:
     """`value` if it can cross to the grader as plain data (numbers, lists, tensors, arrays), else its description."""
-    if isinstance(value, array):
-        value = list(value)  # what the model runner reads of it (framework.model_runner, _as_long)
+    value = _lists(value)
     try:
         wire.encode(value)
         return value
