@@ -141,6 +141,14 @@ def short(value: Any) -> str:
     return _repr.repr(value)
 
 
+def holds_tensor(value: Any) -> bool:
+    """Whether `value` is a torch tensor or a list or tuple holding one: ids that key a dict (block ids, in the free
+    queue and the prefix cache) must not be, as a tensor hashes by identity and is never found again."""
+    torch = sys.modules.get("torch")
+    return torch is not None and (isinstance(value, torch.Tensor) or isinstance(value, (list, tuple)) and
+                                  any(isinstance(x, torch.Tensor) for x in value))
+
+
 def int_values(value: Any) -> list[int] | None:
     """The ints of any sequence of ints (numpy ints and 0-d integer tensors too) or of a 1-D integer tensor or array;
     None for anything else, a generator or other one-pass iterator included (it has no length: what it yields may

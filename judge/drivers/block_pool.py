@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from judge.crossing import learner_error
-from judge.harness import int_values
+from judge.harness import holds_tensor, int_values
 
 NO_FREE = "NoFreeBlocksError"
 READ = "pool.num_blocks / pool.ref_cnt / pool.num_free_blocks"  # what the engine reads of a pool
@@ -76,7 +76,7 @@ def run(impl: ModuleType, num_blocks: int, ops: list) -> dict[str, Any]:
         else:
             step = {"raised": None}
             if method == "allocate":
-                got = int_values(ret)
+                got = None if holds_tensor(ret) else int_values(ret)
                 step["returned"] = got if got is not None else {
                     "not a list of ints": f"{str(ret)[:200]} ({type(ret).__name__})"}
         step["state"] = current = state(pool)

@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from judge.crossing import learner_error
-from judge.harness import int_values
+from judge.harness import holds_tensor, int_values
 
 CHAINED = "each hash is hash_block(the hash before it, its block)"
 
@@ -74,7 +74,7 @@ def cache_ops(impl: ModuleType, ops: list) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001
             return {**_failed(exc, f"PrefixCache.{op[0]}", i), "lookups": lookups}
         if op[0] == "lookup":
-            ids = int_values(got)
+            ids = None if holds_tensor(got) else int_values(got)
             if ids is None:
                 return {"not a list of block ids": f"{str(got)[:200]}", "call": i, "lookups": lookups}
             lookups.append(ids)

@@ -187,7 +187,8 @@ def _first_difference(num_blocks: int, ops: list[Op], impl: Any) -> tuple[CaseFa
                 return CaseFailure(f"{where} returned the wrong block ids", field="return value",
                                    expected=exp_ret, got=got_list if ok else got_list["not a list of ints"],
                                    hint=_hint(op, "return value", exp_ret, got_list, num_blocks)
-                                   if ok else "allocate must return the list of ids"), i + 1
+                                   if ok else "allocate returns the ids as a list of ints (not tensors: a tensor "
+                                   "hashes by identity, so the pool and the prefix cache could never find it)"), i + 1
         state = got["state"]
         failure = state_failure(state, f"after {where}")
         if failure is not None:

@@ -43,7 +43,8 @@ def reported(got: dict[str, Any], text: str) -> dict[str, Any]:
         raise CaseFailure(f"block_hashes returned a {got['not a list']}; it must return a list of ints", input=text)
     if "not a list of block ids" in got:
         raise CaseFailure(f"lookup returned {got['not a list of block ids']}; it must return a list of block ids",
-                          input=text)
+                          input=text, hint="block ids are ints, not tensors: a tensor hashes by identity, so the "
+                                           "block pool could not find it")
     return got
 
 
