@@ -418,7 +418,7 @@ def create_app(llm: Any, async_llm: Any, model_name: str = "tiny-qwen3", max_pen
             problems.append(f"{where}: {e['msg']}" + (f" (got {e['input']!r:.60})" if "input" in e and where !=
                                                        "the body" else ""))
         # the field at fault: where the first field's errors meet (each member of a union adds its type to the
-        # path: prompt.str, prompt.list[int].1)
+        # path: prompt.str, prompt.list[int].1; errors at stop_token_ids.0 and .1 name stop_token_ids)
         paths = [[p for p in e["loc"] if p != "body"] for e in exc.errors()]
         field = os.path.commonprefix([p for p in paths if p[:1] == paths[0][:1]]) if paths else []
         return JSONResponse(error_body("invalid request: " + "; ".join(problems[:3]), "invalid_request_error",

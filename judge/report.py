@@ -50,8 +50,9 @@ def _private(text: str) -> str:
     """`text` without the grader's folders (the course checkout, the home folder)."""
     for path, shown in ((str(ROOT), "<course>"), (os.path.expanduser("~"), "~")):
         if len(path) > 1:  # a whole path only: a student named root keeps .../submitted/root/...
-            # after a separator, or after a control character `clean` escaped (/proc/*/cmdline's NULs: \x00)
-            text = re.sub(rf"(?:(?<=\\x[0-9a-f]{{2}})|(?<![\w./-])){re.escape(path)}(?![\w.-])", shown, text)
+            # after a separator, or after a character `clean` escaped (/proc/*/cmdline's NULs: \x00; \u200b)
+            text = re.sub(rf"(?:(?<=\\x[0-9a-f]{{2}})|(?<=\\u[0-9a-f]{{4}})|(?<![\w./-])){re.escape(path)}(?![\w.-])",
+                          shown, text)
     return text
 
 

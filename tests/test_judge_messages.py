@@ -147,6 +147,7 @@ def test_a_report_hides_the_graders_folders_but_not_a_student_named_like_one(mon
     assert text == "grading /srv/submitted/root/ex125/ex125.ipynb, <course>/judge/x.py, ~/.cache", text
     cmdline = report.clean(f"python\0{report.ROOT}/.venv/bin/x\0-I")  # a message quoting /proc/<pid>/cmdline
     assert report._private(cmdline) == "python\\x00<course>/.venv/bin/x\\x00-I", cmdline
+    assert report._private(report.clean(f"a\u200b{report.ROOT}/x")) == "a\\u200b<course>/x"
 
 
 def test_133s_public_messages_read_as_the_schedule_and_the_loop():

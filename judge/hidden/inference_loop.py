@@ -80,8 +80,8 @@ def raised(err: dict, name: str, input: str | None = None) -> CaseFailure:
 FIELD_HINTS = {
     "num_computed_tokens": "after the forward pass every scheduled request does num_computed_tokens += "
                            "num_new_tokens, once per step",
-    "num_output_tokens": "append exactly one sampled token to request.output_token_ids, only for a request whose "
-                         "pending tokens this step completed",
+    "num_output_tokens": "append exactly one sampled token (an int) to request.output_token_ids, only for a request "
+                         "whose pending tokens this step completed",
     "running": "leave the scheduler's queues to it: self.scheduler.finish(request, reason) retires a request",
     "waiting": "leave the scheduler's queues to it: the engine adds requests with self.add_request(s)",
 }
@@ -107,6 +107,11 @@ def departed(k: int, d: dict, where: str, rids: Sequence[str] = ()) -> CaseFailu
     return _fail(k, said, hint=ORDER_HINTS.get(ops, ORDER_HINTS[None]))
 
 
+SAMPLED_HINT = ("a token sampled at an earlier step differs from the reference engine's: greedy takes the argmax of "
+                "the request's row of logits; with temperature > 0, sample_token(row, request.sampling_params, "
+                "request.generator) draws it with the request's own seeded generator")
+
+
 def other_items(k: int, got: list, want: list, rids: Sequence[str]) -> CaseFailure:
     """The forward pass differs from the reference engine's, though its items match this step's plan: the plan
     was the same, so the tokens sampled before differ."""
@@ -116,10 +121,7 @@ def other_items(k: int, got: list, want: list, rids: Sequence[str]) -> CaseFailu
                 rid = rids[i] if i < len(rids) else f"number {i}"
                 return _fail(k, f"the item of request {rid} has {name} {short(a)}; the reference engine's forward "
                                 f"pass on the same requests has {short(b)}", field=name, expected=b, got=a,
-                             hint="a token sampled at an earlier step differs from the reference engine's: greedy "
-                                  "takes the argmax of the request's row of logits; with temperature > 0, "
-                                  "sample_token(row, request.sampling_params, request.generator) draws it with the "
-                                  "request's own seeded generator")
+                             hint=SAMPLED_HINT)
     return _fail(k, f"the forward pass carried {len(got)} item(s); the reference engine's on the same requests "
                     f"carried {len(want)}", hint=ORDER_HINTS[None])
 
@@ -159,10 +161,13 @@ def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str
     if driver != "engine" or not isinstance(value, dict):
         return []
     call = value.get("call")
-    if isinstance(call, dict):
+    if isinstance(call, dict):  # the call the reference engine made where the learner's made another (or none)
         items = call["args"][0] if call.get("op") == "execute_model" else []
-        return [(f"['call']['args'][0][{i}][{j}]", None, ITEM_HINTS[f]) for i in range(len(items))
-                for j, f in enumerate(ITEM_FIELDS)] + [("['call']", None, ORDER_HINTS[None])]
+        fields = [(f"['call']['args'][0][{i}][{j}]", None, _item_hint(f, item)) for i, item in enumerate(items)
+                  for j, f in enumerate(ITEM_FIELDS)]
+        order = [("['call']['op']", pair[0], hint) for pair, hint in ORDER_HINTS.items()
+                 if pair and pair[1] == call["op"]]
+        return fields + order + [("['call']", None, ORDER_HINTS[None])]
     value = compared(value, fn) or value
     steps = value.get("steps") if isinstance(value.get("steps"), list) else [value]
     hints = []
@@ -173,6 +178,15 @@ def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str
                       (f"{at}['after'][{name!r}]['outputs']", None, FIELD_HINTS["num_output_tokens"])]
         hints.append((f"{at}['outputs']", None, RETURN_HINT))
     return hints + [("['outputs']", None, FINAL_HINT)] * ("steps" in value)
+
+
+def _item_hint(field: str, item: list) -> str:
+    """The hint for `field` of the reference's `item`: a decode's one token is the one sampled before, so where it
+    differs, the sample may be what differs."""
+    if field == "token_ids" and len(item[0]) == 1:
+        return f"a decode's token_ids is the request's last token, sampled at the step before; if you pass that, " \
+            f"{SAMPLED_HINT}"
+    return ITEM_HINTS[field]
 
 
 def _advance_hint(before: int, num_new: int, got: int) -> str:
