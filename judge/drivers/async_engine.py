@@ -216,9 +216,10 @@ class ScriptedEngine(LLMEngineBase):
 
 def plain_stream_output(o: Any) -> dict:
     try:
+        error = o.error if o.error is None or isinstance(o.error, str) else \
+            {"not a string": f"{short(o.error)} ({type(o.error).__name__})"}  # a server cannot write it as JSON
         return {"request_id": str(o.request_id), "new_token_ids": ints(o.new_token_ids), "new_text": str(o.new_text),
-                "finished": bool(o.finished), "finish_reason": o.finish_reason,
-                "error": None if o.error is None else str(o.error)}
+                "finished": bool(o.finished), "finish_reason": o.finish_reason, "error": error}
     except (AttributeError, TypeError, ValueError):
         return {"bad": short(o)}
 

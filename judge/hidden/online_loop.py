@@ -295,6 +295,10 @@ class Run:
                               hint={"abort": "an aborted request's stream ends with finish_reason 'abort'",
                                     "error": "a failed step's requests end with finish_reason 'error' and the "
                                              "error (the StepError names them)"}.get(expect))
+        if isinstance(final["error"], dict):
+            raise CaseFailure(f"{where}: its final output's error is {final['error']['not a string']}, not a string",
+                              input=self.input, hint="error=str(the StepError), or the Request's .error: a server "
+                                                     "writes the stream as JSON")
         if expect == "error" and "injected failure" not in str(final["error"]):
             raise CaseFailure(f"{where}: its final output's error is {final['error']!r}; it must say why the step "
                               "failed", input=self.input, hint="the Request's .error, or str() of the StepError")
