@@ -285,13 +285,15 @@ def _checked_class(learner: type, parts: Parts, chunks_first: bool) -> type:
     return Checked
 
 
-def _token(t: Any) -> int | str:
-    """A sampled token as recorded: an int, or what it is instead (a tensor breaks hashing and a server's JSON)."""
-    return t if isinstance(t, int) and not isinstance(t, bool) else f"{short(t)} ({type(t).__name__})"
+def _int(value: Any) -> int | str:
+    """A token or a count as recorded: an int, or what it is instead (a tensor hashes by identity; it and a numpy int
+    break a trace's and a server's JSON)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else \
+        f"{short(value)} ({type(value).__name__})"
 
 
 def _state(engine: Any, r: Request) -> dict:
-    return {"num_computed": r.num_computed_tokens, "outputs": [_token(t) for t in r.output_token_ids],
+    return {"num_computed": _int(r.num_computed_tokens), "outputs": [_int(t) for t in r.output_token_ids],
             "finished": r.is_finished,
             "finish_reason": r.finish_reason, "status": r.status.value, "blocks": len(r.block_table),
             "in_running": any(x is r for x in engine.scheduler.running)}

@@ -27,7 +27,7 @@ from framework.engine import stop_reason
 from framework.request import Request
 from framework.sampling import SamplingParams, make_generator, sampling_probs
 from judge.crossing import learner_error
-from judge.harness import short
+from judge.harness import int_values, short
 
 FALSE_REJECTION = 1e-6  # the test's false-rejection probability for a correct sampler (module docstring)
 
@@ -43,15 +43,18 @@ def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, token
     logits = torch.as_tensor(case["logits"], dtype=torch.float32)  # a list, or a tensor from the grader's engine
     try:
         tokens, reason = impl.verify_and_update(request, list(case["drafts"]), logits, case["eos"], tokenizer)
-        tokens = [int(t) for t in tokens]
     except Exception as exc:  # noqa: BLE001 - the learner's error, reported as data
         return {"error": learner_error(exc)}
-    # the request's tokens are the engine's, its outputs' and a server's JSON: ints, as the engine appends them
-    if odd := [t for t in request.output_token_ids if not isinstance(t, int) or isinstance(t, bool)]:
-        return {"problem": f"request.output_token_ids holds {short(odd[0])} ({type(odd[0]).__name__}) after the call: "
-                           "token ids are Python ints", "hint": "append int(token) (or tensor.item()), not a tensor"}
-    return {"returned": tokens, "reason": reason, "output_token_ids": list(request.output_token_ids),
-            "num_computed_tokens": int(request.num_computed_tokens)}
+    # the request's tokens and count are the engine's, its outputs' and a server's JSON: ints, as the engine's own
+    odd = [t for t in [*request.output_token_ids, request.num_computed_tokens]
+           if not isinstance(t, int) or isinstance(t, bool)]
+    if odd or int_values(tokens) is None:
+        what = f"request.output_token_ids and num_computed_tokens hold {short(odd[0])} ({type(odd[0]).__name__})" \
+            if odd else f"verify_and_update returned the tokens {short(tokens)} ({type(tokens).__name__})"
+        return {"problem": f"{what} after the call: token ids and counts are Python ints",
+                "hint": "append int(token) (or tensor.item()), and add an int to num_computed_tokens"}
+    return {"returned": int_values(tokens), "reason": reason, "output_token_ids": list(request.output_token_ids),
+            "num_computed_tokens": request.num_computed_tokens}
 
 
 def verify(impl: ModuleType, case: dict[str, Any]) -> dict[str, Any]:

@@ -432,6 +432,9 @@ class Engine:
         after, expected_outs, row = rec["after"], [], 0
         for s in rec["sched"]:
             rid, a = s["rid"], rec["after"][s["rid"]]
+            if isinstance(a["num_computed"], str):  # the driver's description of a value that is not an int
+                raise _fail(k, f"request {rid} has num_computed_tokens {a['num_computed']} after the step: an int",
+                            hint="num_computed_tokens += s.num_new_tokens (an int: not a tensor, not a numpy int)")
             if a["num_computed"] != s["num_computed"] + s["num_new"]:
                 raise _fail(k, f"request {rid} has num_computed_tokens {a['num_computed']} after a step that "
                                f"computed {s['num_new']} token(s) from {s['num_computed']}",
