@@ -60,8 +60,9 @@ def text(token_ids: list[int], eos: int = EOS) -> str:
 def mask(impl: ModuleType, rows: list[dict], logits: list[list[float]]) -> dict[str, Any]:
     """apply_grammar_bitmask(logits, rows, bitmask) on fresh grammars (each row: {"grammar": spec or None,
     "accepted": tokens its grammar holds, "need_logits", "drafts"}): {"masked": per logits row, the token ids set to
-    -inf, "changed": per row, the ids changed to anything else, "states": each row's grammar after, "returned": what
-    it returned, if not None}, or {"raised": ...}."""
+    -inf, "changed": per row, the ids changed to anything else, "states": each row's grammar after, and as a diagnostic
+    "_returned": the type of what it returned, if not None (the statement grades the logits it leaves)}, or
+    {"raised": ...}."""
     objects = [GrammarRow(None if r["grammar"] is None else grammar(r["grammar"], r["accepted"]),
                           bool(r["need_logits"]), list(r["drafts"])) for r in rows]
     before = torch.tensor(logits, dtype=torch.float32).reshape(len(logits), len(VOCAB))
@@ -75,7 +76,7 @@ def mask(impl: ModuleType, rows: list[dict], logits: list[list[float]]) -> dict[
     return {"masked": [torch.nonzero(r).flatten().tolist() for r in neg],
             "changed": [torch.nonzero(r).flatten().tolist() for r in other],
             "states": [state(r.grammar) for r in objects],
-            "returned": None if returned is None else type(returned).__name__}
+            "_returned": None if returned is None else type(returned).__name__}
 
 
 def where(path: str, fn: str, *args: Any) -> str | None:
