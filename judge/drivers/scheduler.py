@@ -313,6 +313,8 @@ def preemption_result(impl: ModuleType, fn: str, world: Any, rid: str, n: int, o
     if replay.departure is not None:  # with the queue it was called on: the victims it could choose
         return {"departure": {**replay.departure, "running": running}}
     scheduled, preempted = plan_of(out)
+    if type(ret) is int and ret in (0, 1):  # 1 == True: the statement's True and False, as the hidden cases read it
+        ret = bool(ret)
     return {"returned": ret if isinstance(ret, (bool, int, type(None))) else repr(ret)[:200], "plan": scheduled,
             "preempted": preempted, "consumed": replay.consumed,
             "state": {rid: fields(r) for rid, r in world.requests.items()}, "running": ids(sched.running),
