@@ -1,6 +1,6 @@
 """Wrong: the greedy token is the argmax tensor, appended as it is: request.output_token_ids holds 0-dim tensors
 (equal to the right ints, but a server's JSON of the outputs fails on them).
-EXPECT: token ids are Python ints
+EXPECT: token ids and counts are Python ints
 PUBLIC: caught
 """
 
