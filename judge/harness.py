@@ -141,6 +141,14 @@ def short(value: Any) -> str:
     return _repr.repr(value)
 
 
+def plain_int(value: Any) -> Any:
+    """A count or a token id as the grader compares it: an int as it is, anything else (8.0, a tensor, a numpy int)
+    as text that no int equals, saying what it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return f"{short(value)} ({type(value).__name__})"
+
+
 def holds_tensor(value: Any) -> bool:
     """Whether `value` is a torch tensor or a list or tuple holding one: ids that key a dict (block ids, in the free
     queue and the prefix cache) must not be, as a tensor hashes by identity and is never found again."""

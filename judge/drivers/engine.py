@@ -26,7 +26,7 @@ from judge.crossing import learner_error
 from judge.drivers import keep, kept, load_model
 from judge.drivers.fakes import set_fields
 from judge.drivers.rounds import Rounds
-from judge.harness import int_values, short
+from judge.harness import int_values, plain_int, short
 
 
 class BracketTokenizer:
@@ -285,15 +285,9 @@ def _checked_class(learner: type, parts: Parts, chunks_first: bool) -> type:
     return Checked
 
 
-def _int(value: Any) -> int | str:
-    """A token or a count as recorded: an int, or what it is instead (a tensor hashes by identity; it and a numpy int
-    break a trace's and a server's JSON)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else \
-        f"{short(value)} ({type(value).__name__})"
-
-
 def _state(engine: Any, r: Request) -> dict:
-    return {"num_computed": _int(r.num_computed_tokens), "outputs": [_int(t) for t in r.output_token_ids],
+    # ints, as the engine's own: a tensor token hashes by identity, and it or a numpy int breaks a trace's JSON
+    return {"num_computed": plain_int(r.num_computed_tokens), "outputs": [plain_int(t) for t in r.output_token_ids],
             "finished": r.is_finished,
             "finish_reason": r.finish_reason, "status": r.status.value, "blocks": len(r.block_table),
             "in_running": any(x is r for x in engine.scheduler.running)}

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from judge.crossing import learner_error
-from judge.harness import short
+from judge.harness import plain_int
 from judge.drivers import keep, kept
 from judge.wire import WorkerLost
 from judge.drivers.fakes import (FIELD_NAMES, FakeKVCacheManager, FakePreemption, Replay, describe as describe_call,
@@ -135,22 +135,16 @@ class World:
                     SchedulerBase.finish(self.sched, r, "length")
 
 
-def count(value: Any) -> Any:
-    """A count as the grader compares it: an int as it is, anything else (8.0, a tensor) as text that no int equals."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return f"{short(value)} ({type(value).__name__})"
-
-
 def snapshot(world: World) -> dict[str, Any]:
     """The queues and every request's state: what the grader compares with the reference's."""
     s = world.sched
     return {
         "running": [r.request_id for r in s.running],
         "waiting": [r.request_id for r in s.waiting],
-        "requests": {rid: {"status": r.status.value, "num_computed_tokens": count(r.num_computed_tokens),
-                           "num_cached_tokens": count(r.num_cached_tokens), "blocks held": len(r.block_table),
-                           "num_preemptions": count(r.num_preemptions), "output_token_ids": list(r.output_token_ids),
+        "requests": {rid: {"status": r.status.value, "num_computed_tokens": plain_int(r.num_computed_tokens),
+                           "num_cached_tokens": plain_int(r.num_cached_tokens), "blocks held": len(r.block_table),
+                           "num_preemptions": plain_int(r.num_preemptions),
+                           "output_token_ids": list(r.output_token_ids),
                            "num_tokens": r.num_tokens}
                      for rid, r in world.requests.items()},
         "free blocks": world.kv.num_free_blocks,

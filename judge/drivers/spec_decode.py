@@ -27,7 +27,7 @@ from framework.engine import stop_reason
 from framework.request import Request
 from framework.sampling import SamplingParams, make_generator, sampling_probs
 from judge.crossing import learner_error
-from judge.harness import int_values, short
+from judge.harness import int_values, plain_int, short
 
 FALSE_REJECTION = 1e-6  # the test's false-rejection probability for a correct sampler (module docstring)
 
@@ -46,11 +46,10 @@ def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, token
     except Exception as exc:  # noqa: BLE001 - the learner's error, reported as data
         return {"error": learner_error(exc)}
     # the request's tokens and count are the engine's, its outputs' and a server's JSON: ints, as the engine's own
-    odd = [t for t in [*request.output_token_ids, request.num_computed_tokens]
-           if not isinstance(t, int) or isinstance(t, bool)]
+    odd = [v for v in map(plain_int, [*request.output_token_ids, request.num_computed_tokens]) if isinstance(v, str)]
     if odd or int_values(tokens) is None:
-        what = f"request.output_token_ids and num_computed_tokens hold {short(odd[0])} ({type(odd[0]).__name__})" \
-            if odd else f"verify_and_update returned the tokens {short(tokens)} ({type(tokens).__name__})"
+        what = f"request.output_token_ids and num_computed_tokens hold {odd[0]}" if odd else \
+            f"verify_and_update returned the tokens {short(tokens)} ({type(tokens).__name__})"
         return {"problem": f"{what} after the call: token ids and counts are Python ints",
                 "hint": "append int(token) (or tensor.item()), and add an int to num_computed_tokens"}
     return {"returned": int_values(tokens), "reason": reason, "output_token_ids": list(request.output_token_ids),

@@ -169,15 +169,15 @@ def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str
                  if pair and pair[1] == call["op"]]
         return fields + order + [("['call']", None, ORDER_HINTS[None])]
     value = compared(value, fn) or value
-    steps = value.get("steps") if isinstance(value.get("steps"), list) else [value]
+    generated = isinstance(value.get("steps"), list)  # generate's answer: its steps' records, and its outputs
     hints = []
-    for i, step in enumerate(steps):
-        at = f"['steps'][{i}]" if "steps" in value else ""
+    for i, step in enumerate(value["steps"] if generated else [value]):
+        at = f"['steps'][{i}]" if generated else ""
         for name in step.get("after", {}) if isinstance(step, dict) else ():
             hints += [(f"{at}['after'][{name!r}]['num_computed']", None, FIELD_HINTS["num_computed_tokens"]),
                       (f"{at}['after'][{name!r}]['outputs']", None, FIELD_HINTS["num_output_tokens"])]
         hints.append((f"{at}['outputs']", None, RETURN_HINT))
-    return hints + [("['outputs']", None, FINAL_HINT)] * ("steps" in value)
+    return hints + [("['outputs']", None, FINAL_HINT)] * generated
 
 
 def _item_hint(field: str, item: list) -> str:
