@@ -143,10 +143,10 @@ def short(value: Any) -> str:
 
 def plain_int(value: Any) -> Any:
     """A count or a token id as the grader compares it: an int as it is, anything else (8.0, a tensor, a numpy int)
-    as text that no int equals, saying what it is."""
+    as text that no int equals, saying what it is (a string quoted: '8' (str))."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    return f"{short(value)} ({type(value).__name__})"
+    return f"{short(repr(value) if isinstance(value, str) else value)} ({type(value).__name__})"
 
 
 def holds_tensor(value: Any) -> bool:

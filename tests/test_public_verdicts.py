@@ -158,14 +158,15 @@ def test_a_public_case_of_an_engine_gives_the_hint_of_its_difference(
     assert any(phrase in why.split("\nhint: ", 1)[-1] and "\nhint: " in why for why in failures.values()), failures
 
 
-SAID = [(126, "wrong_float_slots"), (127, "wrong_output_float64")]
+SAID = [(126, "wrong_float_slots"), (127, "wrong_output_float64"), (129, "wrong_numpy_count"),
+        (129, "wrong_status_a_string"), (131, "wrong_status_a_string")]
 
 
 @pytest.mark.parametrize("ex_id,stem", SAID, ids=[f"{e}/{s}" for e, s in SAID])
 def test_a_public_case_says_what_the_statement_requires_of_a_results_type(
         ex_id: int, stem: str, recorded: dict[int, dict[str, list]]) -> None:
     """What the statement requires of a result besides its values: 126's slots are integers, 127's output has the
-    query's dtype. A public case fails them in the hidden cases' words (the fixture's EXPECT); the values alone, as
+    query's dtype, 129's numbers of tokens are ints, a status is a RequestStatus. A public case fails them in the hidden cases' words (the fixture's EXPECT); the values alone, as
     numbers, would have passed."""
     if ex_id not in recorded:
         recorded[ex_id] = edition.record(judge.get_exercise(ex_id))

@@ -24,7 +24,7 @@ from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerBase, SchedulerOutput
 from judge.crossing import learner_error
 from judge.drivers import keep, kept, load_model
-from judge.drivers.fakes import set_fields
+from judge.drivers.fakes import set_fields, status_of
 from judge.drivers.rounds import Rounds
 from judge.harness import int_values, plain_int, short
 
@@ -289,7 +289,7 @@ def _state(engine: Any, r: Request) -> dict:
     # ints, as the engine's own: a tensor token hashes by identity, and it or a numpy int breaks a trace's JSON
     return {"num_computed": plain_int(r.num_computed_tokens), "outputs": [plain_int(t) for t in r.output_token_ids],
             "finished": r.is_finished,
-            "finish_reason": r.finish_reason, "status": r.status.value, "blocks": len(r.block_table),
+            "finish_reason": r.finish_reason, "status": status_of(r), "blocks": len(r.block_table),
             "in_running": any(x is r for x in engine.scheduler.running)}
 
 

@@ -18,6 +18,7 @@ from framework.kv_cache_manager import blocks_to_allocate
 from framework.request import Request, RequestStatus
 from framework.scheduler import ScheduledRequest
 from judge.drivers.rounds import Rounds
+from judge.harness import plain_int
 
 KV_OPS = ("allocate_slots", "free")  # the KV-cache manager's state-changing operations
 PREEMPTION_OPS = ("allocate_or_preempt", "preempt")
@@ -27,9 +28,15 @@ FIELD_NAMES = ("status", "num_computed_tokens", "num_cached_tokens", "num_preemp
                "output_token_ids")
 
 
+def status_of(r: Request) -> str:
+    """A request's status as the grader compares it: a RequestStatus's value, anything else (the string "running")
+    as text that no status equals, saying what it is."""
+    return r.status.value if isinstance(r.status, RequestStatus) else plain_int(r.status)
+
+
 def fields(r: Request) -> dict[str, Any]:
     """A request's state as the parts read and write it."""
-    return {"status": r.status.value, "num_computed_tokens": r.num_computed_tokens,
+    return {"status": status_of(r), "num_computed_tokens": r.num_computed_tokens,
             "num_cached_tokens": r.num_cached_tokens, "num_preemptions": r.num_preemptions,
             "block_table": list(r.block_table), "output_token_ids": list(r.output_token_ids)}
 

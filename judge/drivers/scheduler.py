@@ -21,7 +21,7 @@ from judge.harness import plain_int
 from judge.drivers import keep, kept
 from judge.wire import WorkerLost
 from judge.drivers.fakes import (FIELD_NAMES, FakeKVCacheManager, FakePreemption, Replay, describe as describe_call,
-                                 fields, ids, plan, set_fields)
+                                 fields, ids, plan, set_fields, status_of)
 from judge.drivers.fakes import departure_message  # noqa: F401 - judge/public.py's words for a departure
 from framework.request import Request, RequestStatus
 from framework.sampling import SamplingParams
@@ -141,7 +141,7 @@ def snapshot(world: World) -> dict[str, Any]:
     return {
         "running": [r.request_id for r in s.running],
         "waiting": [r.request_id for r in s.waiting],
-        "requests": {rid: {"status": r.status.value, "num_computed_tokens": plain_int(r.num_computed_tokens),
+        "requests": {rid: {"status": status_of(r), "num_computed_tokens": plain_int(r.num_computed_tokens),
                            "num_cached_tokens": plain_int(r.num_cached_tokens), "blocks held": len(r.block_table),
                            "num_preemptions": plain_int(r.num_preemptions),
                            "output_token_ids": list(r.output_token_ids),
@@ -152,22 +152,24 @@ def snapshot(world: World) -> dict[str, Any]:
 
 
 def output_problem(out: Any) -> dict | None:
-    """Why `out` is not a usable SchedulerOutput (a message and a hint), or None."""
+    """Why `out` is not a usable SchedulerOutput ({"problem": what, "hint": ...}), or None."""
     if out is None:
-        return {"message": "schedule returned None", "hint": "return the SchedulerOutput you filled in"}
+        return {"problem": "schedule returned None", "hint": "return the SchedulerOutput you filled in"}
     scheduled, preempted = getattr(out, "scheduled", None), getattr(out, "preempted", None)
     if not isinstance(scheduled, list) or not isinstance(preempted, list):
-        return {"message": f"schedule returned {type(out).__name__} {str(out)[:200]}; it must return a "
+        return {"problem": f"schedule returned {type(out).__name__} {str(out)[:200]}; it must return a "
                            "SchedulerOutput",
                 "hint": "out = SchedulerOutput(); out.scheduled.append(ScheduledRequest(request, n)); return out"}
     for s in scheduled:
         r, n = getattr(s, "request", None), getattr(s, "num_new_tokens", None)
         if not isinstance(r, Request) or not isinstance(n, int) or isinstance(n, bool):
-            return {"message": f"out.scheduled holds {str(s)[:200]}; each entry must be ScheduledRequest(request, "
-                               "num_new_tokens) with an int number of tokens"}
+            shown = f"request {r.request_id!r}" if isinstance(r, Request) else f"request={str(r)[:100]}"
+            return {"problem": f"out.scheduled holds ScheduledRequest({shown}, num_new_tokens={plain_int(n)}); "
+                               "each entry must be ScheduledRequest(request, num_new_tokens) with an int number of "
+                               "tokens", "hint": "num_new_tokens is a Python int (int(n) of a numpy or tensor value)"}
     for r in preempted:
         if not isinstance(r, Request):
-            return {"message": f"out.preempted holds {str(r)[:200]}; it must hold the preempted Request objects"}
+            return {"problem": f"out.preempted holds {str(r)[:200]}; it must hold the preempted Request objects"}
     return None
 
 
@@ -180,7 +182,7 @@ def facts(world: World, out: SchedulerOutput) -> dict[str, Any]:
     running = {id(r) for r in world.sched.running}
     return {
         "scheduled": [{"rid": x.request.request_id, "n": x.num_new_tokens, "in_running": id(x.request) in running,
-                       "status": x.request.status.value, "num_preemptions": x.request.num_preemptions,
+                       "status": status_of(x.request), "num_preemptions": x.request.num_preemptions,
                        "num_computed": x.request.num_computed_tokens, "num_tokens": x.request.num_tokens,
                        "blocks": len(x.request.block_table)} for x in out.scheduled],
         "finished": [rid for rid, r in world.requests.items() if r.is_finished],
@@ -251,7 +253,7 @@ def step_world(world: World, step: int, parts: Any, lookups: dict | None = None)
         return {**result, "departure": parts.departure}
     problem = output_problem(out)
     if problem:
-        return {**result, "problem": problem}
+        return {**result, **problem}
     scheduled, preempted = plan_of(out)
     result.update(plan=scheduled, preempted=preempted, facts=facts(world, out), after=snapshot(world))
     if lookups is not None:

@@ -197,7 +197,7 @@ def _run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dic
                 raise departure_failure(res["departure"], label, before, w.config, scheduled["calls"],
                                         (exp_plan, exp_pre), hint, graded)
             if "problem" in res:
-                raise CaseFailure(res["problem"]["message"], hint=res["problem"].get("hint"))
+                raise CaseFailure(res["problem"], hint=res.get("hint"))
             check_invariants(res["facts"], res["after"], w.config, label)
             plan, pre = [tuple(x) for x in res["plan"]], res["preempted"]
             if (plan, pre) != (exp_plan, exp_pre):
