@@ -38,6 +38,6 @@ def layer_forward(shard: dict[str, torch.Tensor], x: torch.Tensor, positions: to
     num_attention_heads, num_key_value_heads). all_reduce(t) returns the sum of `t` over the ranks (use what it
     returns); call it exactly twice: on o_proj's output and on down_proj's output.
 
-    Returns the layer's output [T, hidden] (residuals included), the same on every rank.
+    Returns the layer's output [T, hidden] (residuals included) in x's dtype, the same on every rank.
     """
     raise NotImplementedError("exercise 135: layer_forward is not implemented yet (practice/tensor_parallel.py)")

@@ -127,7 +127,8 @@ HINTED = [(125, "wrong_repeats_not_counted"), (125, "wrong_free_not_atomic"), (1
           (127, "wrong_gqa_tiled"), (127, "wrong_scale_zero_means_default"),
           (128, "wrong_qsl_missing_leading_zero"), (128, "wrong_local_logits_indices"),
           (128, "wrong_positions_from_zero"), (131, "wrong_appended_to_tail"), (131, "wrong_num_computed_not_reset"),
-          (133, "wrong_step_on_loop_thread"), (135, "wrong_kv_heads_strided"), (135, "wrong_norms_sharded")]
+          (133, "wrong_step_on_loop_thread"), (135, "wrong_kv_heads_strided"), (135, "wrong_norms_sharded"),
+          (135, "wrong_output_float64")]
 
 
 @pytest.mark.parametrize("ex_id,stem", HINTED, ids=[f"{e}/{s}" for e, s in HINTED])
@@ -159,7 +160,7 @@ def test_a_public_case_of_an_engine_gives_the_hint_of_its_difference(
 
 
 SAID = [(126, "wrong_float_slots"), (127, "wrong_output_float64"), (129, "wrong_numpy_count"),
-        (129, "wrong_status_a_string"), (131, "wrong_status_a_string")]
+        (129, "wrong_status_a_string"), (131, "wrong_status_a_string"), (131, "wrong_preempted_ids")]
 
 
 @pytest.mark.parametrize("ex_id,stem", SAID, ids=[f"{e}/{s}" for e, s in SAID])

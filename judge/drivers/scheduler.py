@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from judge.crossing import learner_error
-from judge.harness import plain_int
+from judge.harness import CaseFailure, plain_int
 from judge.drivers import keep, kept
 from judge.wire import WorkerLost
 from judge.drivers.fakes import (FIELD_NAMES, FakeKVCacheManager, FakePreemption, Replay, describe as describe_call,
@@ -169,7 +169,8 @@ def output_problem(out: Any) -> dict | None:
                                "tokens", "hint": "num_new_tokens is a Python int (int(n) of a numpy or tensor value)"}
     for r in preempted:
         if not isinstance(r, Request):
-            return {"problem": f"out.preempted holds {str(r)[:200]}; it must hold the preempted Request objects"}
+            return {"problem": f"out.preempted holds {plain_int(r)}; it must hold the preempted Request objects",
+                    "hint": "out.preempted.append(victim): the Request itself, not its request_id"}
     return None
 
 
@@ -244,8 +245,8 @@ def step_world(world: World, step: int, parts: Any, lookups: dict | None = None)
         parts.load("schedule", lookups, before=result["before"])
     try:
         out = world.sched.schedule()
-    except WorkerLost:  # 131, run in the grader: the worker calling the learner's preemption died or hung
-        raise
+    except (WorkerLost, CaseFailure):  # 131, run in the grader: the worker calling the learner's preemption died or
+        raise  # hung, or the learner's preemption left out.preempted unusable
     except BaseException as exc:  # noqa: BLE001 - the learner's exception, for the grader to show
         if parts.departure is None:
             return {**result, "error": learner_error(exc)}
@@ -308,6 +309,9 @@ def preemption_result(impl: ModuleType, fn: str, world: Any, rid: str, n: int, o
             return {"error": learner_error(exc)}
     if replay.departure is not None:  # with the queue it was called on: the victims it could choose
         return {"departure": {**replay.departure, "running": running}}
+    problem = output_problem(out)
+    if problem:
+        return problem
     scheduled, preempted = plan_of(out)
     if type(ret) is int and ret in (0, 1):  # 1 == True: the statement's True and False, as the hidden cases read it
         ret = bool(ret)

@@ -86,13 +86,14 @@ def describe(fn: str, *args: Any) -> str:
 
 
 RANK_FACTS = {"outputs": "output of layer_forward", "returned": "type layer_forward returned", "errors": "exception",
-              "out_of_step": "wait in all_reduce for ranks that never came"}  # `forward`'s lists, one entry a rank
+              "out_of_step": "wait in all_reduce for ranks that never came",
+              "dtypes": "dtype of layer_forward's output"}  # `forward`'s lists, one entry a rank
 
 
 def where(path: str, fn: str, *args: Any) -> str | None:
     """A place in `forward`'s answer (`sent[0][1][2][3]`) as the learner's code: `the tensor rank 0 passed to
     all_reduce in its call 2, at [2][3]`."""
-    found = re.fullmatch(r"(sent|outputs|errors|returned|out_of_step)\[(\d+)\](?:\[(\d+)\])?(.*)", path)
+    found = re.fullmatch(r"(sent|outputs|errors|returned|out_of_step|dtypes)\[(\d+)\](?:\[(\d+)\])?(.*)", path)
     if fn != "forward" or found is None:
         return None
     what, rank, index, rest = found[1], found[2], found[3], found[4]
@@ -106,8 +107,8 @@ def where(path: str, fn: str, *args: Any) -> str | None:
 def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Tensor, positions: torch.Tensor,
             config: dict, world_size: int) -> dict[str, Any]:
     """Every rank's `layer_forward(shards[rank], x, positions, cfg, world_size, all_reduce)`, in one thread each: per
-    rank its output, what it returned, its exception, whether it waited for ranks that never came, and its tensors
-    passed to all_reduce."""
+    rank its output, what it returned, its exception, whether it waited for ranks that never came, its tensors
+    passed to all_reduce, and its output's dtype."""
     cfg = Qwen3Config(**config)
     group = SummingGroup(world_size)
     outputs: list[Any] = [None] * world_size
@@ -133,4 +134,5 @@ def forward(impl: ModuleType, shards: list[dict[str, torch.Tensor]], x: torch.Te
     # what the ranks passed to all_reduce first: a replayed case names the first sum that differs (a residual
     # summed too, a head mapped wrong) before the output it spoils
     return {"sent": group.sent, "outputs": [o if isinstance(o, torch.Tensor) else None for o in outputs],
-            "returned": [type(o).__name__ for o in outputs], "errors": errors, "out_of_step": out_of_step}
+            "returned": [type(o).__name__ for o in outputs], "errors": errors, "out_of_step": out_of_step,
+            "dtypes": [str(o.dtype).removeprefix("torch.") if isinstance(o, torch.Tensor) else None for o in outputs]}

@@ -184,7 +184,11 @@ def _run_lockstep(w: Workload, impl, graded: str, hint: HintFn, field_hints: dic
         where = text + ("\n" + history_text(history) if history else "")
         exp_plan, exp_pre, exp_after, recorded = reference_step(want, rec, log)
         scheduled = recorded["schedule"]
-        res = step_of(step, recorded)
+        try:
+            res = step_of(step, recorded)
+        except CaseFailure as f:  # 131: the learner's preemption, called by the reference here, left out unusable
+            f.input = where
+            return f
         before = res["before"]
         if "error" in res and "plan" not in res:
             return learner_failure(res["error"], name, where)
@@ -546,6 +550,8 @@ class WorkerPreemption:
             self.departure = reply["departure"]
         if "error" in reply or "departure" in reply:
             raise LearnerRaised131(reply.get("error") or reply["departure"])
+        if "problem" in reply:
+            raise CaseFailure(reply["problem"], hint=reply.get("hint"))
         adopt(scheduler, recorded["calls"][:reply["consumed"]], reply, out)
         return reply["returned"]
 

@@ -93,6 +93,8 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
     res = learner_preemption(Driver(impl, "scheduler"), asdict(w.config), state, fn, rid, n, recorded)
     if "error" in res:
         raise learner_failure(res["error"], fn, text)
+    if "problem" in res:
+        raise CaseFailure(res["problem"], input=text, hint=res.get("hint"))
     if "departure" in res:
         failure = departure_failure(res["departure"], "in the call", before, w.config, [], ([], []), hint_131,
                                     "preemption")

@@ -33,6 +33,8 @@ NORMS = ("input_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.
          "post_attention_layernorm.weight")
 
 
+DTYPE_HINT = "return the output in x's dtype (the next layer's weights are in it): compute in float64 if you like, " \
+             "then .to(x.dtype)"
 QWEN3_EPS = 1e-6  # Qwen3-0.6B's rms_norm_eps, mini_llm's default
 
 
@@ -174,7 +176,10 @@ NORM_HINT = ("the RMSNorm weights are replicated: every rank holds the whole ten
 
 
 def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
-    """The hint of each weight of a public case's shard, recorded with its answer (judge/edition.py)."""
+    """The hint of each weight of a public case's shard, and of the outputs' dtype, recorded with its answer
+    (judge/edition.py)."""
+    if (driver, fn) == ("tensor_parallel", "forward"):
+        return [("['dtypes']", None, DTYPE_HINT)]
     shard = value.get("shard") if (driver, fn) == ("tensor_parallel", "shard") and isinstance(value, dict) else None
     return [(f"['shard'][{name!r}]", None, NORM_HINT if name in NORMS else HINTS[name])
             for name in shard or () if name in NORMS or name in HINTS]
@@ -214,7 +219,7 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
     text = (f"layer_forward(shard[rank], x: random [{tokens}, {cfg.hidden_size}], positions={positions.tolist()}, "
             f"cfg, world_size={ws}, all_reduce) on {whose}  # {s.text(ws)}")
     res = Driver(impl, "tensor_parallel").forward(shards, x, positions, asdict(cfg), ws)
-    for key in ("outputs", "returned", "errors", "out_of_step", "sent"):
+    for key in ("outputs", "returned", "errors", "out_of_step", "sent", "dtypes"):
         whole(res[key], ws, f"ranks' {key}")
     for rank, err in enumerate(res["errors"]):
         if err is not None:
@@ -265,6 +270,9 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
                               got=list(out.shape) if not shape_ok else [round(v, 5) for v in out[0, :4].tolist()],
                               hint="the all-reduces are right: check what comes after them (the residuals, "
                                    "post_attention_layernorm on the summed hidden states)")
+        if out.dtype != x.dtype:
+            raise CaseFailure(f"rank {rank}'s output is {out.dtype}, not x's dtype", input=text, field="dtype",
+                              expected=str(x.dtype), got=str(out.dtype), hint=DTYPE_HINT)
 
 
 def check_partials(sent: list, want: Dense, w: dict, s: Shape, ws: int, text: str) -> None:
