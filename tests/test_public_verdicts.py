@@ -167,7 +167,8 @@ SAID = [(126, "wrong_float_slots"), (127, "wrong_output_float64"), (129, "wrong_
 def test_a_public_case_says_what_the_statement_requires_of_a_results_type(
         ex_id: int, stem: str, recorded: dict[int, dict[str, list]]) -> None:
     """What the statement requires of a result besides its values: 126's slots are integers, 127's output has the
-    query's dtype, 129's numbers of tokens are ints, a status is a RequestStatus. A public case fails them in the hidden cases' words (the fixture's EXPECT); the values alone, as
+    query's dtype, 129's numbers of tokens are ints, a status is a RequestStatus, 131's out.preempted holds
+    Requests. A public case fails them in the hidden cases' words (the fixture's EXPECT); the values alone, as
     numbers, would have passed."""
     if ex_id not in recorded:
         recorded[ex_id] = edition.record(judge.get_exercise(ex_id))

@@ -151,11 +151,16 @@ def snapshot(world: World) -> dict[str, Any]:
     }
 
 
-def output_problem(out: Any) -> dict | None:
-    """Why `out` is not a usable SchedulerOutput ({"problem": what, "hint": ...}), or None."""
+def output_problem(out: Any, fn: str = "schedule") -> dict | None:
+    """Why `out`, returned by schedule or filled in by `fn`, is not a usable SchedulerOutput ({"problem": what,
+    "hint": ...}), or None."""
     if out is None:
         return {"problem": "schedule returned None", "hint": "return the SchedulerOutput you filled in"}
     scheduled, preempted = getattr(out, "scheduled", None), getattr(out, "preempted", None)
+    if fn != "schedule" and not (isinstance(scheduled, list) and isinstance(preempted, list)):
+        return {"problem": f"after {fn}, out.scheduled is a {type(scheduled).__name__} and out.preempted a "
+                           f"{type(preempted).__name__}; both are the lists of the SchedulerOutput it was given",
+                "hint": "change them in place (append, del, remove): the scheduler and the engine read those lists"}
     if not isinstance(scheduled, list) or not isinstance(preempted, list):
         return {"problem": f"schedule returned {type(out).__name__} {str(out)[:200]}; it must return a "
                            "SchedulerOutput",
@@ -245,9 +250,10 @@ def step_world(world: World, step: int, parts: Any, lookups: dict | None = None)
         parts.load("schedule", lookups, before=result["before"])
     try:
         out = world.sched.schedule()
-    except (WorkerLost, CaseFailure):  # 131, run in the grader: the worker calling the learner's preemption died or
-        raise  # hung, or the learner's preemption left out.preempted unusable
     except BaseException as exc:  # noqa: BLE001 - the learner's exception, for the grader to show
+        if isinstance(exc, WorkerLost) or lookups is None and isinstance(exc, CaseFailure):
+            raise  # 131, run in the grader: the worker running the learner's preemption died or hung, or it left
+            # the request or `out` unusable
         if parts.departure is None:
             return {**result, "error": learner_error(exc)}
     if parts.departure is not None:
@@ -309,7 +315,7 @@ def preemption_result(impl: ModuleType, fn: str, world: Any, rid: str, n: int, o
             return {"error": learner_error(exc)}
     if replay.departure is not None:  # with the queue it was called on: the victims it could choose
         return {"departure": {**replay.departure, "running": running}}
-    problem = output_problem(out)
+    problem = output_problem(out, fn)
     if problem:
         return problem
     scheduled, preempted = plan_of(out)

@@ -531,6 +531,9 @@ class LearnerRaised131(Exception):
         self.record = self._judge_record = record  # the driver reports the learner's own record
 
 
+STATUSES = {s.value for s in RequestStatus}
+
+
 class WorkerPreemption:
     """`preemption` of a reference scheduler here (131): the learner's allocate_or_preempt and preempt, called in
     the worker (`judge.drivers.scheduler.preemption_call`) on the state the scheduler reached, with the script of
@@ -552,6 +555,11 @@ class WorkerPreemption:
             raise LearnerRaised131(reply.get("error") or reply["departure"])
         if "problem" in reply:
             raise CaseFailure(reply["problem"], hint=reply.get("hint"))
+        odd = {rid: v["status"] for rid, v in reply["state"].items() if v["status"] not in STATUSES}
+        if odd:  # a status the scheduler here cannot take: the string "waiting"
+            rid, status = next(iter(odd.items()))
+            raise CaseFailure(f"after {fn}, the status of request {rid!r} is {status}, not a RequestStatus",
+                              hint="a preempted request's status is RequestStatus.WAITING")
         adopt(scheduler, recorded["calls"][:reply["consumed"]], reply, out)
         return reply["returned"]
 

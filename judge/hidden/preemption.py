@@ -230,6 +230,8 @@ def _(impl):
     res = generate_small_cache(impl, prompts, 12, config)
     if "error" in res:
         raise learner_failure(res["error"], LEARNER_FNS, text)
+    if "problem" in res:
+        raise CaseFailure(res["problem"], input=text, hint=res.get("hint"))
     if "departure" in res:
         failure = departure_failure(res["departure"], "end to end", {"running": []}, Config(**config), [],
                                     ([], []), hint_131, "preemption")
@@ -273,7 +275,12 @@ def generate_small_cache(impl, prompts: list[list[int]], max_tokens: int, config
         try:
             engine.step()
         except Exception as exc:  # noqa: BLE001 - the step fails (StepError) when the learner's code raised
-            cause = exc.__cause__ if isinstance(exc.__cause__, LearnerRaised131) else exc
+            cause = exc.__cause__ if isinstance(exc.__cause__, (LearnerRaised131, CaseFailure)) else exc
+            if isinstance(cause, CaseFailure):  # the learner's call left a request or `out` unusable
+                named = [f"{r.request_id!r} is prompts[{i}]" for i, r in enumerate(requests)
+                         if repr(r.request_id) in cause.message]  # the engine's ids, which the learner never sees
+                return {"problem": cause.message + (f" (request {', '.join(named)})" if named else ""),
+                        "hint": cause.hint}
             if isinstance(cause, LearnerRaised131) and preemption.departure:
                 return {"departure": renamed(cause.record, {r.request_id: str(i) for i, r in enumerate(requests)})}
             if isinstance(cause, LearnerRaised131):

@@ -33,8 +33,6 @@ NORMS = ("input_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.
          "post_attention_layernorm.weight")
 
 
-DTYPE_HINT = "return the output in x's dtype (the next layer's weights are in it): compute in float64 if you like, " \
-             "then .to(x.dtype)"
 QWEN3_EPS = 1e-6  # Qwen3-0.6B's rms_norm_eps, mini_llm's default
 
 
@@ -175,6 +173,10 @@ NORM_HINT = ("the RMSNorm weights are replicated: every rank holds the whole ten
              "head's head_dim, the others on the hidden size)")
 
 
+DTYPE_HINT = ("return the output in x's dtype, what the layer after it takes: compute in float64 if you like, then "
+              "convert with .to(x.dtype)")
+
+
 def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
     """The hint of each weight of a public case's shard, and of the outputs' dtype, recorded with its answer
     (judge/edition.py)."""
@@ -272,7 +274,8 @@ def run_forward(impl, shards: list[dict], w: dict, s: Shape, ws: int, tokens: in
                                    "post_attention_layernorm on the summed hidden states)")
         if out.dtype != x.dtype:
             raise CaseFailure(f"rank {rank}'s output is {out.dtype}, not x's dtype", input=text, field="dtype",
-                              expected=str(x.dtype), got=str(out.dtype), hint=DTYPE_HINT)
+                              expected=str(x.dtype).removeprefix("torch."),
+                              got=str(out.dtype).removeprefix("torch."), hint=DTYPE_HINT)
 
 
 def check_partials(sent: list, want: Dense, w: dict, s: Shape, ws: int, text: str) -> None:

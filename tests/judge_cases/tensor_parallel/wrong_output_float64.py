@@ -1,5 +1,5 @@
 """Wrong: layer_forward returns its output in float64, not in x's dtype (float32). It passed every case, and chapter
-12's model then failed at the next layer (a float64 input to float32 weights).
+12's check of the learner's layer then failed (torch.allclose: "Double did not match Float").
 
 EXPECT: x's dtype
 PUBLIC: caught
