@@ -90,8 +90,9 @@ def _problem(want: dict, got: dict, what: str, req: dict) -> str | None:
     if d is None:
         return None
     hint = _recorded_hint(want.get("hints"), d[0], g)
-    if isinstance(g, dict) and isinstance(g.get("problem"), str):
-        return f"{g['problem']}\ninput: {what}" + (f"\nhint: {g['hint']}" if isinstance(g.get("hint"), str) else "")
+    said = next((g[key] for key in ("problem", "hung") if isinstance(g, dict) and isinstance(g.get(key), str)), None)
+    if said:  # what the driver found wrong, or a wait that never ended
+        return f"{said}\ninput: {what}" + (f"\nhint: {g['hint']}" if isinstance(g.get("hint"), str) else "")
     departure = _departure(w, g, req)
     if departure:
         return f"{departure}\ninput: {what}" + (f"\nhint: {hint}" if hint else "")

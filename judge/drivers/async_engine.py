@@ -295,13 +295,15 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
             except TimeoutError:
                 return {"hung": f"add_request of request {name} did not return within {READ_TIMEOUT} s"}
             except ValueError as exc:
-                if name in engine.next_names:  # the engine refused it
+                if name in engine.names.values():  # the engine took the request: the ValueError is the learner's
+                    raise
+                if name in engine.next_names:  # raised before the engine saw it
                     engine.next_names.remove(name)
                 refused[name] = f"ValueError: {short(str(exc))}"
                 continue
             consumer = consumers[name] = Consumer(engine, stream, event.get("read"), event.get("close"))
             tasks.append(asyncio.ensure_future(consumer.run()))
-        elif op == "wait":  # until the consumer has `outputs` outputs, or has ended
+        elif op == "wait" and name in consumers:  # until the consumer has `outputs` outputs, or has ended
             consumer = consumers[name]
             deadline = time.monotonic() + READ_TIMEOUT
             while len(consumer.outputs) < event["outputs"] and consumer.end is None and time.monotonic() < deadline:
@@ -311,7 +313,11 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
                 except TimeoutError:
                     break
         elif op == "abort":  # a name never added is aborted as an unknown request id
-            llm.abort(consumers[name].stream.request_id if name in consumers else name)
+            rid = getattr(consumers[name].stream, "request_id", None) if name in consumers else name
+            if rid is None:
+                return {"problem": f"the stream add_request returned for request {name} has no request_id",
+                        "hint": "the stream has a request_id attribute, the id the engine gave the request"}
+            llm.abort(rid)
             aborts[name] = len(engine.steps)
         elif op in ("drain", "idle"):
             await asyncio.gather(*tasks)
@@ -327,9 +333,17 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
     await asyncio.sleep(0.05)
     shutdown = getattr(llm, "shutdown", None)
     if shutdown is not None:
-        await asyncio.wait_for(shutdown(), READ_TIMEOUT)
-    return {"streams": {name: c.plain() for name, c in consumers.items()}, "idle": idle, "aborts": aborts,
-            "refused": refused}
+        ended = shutdown()
+        if not inspect.isawaitable(ended):
+            return {"problem": f"shutdown() returned {short(ended)}, not an awaitable",
+                    "hint": "shutdown is a coroutine: async def shutdown(self), as in the starter file"}
+        try:
+            await asyncio.wait_for(ended, READ_TIMEOUT)
+        except TimeoutError:
+            return {"hung": f"shutdown() did not return within {READ_TIMEOUT:g} s"}
+    # the requests refused first: a stream that is missing because its request was refused is named so
+    return {"refused": refused, "streams": {name: c.plain() for name, c in consumers.items()}, "idle": idle,
+            "aborts": aborts}
 
 
 def describe(fn: str, config: dict, events: list[dict], fail_at: int | None = None, *rest: Any) -> str | None:
@@ -369,6 +383,8 @@ def where(path: str, fn: str, *args: Any) -> str | None:
                           "asyncio.sleep does: await an asyncio.Event that add_request sets)",
                 "spun": f"whether it used more than {IDLE_CPU_SHARE:.0%} of the time in CPU (a loop that spins)"}
         return f"idle period {int(found[1]) + 1}: {what.get(found[2], found[2])}"
+    if found := re.fullmatch(r"refused\.(\w+)", path):
+        return f"what add_request raised for request {found[1]} (None: the engine took it)"
     if found := re.fullmatch(r"streams\.(\w+)\.(\w+)(.*)", path):
         return f"stream {found[1]}'s {found[2]}{found[3]}"
     return None

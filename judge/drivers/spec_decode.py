@@ -42,9 +42,17 @@ def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, token
     request.generator = generator or make_generator(params, torch.device("cpu"))
     logits = torch.as_tensor(case["logits"], dtype=torch.float32)  # a list, or a tensor from the grader's engine
     try:
-        tokens, reason = impl.verify_and_update(request, list(case["drafts"]), logits, case["eos"], tokenizer)
+        returned = impl.verify_and_update(request, list(case["drafts"]), logits, case["eos"], tokenizer)
     except Exception as exc:  # noqa: BLE001 - the learner's error, reported as data
         return {"error": learner_error(exc)}
+    if not isinstance(returned, (tuple, list)) or len(returned) != 2:
+        return {"problem": f"verify_and_update returned {short(returned)} ({type(returned).__name__}); it returns a "
+                           "pair", "hint": "return (the tokens appended, the stop reason or None)"}
+    if not isinstance(request.output_token_ids, list):  # the engine's request and its outputs extend that list
+        return {"problem": f"after the call request.output_token_ids is {short(request.output_token_ids)} "
+                           f"({type(request.output_token_ids).__name__}), not the request's list",
+                "hint": "append to request.output_token_ids in place: it stays a list"}
+    tokens, reason = returned
     # the request's tokens and count are the engine's, its outputs' and a server's JSON: ints, as the engine's own
     odd = [v for v in map(plain_int, [*request.output_token_ids, request.num_computed_tokens]) if isinstance(v, str)]
     if odd or int_values(tokens) is None:

@@ -113,7 +113,8 @@ class Run:
         self.schedule, self.reply, self.fail_at, self.script = schedule, reply, fail_at, script
         self.input = describe("run_schedule", schedule.config, schedule.events, fail_at)
         if "problem" in reply:
-            raise CaseFailure(reply["problem"], hint="keep `class AsyncLLM:` with the methods of the starter file")
+            raise CaseFailure(reply["problem"], input=self.input,
+                              hint=reply.get("hint") or "keep `class AsyncLLM:` with the methods of the starter file")
         if "error" in reply:  # a MemoryError stays one (raised_failure), for the "memory" verdict
             raise learner_failure(reply["error"], "AsyncLLM", self.input)
         if "hung" in reply:
