@@ -161,7 +161,8 @@ def test_a_public_case_of_an_engine_gives_the_hint_of_its_difference(
 
 SAID = [(126, "wrong_float_slots"), (127, "wrong_output_float64"), (129, "wrong_numpy_count"),
         (129, "wrong_status_a_string"), (131, "wrong_status_a_string"), (131, "wrong_preempted_ids"),
-        (134, "wrong_output_ids_a_tuple"), (134, "wrong_returns_three_values")]
+        (134, "wrong_output_ids_a_tuple"), (134, "wrong_returns_three_values"), (130, "wrong_step_returns_a_tuple"),
+        (130, "wrong_make_output_with_an_int"), (130, "wrong_output_ids_a_tuple")]
 
 
 @pytest.mark.parametrize("ex_id,stem", SAID, ids=[f"{e}/{s}" for e, s in SAID])
@@ -169,7 +170,8 @@ def test_a_public_case_says_what_the_statement_requires_of_a_results_type(
         ex_id: int, stem: str, recorded: dict[int, dict[str, list]]) -> None:
     """What the statement requires of a result besides its values: 126's slots are integers, 127's output has the
     query's dtype, 129's numbers of tokens are ints, a status is a RequestStatus, 131's out.preempted holds
-    Requests, 134 returns a pair and keeps output_token_ids a list. A public case fails them in the hidden cases' words (the fixture's EXPECT); the values alone, as
+    Requests, 134 returns a pair and keeps output_token_ids a list, 130's step returns a list of
+    RequestOutput. A public case fails them in the hidden cases' words (the fixture's EXPECT); the values alone, as
     numbers, would have passed."""
     if ex_id not in recorded:
         recorded[ex_id] = edition.record(judge.get_exercise(ex_id))

@@ -164,8 +164,8 @@ class Parts(Rounds):
 
 
 def _field(r: Request, f: str) -> Any:
-    value = getattr(r, f, None) if f != "num_output_tokens" else \
-        len(r.output_token_ids) if isinstance(r.output_token_ids, list) else short(r.output_token_ids)
+    value = getattr(r, f, None) if f != "num_output_tokens" else len(r.output_token_ids) \
+        if isinstance(r.output_token_ids, list) else f"? (output_token_ids is a {type(r.output_token_ids).__name__})"
     return value.value if isinstance(value, RequestStatus) else list(value) if isinstance(value, list) else value
 
 
@@ -293,21 +293,28 @@ def _state(engine: Any, r: Request) -> dict:
             "in_running": any(x is r for x in engine.scheduler.running)}
 
 
-def plain_output(o: Any, name: Any = str) -> dict:
-    """A RequestOutput as plain data (its request named by `name`), or {"bad": its repr} when it is not one."""
+def plain_output(o: Any, name: Any = str) -> dict | str:
+    """A RequestOutput as plain data (its request named by `name`), or what is wrong with it, in words."""
     try:
         first = o.outputs[0]
-        return {"request_id": name(o.request_id), "prompt_token_ids": ints(o.prompt_token_ids),
-                "new_token_ids": ints(o.new_token_ids), "finished": bool(o.finished),
-                "token_ids": ints(first.token_ids), "finish_reason": first.finish_reason}
-    except (AttributeError, IndexError, TypeError, ValueError, KeyError):
-        return {"bad": short(o)}
+        out = {"request_id": name(o.request_id), "prompt_token_ids": o.prompt_token_ids,
+               "new_token_ids": o.new_token_ids, "finished": bool(o.finished), "token_ids": first.token_ids,
+               "finish_reason": first.finish_reason}
+    except (AttributeError, IndexError, TypeError, KeyError):
+        return f"not a RequestOutput: {short(o)} ({type(o).__name__})"
+    for key in ("prompt_token_ids", "new_token_ids", "token_ids"):
+        value, out[key] = out[key], int_values(out[key])
+        if out[key] is None:
+            return f"a RequestOutput whose {key} is {short(value)} ({type(value).__name__}), not a list of ints"
+    return out
 
 
 def plain_outputs(outs: Any, name: Any = str) -> dict:
-    """{"outputs": [...]} for a list of outputs, else {"returned": the type's name and a repr}."""
+    """{"outputs": [...]} for a list of outputs, else {"outputs": what was returned, in words; "returned": its type's
+    name}."""
     if not isinstance(outs, list):
-        return {"returned": type(outs).__name__, "repr": short(outs)}
+        return {"outputs": f"not a list of RequestOutput: {short(outs)} ({type(outs).__name__})",
+                "returned": type(outs).__name__}
     return {"outputs": [plain_output(o, name) for o in outs]}
 
 

@@ -332,7 +332,7 @@ class Engine:
         if "error" in reply:
             raise raised(reply["error"], "LLMEngine.generate", input=text)
         self.match(reply["steps"], twin["steps"], "generate")
-        if "outputs" not in reply:
+        if not isinstance(reply.get("outputs"), list):
             if reply.get("returned") == "NoneType":
                 raise CaseFailure("generate returned None", input=text,
                                   hint="end generate with `return [self.make_output(r, []) for r in requests]`")
@@ -344,8 +344,8 @@ class Engine:
             raise CaseFailure(f"generate returned {len(outs)} outputs for {len(prompts)} prompts", input=text,
                               hint="one final output per prompt: [self.make_output(r, []) for r in requests]")
         for o in outs:
-            if "bad" in o:
-                raise CaseFailure(f"generate returned {o['bad']} among its outputs; each must be a RequestOutput",
+            if isinstance(o, str):
+                raise CaseFailure(f"generate returned, among its outputs, {o}",
                                   input=text, hint="[self.make_output(r, []) for r in requests]")
         return outs
 
@@ -408,7 +408,7 @@ class Engine:
         if rec.get("schedules") != 1:
             raise _fail(k, f"step called self.scheduler.schedule() {rec.get('schedules')} times; once per step",
                         hint="start the step with sched = self.scheduler.schedule()")
-        if "outputs" not in rec:
+        if not isinstance(rec.get("outputs"), list):
             if rec.get("returned") == "NoneType":
                 raise _fail(k, "step returned None; it must return a list of RequestOutput",
                             hint="end step with `return outputs` (the list of self.make_output(request, [token])); "
@@ -510,8 +510,8 @@ class Engine:
                       after: dict) -> None:
         got = []
         for o in outs:
-            if "bad" in o:
-                raise _fail(k, f"step returned {o['bad']}; each output must be a RequestOutput",
+            if isinstance(o, str):
+                raise _fail(k, f"step returned, among its outputs, {o}",
                             hint="return self.make_output(request, [token]) for each request that got a token")
             got.append((o["request_id"], o["new_token_ids"], o["finished"]))
         if got != expected:
