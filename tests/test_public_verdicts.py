@@ -126,7 +126,8 @@ HINTED = [(125, "wrong_repeats_not_counted"), (125, "wrong_free_not_atomic"), (1
           (127, "wrong_no_causal_mask"),
           (127, "wrong_gqa_tiled"), (127, "wrong_scale_zero_means_default"),
           (128, "wrong_qsl_missing_leading_zero"), (128, "wrong_local_logits_indices"),
-          (128, "wrong_positions_from_zero"), (131, "wrong_appended_to_tail"), (131, "wrong_num_computed_not_reset"),
+          (128, "wrong_positions_from_zero"), (129, "wrong_status_not_set"),
+          (131, "wrong_appended_to_tail"), (131, "wrong_num_computed_not_reset"),
           (133, "wrong_step_on_loop_thread"), (135, "wrong_kv_heads_strided"), (135, "wrong_norms_sharded"),
           (135, "wrong_output_float64")]
 

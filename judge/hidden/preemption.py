@@ -10,16 +10,15 @@ that request alone, and preemptions must have happened.
 from __future__ import annotations
 
 from dataclasses import asdict
-from collections.abc import Iterator
 from typing import Any
 
 from judge.harness import CaseFailure, Cases, rng as seeded
 from judge.drivers.scheduler import call_preemption, script, world_state
 from judge.hidden.end_to_end import alone, load_model
 from judge.hidden.lockstep import (Config, LearnerRaised131, Plan, Workload, WorkerPreemption, check_blocks,
-                                   check_workloads, departure_failure, first_difference, learner_preemption, plan_of,
-                                   random_workloads, reference_script, reference_world, snapshot, spec_new,
-                                   spec_running)
+                                   check_workloads, departure_failure, field_hints, first_difference,
+                                   learner_preemption, plan_of, random_workloads, reference_script, reference_world,
+                                   snapshot, spec_new, spec_running)
 from judge.remote import Driver, learner_failure
 from framework.sampling import SamplingParams
 from framework.scheduler import ScheduledRequest, SchedulerOutput
@@ -130,17 +129,8 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
 
 
 def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
-    """The hints of a public case's answers, recorded with the reference's (judge/edition.py): each field that
-    preemption changes or leaves as it is, wherever a scheduler's answer holds it, with its FIELD_HINTS line."""
-    def fields(v: Any, path: str) -> Iterator[tuple[str, Any, str]]:
-        for key, inner in v.items() if isinstance(v, dict) else ():
-            where = f"{path}[{key!r}]"
-            if key in FIELD_HINTS:
-                yield where, None, FIELD_HINTS[key]
-            else:
-                yield from fields(inner, where)
-
-    return list(fields(value, "")) if driver == "scheduler" else []
+    """The hints of a public case's answers: each field that preemption changes or leaves as it is."""
+    return list(field_hints(value, FIELD_HINTS)) if driver == "scheduler" else []
 
 
 def check_131(impl, workloads: list[Workload]) -> None:

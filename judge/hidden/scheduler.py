@@ -12,10 +12,18 @@ import random
 from typing import Any
 
 from judge.harness import Cases
-from judge.hidden.lockstep import (Config, Plan, Spec, Workload, check_workloads,  # noqa: F401
-                                  random_workloads, spec_new, spec_running)
+from judge.hidden.lockstep import (FIELD_HINTS, Config, Plan, Spec, Workload, check_workloads,  # noqa: F401
+                                  field_hints, random_workloads, spec_new, spec_running)
 
 CASES = Cases()
+
+
+def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
+    """The hints of a public case's answers: each field of a request or queue that schedule sets or keeps, after
+    the step (the state before it is the previous step's after)."""
+    if driver != "scheduler" or not isinstance(value, dict):
+        return []
+    return list(field_hints({key: v for key, v in value.items() if key != "before"}, FIELD_HINTS))
 
 
 # ----------------------------------------------------------------------------------------------------------
