@@ -57,7 +57,7 @@ class KVCacheManagerBase:
         if self.prefix_cache is None:
             return []
         hashes = self.block_hashes(request.all_token_ids[: request.num_tokens - 1], self.block_size)
-        return self.prefix_cache.lookup(hashes)
+        return list(self.prefix_cache.lookup(hashes))  # a learner's lookup may return a tuple
 
     def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: list[int] = ()) -> bool:
         """Grow `request.block_table` to hold `num_new_tokens` more tokens, first taking `computed_blocks`
@@ -108,4 +108,4 @@ class KVCacheManagerBase:
     def _register(self, block_hash: int, block_id: int) -> bool:
         """Offer the name to the prefix cache; whether `block_id` now holds it (the first holder wins)."""
         self.prefix_cache.insert(block_hash, block_id)
-        return self.prefix_cache.lookup([block_hash]) == [block_id]
+        return list(self.prefix_cache.lookup([block_hash])) == [block_id]

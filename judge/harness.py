@@ -149,6 +149,15 @@ def plain_int(value: Any) -> Any:
     return f"{short(repr(value) if isinstance(value, str) else value)} ({type(value).__name__})"
 
 
+def unchanged(value: Any, saved: Any) -> bool:
+    """Whether an input the learner's code was given still equals its saved copy: False where comparing them raises
+    or gives no plain truth (a row replaced by a numpy array)."""
+    try:
+        return bool(value == saved)
+    except Exception:  # noqa: BLE001 - whatever the learner's objects raise
+        return False
+
+
 def holds_tensor(value: Any) -> bool:
     """Whether `value` is a torch tensor or a list or tuple holding one: ids that key a dict (block ids, in the free
     queue and the prefix cache) must not be, as a tensor hashes by identity and is never found again."""

@@ -61,6 +61,8 @@ def _encode_array(value: Any) -> dict:
 
         t = value.detach().to("cpu").contiguous()
         dtype = str(t.dtype).replace("torch.", "")
+        if dtype not in _DTYPES:  # what the other end takes, so that a learner's uint16 is theirs, not a broken pipe
+            raise TypeError(f"cannot send a {dtype} tensor")
         flat = t.reshape(-1)
         if flat.numel() and flat.stride() != (1,):  # a one-element view keeps its stride through .contiguous()
             flat = flat.clone(memory_format=torch.contiguous_format)

@@ -252,6 +252,17 @@ def test_values_a_learner_may_return_cross_the_wire():
         assert np.array_equal(np.asarray(g), np.asarray(v), equal_nan=True), (g, v)
 
 
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "complex64", "float8_e4m3fn"])
+def test_a_tensor_the_grader_cannot_receive_is_not_sent(dtype):
+    """What the worker sends, the grader takes: a learner's uint16 tensor was sent, then refused on arrival as a
+    malformed value, a protocol verdict that skipped the submission's other cases. It is refused before sending, so
+    the driver says what the learner's value is instead."""
+    import torch
+
+    with pytest.raises(TypeError, match=f"cannot send a {dtype} tensor"):
+        wire.encode(torch.zeros(2, dtype=getattr(torch, dtype)))
+
+
 def test_exception_records_are_received_bounded():
     rec = crossing.received_error({"type": "E" * 10**6, "module": ["x"], "message": "m" * 10**6, "traceback": 5})
     assert rec["type"] == "LearnerError" and len(rec["message"]) < 2 * wire.TEXT_LIMIT and "traceback" not in rec

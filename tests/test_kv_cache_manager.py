@@ -252,6 +252,30 @@ def test_block_hashes_run_only_when_a_block_fills():
     assert kv.prefix_cache.lookup(block_hashes(request.all_token_ids, BS)) == request.block_table[:11]
 
 
+def test_a_prefix_cache_whose_lookup_returns_tuples_names_each_block_once():
+    """A learner's lookup may return a tuple (132 accepts it): each full block is still offered to the cache once,
+    and the hits come back as a list (a tuple never equalled [block_id], so every block was offered again at every
+    step, 14,185 inserts for a 340-token request instead of 85)."""
+    inserts = []
+
+    class TupleLookups(KVCacheManager.prefix_cache_cls):
+        def lookup(self, hashes):
+            return tuple(super().lookup(hashes))
+
+        def insert(self, block_hash, block_id):
+            inserts.append(block_id)
+            super().insert(block_hash, block_id)
+
+    kv = type("Tuples", (KVCacheManager,), {"prefix_cache_cls": TupleLookups})(
+        num_blocks=16, block_size=BS, enable_prefix_caching=True)
+    request = Request(list(range(6)))
+    assert admit(kv, request)
+    for t in range(100, 126):
+        assert decode(kv, request, t)
+    assert sorted(inserts) == request.block_table[:8], "a block was offered to the prefix cache again"
+    assert kv.get_computed_blocks(Request(list(range(6)) + list(range(100, 126)))) == request.block_table[:7]
+
+
 def test_a_duplicate_block_takes_over_the_name_once_the_holder_is_evicted():
     kv = KVCacheManager(num_blocks=6, block_size=BS, enable_prefix_caching=True)
     a = Request(list(range(9)))  # blocks [0..3] [4..7] full, [8] partial

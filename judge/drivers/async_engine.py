@@ -293,13 +293,13 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
                 if inspect.isawaitable(stream):
                     stream = await asyncio.wait_for(stream, READ_TIMEOUT)
             except TimeoutError:
-                return {"hung": f"add_request of request {name} did not return within {READ_TIMEOUT} s"}
+                return {"hung": f"add_request of request {name} did not return within {READ_TIMEOUT:g} s"}
             except ValueError as exc:
                 if name in engine.names.values():  # the engine took the request: the ValueError is the learner's
                     raise
                 if name in engine.next_names:  # raised before the engine saw it
                     engine.next_names.remove(name)
-                refused[name] = f"ValueError: {short(str(exc))}"
+                refused[name] = short(str(exc))
                 continue
             consumer = consumers[name] = Consumer(engine, stream, event.get("read"), event.get("close"))
             tasks.append(asyncio.ensure_future(consumer.run()))
@@ -331,19 +331,30 @@ async def _play(impl: ModuleType, engine: Any, events: list[dict], selector: Cou
                              "cpu": time.process_time() - cpu, "wall": time.monotonic() - wall})
     await asyncio.gather(*tasks)
     await asyncio.sleep(0.05)
+    shutdown_problem = await _shut_down(llm)
+    if shutdown_problem:
+        return shutdown_problem
+    # the requests refused first, by the class the statement fixes (the message, a learner's or the engine's, is a
+    # diagnostic): a stream that is missing because its request was refused is named so
+    return {"refused": {name: "ValueError" for name in refused}, "_refused": refused,
+            "streams": {name: c.plain() for name, c in consumers.items()}, "idle": idle, "aborts": aborts}
+
+
+async def _shut_down(llm: Any) -> dict | None:
+    """The learner's `await llm.shutdown()`, if it has one: None, or what went wrong."""
     shutdown = getattr(llm, "shutdown", None)
-    if shutdown is not None:
-        ended = shutdown()
-        if not inspect.isawaitable(ended):
-            return {"problem": f"shutdown() returned {short(ended)}, not an awaitable",
-                    "hint": "shutdown is a coroutine: async def shutdown(self), as in the starter file"}
-        try:
-            await asyncio.wait_for(ended, READ_TIMEOUT)
-        except TimeoutError:
-            return {"hung": f"shutdown() did not return within {READ_TIMEOUT:g} s"}
-    # the requests refused first: a stream that is missing because its request was refused is named so
-    return {"refused": refused, "streams": {name: c.plain() for name, c in consumers.items()}, "idle": idle,
-            "aborts": aborts}
+    if shutdown is None:
+        return None
+    ended = shutdown()
+    if not inspect.isawaitable(ended):
+        return {"problem": f"shutdown() returned {short(ended)}, not an awaitable",
+                "hint": "shutdown is a coroutine: async def shutdown(self), as in the starter file"}
+    try:
+        await asyncio.wait_for(ended, READ_TIMEOUT)
+    except TimeoutError:
+        return {"hung": f"shutdown() did not return within {READ_TIMEOUT:g} s",
+                "hint": "cancel the background task (task.cancel()) rather than wait for a loop that never ends"}
+    return None
 
 
 def describe(fn: str, config: dict, events: list[dict], fail_at: int | None = None, *rest: Any) -> str | None:

@@ -16,7 +16,7 @@ import torch
 
 from judge import wire
 from judge.crossing import learner_error
-from judge.harness import int_values, short
+from judge.harness import int_values, short, unchanged
 
 TENSOR_FIELDS = ("input_ids", "positions", "slot_mapping", "logits_indices")
 FIELDS = ("input_ids", "query_start_loc", "positions", "seq_lens", "slot_mapping", "logits_indices", "block_tables")
@@ -118,13 +118,13 @@ def build(impl: ModuleType, items: list, block_size: int) -> dict[str, Any]:
     if unusable:
         return unusable
     raw = {name: getattr(out, name) for name in FIELDS}
-    diagnostics = {"_raw": {name: _sendable(v) for name, v in raw.items()}, "_items after": given}
+    diagnostics = {"_raw": {name: _sendable(v) for name, v in raw.items()}, "_items after": _sendable(given)}
     try:
         batch = {name: read_tables(v) if name == "block_tables" else read_ints(v, name, name in TENSOR_FIELDS)
                  for name, v in raw.items()}
     except Unreadable as exc:
         return {"problem": exc.problem, "hint": exc.hint, **diagnostics}
-    return {"batch": batch, "inputs changed": given != before, **diagnostics}
+    return {"batch": batch, "inputs changed": not unchanged(given, before), **diagnostics}
 
 
 def describe(fn: str, items: list, block_size: int) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from judge.crossing import learner_error
-from judge.harness import short
+from judge.harness import short, unchanged
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def run(impl: ModuleType, spec: dict) -> dict[str, Any]:
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the grader classifies it
         return {"error": learner_error(exc)}
     changed = [k for k, v in saved.items()
-               if not (torch.equal(inp[k], v) if isinstance(v, torch.Tensor) else inp[k] == v)]
+               if not (torch.equal(inp[k], v) if isinstance(v, torch.Tensor) else unchanged(inp[k], v))]
     if isinstance(out, torch.Tensor):  # a subclass too; the dtype first, so that a public case names it first
         return {"dtype": str(out.dtype).removeprefix("torch."), "output": out.detach().as_subclass(torch.Tensor),
                 "inputs changed": changed}

@@ -50,7 +50,7 @@ def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, token
                            "pair", "hint": "return (the tokens appended, the stop reason or None)"}
     if not isinstance(request.output_token_ids, list):  # the engine's request and its outputs extend that list
         return {"problem": f"after the call request.output_token_ids is {short(request.output_token_ids)} "
-                           f"({type(request.output_token_ids).__name__}), not the request's list",
+                           f"({type(request.output_token_ids).__name__}), not a list",
                 "hint": "append to request.output_token_ids in place: it stays a list"}
     tokens, reason = returned
     # the request's tokens and count are the engine's, its outputs' and a server's JSON: ints, as the engine's own

@@ -113,34 +113,37 @@ def decode(impl: ModuleType, requests: list[dict], seed: int, eos: int = EOS, ma
         live = [r for r in reqs if r["reason"] is None]
         if not live:
             break
-        rows = [GrammarRow(r["g"], r["step"] >= r.get("chunks", 0), _drafts(r) if r["step"] >= r.get("chunks", 0)
-                           else []) for r in live]
-        num = sum(1 + len(row.draft_token_ids) for row in rows if row.need_logits)
+        # each row's drafts, kept here: the engine builds the rows from its own lists (the learner's code may empty
+        # a row's), and verifies and updates the grammar with those
+        plan = [(r, r["step"] >= r.get("chunks", 0), _drafts(r) if r["step"] >= r.get("chunks", 0) else [])
+                for r in live]
+        num = sum(1 + len(drafts) for _, need, drafts in plan if need)
         logits = torch.randn(num, len(VOCAB), generator=gen)
         at = 0
-        for row in rows:
-            if row.need_logits:
-                for i, d in enumerate(row.draft_token_ids[: int(torch.randint(0, 5, (), generator=gen))]):
+        for _, need, drafts in plan:
+            if need:
+                for i, d in enumerate(drafts[: int(torch.randint(0, 5, (), generator=gen))]):
                     logits[at + i, d] += 8.0
-                at += 1 + len(row.draft_token_ids)
+                at += 1 + len(drafts)
         try:
-            impl.apply_grammar_bitmask(logits, rows, allocate_bitmask(num, len(VOCAB)))
+            impl.apply_grammar_bitmask(logits, [GrammarRow(r["g"], need, list(drafts)) for r, need, drafts in plan],
+                                       allocate_bitmask(num, len(VOCAB)))
         except Exception as exc:  # noqa: BLE001
             return {"raised": type(exc).__name__, "_error": learner_error(exc), "fn": "apply_grammar_bitmask"}
         at = 0
-        for r, row in zip(live, rows):
+        for r, need, drafts in plan:
             r["step"] += 1
-            if not row.need_logits:
+            if not need:
                 continue
-            n = 1 + len(row.draft_token_ids)
+            n = 1 + len(drafts)
             if not bool(torch.isfinite(logits[at: at + n]).any(-1).all()):
                 return {"problem": f"step {step + 1}: a logits row of request {reqs.index(r)} has every token masked"}
-            emitted = _verify(r, row.draft_token_ids, logits[at: at + n], eos)
+            emitted = _verify(r, drafts, logits[at: at + n], eos)
             at += n
             reason = r["engine_reason"]
             if r["g"] is not None:
                 try:
-                    reason = impl.update_grammar(r["g"], list(row.draft_token_ids), list(emitted), reason)
+                    reason = impl.update_grammar(r["g"], list(drafts), list(emitted), reason)
                 except Exception as exc:  # noqa: BLE001
                     return {"raised": type(exc).__name__, "_error": learner_error(exc), "fn": "update_grammar"}
             r["reason"] = reason if reason is None or isinstance(reason, str) else repr(reason)[:60]

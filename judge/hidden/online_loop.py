@@ -119,8 +119,8 @@ class Run:
             raise learner_failure(reply["error"], "AsyncLLM", self.input)
         if "hung" in reply:
             raise CaseFailure(reply["hung"], input=self.input,
-                              hint="add_request returns as soon as the request is queued; the background task "
-                                   f"steps the engine while it has unfinished requests; {SHUTDOWN_RULE}")
+                              hint=reply.get("hint") or "add_request returns as soon as the request is queued; the "
+                              f"background task steps the engine while it has unfinished requests; {SHUTDOWN_RULE}")
         timeline = [reply.get(key, reply.get(f"_{key}")) for key in TIMELINE]  # a replayable reply: diagnostics
         self.streams, (self.steps, self.aborts, self.idle, self.log) = reply["streams"], timeline
 
@@ -141,7 +141,7 @@ class Run:
         failed = self.failed_requests()
         for name, (prompt, params) in self.schedule.requests.items():
             if name in self.reply["refused"]:
-                raise CaseFailure(f"add_request refused request {name}: {self.reply['refused'][name]}",
+                raise CaseFailure(f"add_request refused request {name}: ValueError: {self.reply['_refused'][name]}",
                                   input=self.input)
             failed_first = name in failed and (name not in aborted or self.failed_before_abort(name))
             expect = "error" if failed_first else "abort" if name in aborted else "complete"

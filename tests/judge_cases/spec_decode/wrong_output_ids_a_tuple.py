@@ -1,7 +1,7 @@
 """Wrong: after appending, request.output_token_ids is replaced by a tuple. Every case passed (the driver sent a
 list of it back), and the speculating engine then failed: "can only concatenate list (not "tuple") to list".
 
-EXPECT: not the request's list
+EXPECT: not a list
 PUBLIC: caught
 """
 
