@@ -114,7 +114,7 @@ FIELD_HINTS = {
 }
 
 
-def field_hints(value: Any, hints: dict[str, str], path: str = "") -> Iterator[tuple[str, None, str]]:
+def field_hint_paths(value: Any, hints: dict[str, str], path: str = "") -> Iterator[tuple[str, None, str]]:
     """The hint of each field named in `hints`, wherever a scheduler driver's answer `value` holds it: what the
     hidden cases say of it, recorded with a public case's answer (judge/edition.py)."""
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
@@ -123,7 +123,7 @@ def field_hints(value: Any, hints: dict[str, str], path: str = "") -> Iterator[t
         if key in hints:
             yield where, None, hints[key]
         else:
-            yield from field_hints(inner, hints, where)
+            yield from field_hint_paths(inner, hints, where)
 
 
 def first_difference(exp: dict[str, Any], got: dict[str, Any]) -> tuple[str, Any, Any] | None:

@@ -16,7 +16,7 @@ from judge.harness import CaseFailure, Cases, rng as seeded
 from judge.drivers.scheduler import call_preemption, script, world_state
 from judge.hidden.end_to_end import alone, load_model
 from judge.hidden.lockstep import (Config, LearnerRaised131, Plan, Workload, WorkerPreemption, check_blocks,
-                                   check_workloads, departure_failure, field_hints, first_difference,
+                                   check_workloads, departure_failure, field_hint_paths, first_difference,
                                    learner_preemption, plan_of, random_workloads, reference_script, reference_world,
                                    snapshot, spec_new, spec_running)
 from judge.remote import Driver, learner_failure
@@ -130,7 +130,7 @@ def check_call(impl, w: Workload, fn: str, rid: str, n: int = 0, scheduled: tupl
 
 def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str, Any, str]]:
     """The hints of a public case's answers: each field that preemption changes or leaves as it is."""
-    return list(field_hints(value, FIELD_HINTS)) if driver == "scheduler" else []
+    return list(field_hint_paths(value, FIELD_HINTS)) if driver == "scheduler" else []
 
 
 def check_131(impl, workloads: list[Workload]) -> None:

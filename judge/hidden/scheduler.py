@@ -13,7 +13,7 @@ from typing import Any
 
 from judge.harness import Cases
 from judge.hidden.lockstep import (FIELD_HINTS, Config, Plan, Spec, Workload, check_workloads,  # noqa: F401
-                                  field_hints, random_workloads, spec_new, spec_running)
+                                  field_hint_paths, random_workloads, spec_new, spec_running)
 
 CASES = Cases()
 
@@ -23,7 +23,7 @@ def public_hints(driver: str, fn: str, args: list, value: Any) -> list[tuple[str
     the step (the state before it is the previous step's after)."""
     if driver != "scheduler" or not isinstance(value, dict):
         return []
-    return list(field_hints({key: v for key, v in value.items() if key != "before"}, FIELD_HINTS))
+    return list(field_hint_paths({key: v for key, v in value.items() if key != "before"}, FIELD_HINTS))
 
 
 # ----------------------------------------------------------------------------------------------------------
