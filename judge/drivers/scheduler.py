@@ -157,11 +157,12 @@ def output_problem(out: Any, fn: str = "schedule") -> dict | None:
     if out is None:
         return {"problem": "schedule returned None", "hint": "return the SchedulerOutput you filled in"}
     scheduled, preempted = getattr(out, "scheduled", None), getattr(out, "preempted", None)
-    if fn != "schedule" and not (isinstance(scheduled, list) and isinstance(preempted, list)):
-        return {"problem": f"after {fn}, out.scheduled is a {type(scheduled).__name__} and out.preempted a "
-                           f"{type(preempted).__name__}; both are the lists of the SchedulerOutput it was given",
-                "hint": "change them in place (append, del, remove): the scheduler and the engine read those lists"}
     if not isinstance(scheduled, list) or not isinstance(preempted, list):
+        if fn != "schedule":
+            return {"problem": f"after {fn}, out.scheduled is a {type(scheduled).__name__} and out.preempted a "
+                               f"{type(preempted).__name__}; both are the lists of the SchedulerOutput it was given",
+                    "hint": "change them in place (append, del, remove): the scheduler and the engine read those "
+                            "lists"}
         return {"problem": f"schedule returned {type(out).__name__} {str(out)[:200]}; it must return a "
                            "SchedulerOutput",
                 "hint": "out = SchedulerOutput(); out.scheduled.append(ScheduledRequest(request, n)); return out"}

@@ -53,14 +53,15 @@ def _call(impl: ModuleType, case: dict[str, Any], seed: int | None = None, token
                            f"({type(request.output_token_ids).__name__}), not a list",
                 "hint": "append to request.output_token_ids in place: it stays a list"}
     tokens, reason = returned
+    values = int_values(tokens)
     # the request's tokens and count are the engine's, its outputs' and a server's JSON: ints, as the engine's own
     odd = [v for v in map(plain_int, [*request.output_token_ids, request.num_computed_tokens]) if isinstance(v, str)]
-    if odd or int_values(tokens) is None:
+    if odd or values is None:
         what = f"request.output_token_ids and num_computed_tokens hold {odd[0]}" if odd else \
             f"verify_and_update returned the tokens {short(tokens)} ({type(tokens).__name__})"
         return {"problem": f"{what} after the call: token ids and counts are Python ints",
                 "hint": "append int(token) (or tensor.item()), and add an int to num_computed_tokens"}
-    return {"returned": int_values(tokens), "reason": reason, "output_token_ids": list(request.output_token_ids),
+    return {"returned": values, "reason": reason, "output_token_ids": list(request.output_token_ids),
             "num_computed_tokens": request.num_computed_tokens}
 
 
